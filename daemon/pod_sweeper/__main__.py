@@ -1,0 +1,5 @@
+"""Lets ``python -m pod_sweeper`` behave exactly like the ``pod-sweeper`` console script."""
+
+from pod_sweeper.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,225 @@
+"""``attach`` and ``detach``: install or remove the enqueue trigger on a host table.
+
+The trigger function is generated per attachment with the host's column names baked in (no dynamic
+SQL per row), and three triggers call it: INSERT, UPDATE and DELETE, each with a WHEN clause so that
+the many updates that retire nothing never even enter PL/pgSQL. Every name goes through
+``psycopg.sql.Identifier``; the generated function body reaches the server as a string literal, so a
+hostile column name cannot end the body early. Everything happens in one transaction with a short
+``lock_timeout``: a table that does not fit, or a lock that cannot be had, changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from pod_sweeper.db import Connection
+from pod_sweeper.errors import AttachError, ConfigError
+
+ROLES = ("sandbox_id", "generation", "pod_namespace", "pod_name", "pod_uid", "active")
+TRIGGER_PREFIX = "pod_sweeper_enqueue"
+LOCK_TIMEOUT = "5s"
+
+# Types each role accepts (pg_type.typname), and how its value reaches pod_sweeper.enqueue.
+_TEXTUAL = {"text", "varchar", "bpchar", "name"}
+_ACCEPTED: dict[str, set[str]] = {
+    "sandbox_id": _TEXTUAL | {"uuid", "int2", "int4", "int8"},
+    "generation": {"int2", "int4", "int8"},
+    "pod_namespace": _TEXTUAL,
+    "pod_name": _TEXTUAL,
+    "pod_uid": {"uuid"} | _TEXTUAL,
+    "active": {"bool"},
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    schema: str
+    table: str
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    def identifier(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.table)
+
+
+_IDENT = re.compile(r'"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_$]*)')
+
+
+def parse_table(text: str) -> Target:
+    """``SCHEMA.TABLE`` as Postgres reads it: unquoted parts fold to lower case, ``"quoted"`` ones
+    keep case and may hold any character."""
+    parts: list[str] = []
+    pos = 0
+    while True:
+        match = _IDENT.match(text, pos)
+        if not match:
+            break
+        parts.append(match[1].replace('""', '"') if match[1] is not None else match[2].lower())
+        pos = match.end()
+        if pos < len(text) and text[pos] == ".":
+            pos += 1
+            continue
+        break
+    if pos != len(text) or len(parts) != 2:
+        raise ConfigError(f"--table {text!r}: expected SCHEMA.TABLE (quote a part with \"...\" if needed)")
+    return Target(parts[0], parts[1])
+
+
+def parse_mapping(pairs: list[str]) -> dict[str, str]:
+    """``ROLE=COLUMN`` flags over the reference names; unknown roles are a usage error."""
+    mapping = {role: role for role in ROLES}
+    for pair in pairs:
+        role, sep, column = pair.partition("=")
+        role = role.strip()
+        if not sep or not column:
+            raise ConfigError(f"--column {pair!r}: expected ROLE=COLUMN")
+        if role not in ROLES:
+            raise ConfigError(f"--column {pair!r}: unknown role {role!r}; roles are {', '.join(ROLES)}")
+        mapping[role] = column
+    return mapping
+
+
+async def _column_types(conn: Connection, target: Target) -> dict[str, str]:
+    cur = await conn.execute(
+        """
+        SELECT c.relkind, a.attname, t.typname
+        FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+        LEFT JOIN pg_type t ON t.oid = a.atttypid
+        WHERE n.nspname = %s AND c.relname = %s
+        """,
+        (target.schema, target.table),
+    )
+    rows = await cur.fetchall()
+    if not rows:
+        raise AttachError(f"table {target} does not exist")
+    if rows[0]["relkind"] not in ("r", "p"):
+        raise AttachError(f"{target} is not a table")
+    return {row["attname"]: row["typname"] for row in rows if row["attname"] is not None}
+
+
+def check_fit(target: Target, mapping: dict[str, str], types: dict[str, str]) -> None:
+    """Raise AttachError naming the first mapped column that is missing or of the wrong type."""
+    for role in ROLES:
+        column = mapping[role]
+        if column not in types:
+            raise AttachError(f"table {target} has no column {column!r} (role {role})")
+        if types[column] not in _ACCEPTED[role]:
+            accepted = ", ".join(sorted(_ACCEPTED[role]))
+            raise AttachError(
+                f"column {column!r} of {target} (role {role}) is of type {types[column]}; expected one of {accepted}"
+            )
+
+
+def _value(role: str, record: str, mapping: dict[str, str], types: dict[str, str]) -> sql.Composable:
+    column = sql.SQL("{}.{}").format(sql.SQL(record), sql.Identifier(mapping[role]))
+    if role == "pod_uid" and types[mapping[role]] != "uuid":
+        return sql.SQL("pod_sweeper.try_uuid({}::text)").format(column)
+    cast = {"sandbox_id": "text", "generation": "bigint", "pod_namespace": "text", "pod_name": "text"}.get(role)
+    if cast:
+        return sql.SQL("{}::{}").format(column, sql.SQL(cast))
+    return column
+
+
+def _function_name(attachment_id: int) -> sql.Identifier:
+    return sql.Identifier("pod_sweeper", f"enqueue_{attachment_id}")
+
+
+def _trigger_names() -> dict[str, sql.Identifier]:
+    return {op: sql.Identifier(f"{TRIGGER_PREFIX}_{op}") for op in ("ins", "upd", "del")}
+
+
+async def attach(conn: Connection, target: Target, mapping: dict[str, str]) -> int:
+    """Install (or replace) the trigger on ``target``; returns the attachment id."""
+    async with conn.transaction():
+        await conn.execute("SELECT set_config('lock_timeout', %s, true)", (LOCK_TIMEOUT,))
+        types = await _column_types(conn, target)
+        check_fit(target, mapping, types)
+        row = await (
+            await conn.execute(
+                """
+                INSERT INTO pod_sweeper.attachments (table_schema, table_name, column_map)
+                VALUES (%s, %s, %s::jsonb)
+                ON CONFLICT (table_schema, table_name) DO UPDATE
+                    SET column_map = EXCLUDED.column_map, attached_at = now(), detached_at = NULL
+                RETURNING id
+                """,
+                (target.schema, target.table, json.dumps(mapping)),
+            )
+        ).fetchone()
+        assert row is not None
+        attachment_id: int = row["id"]
+
+        def v(role: str, record: str) -> sql.Composable:
+            return _value(role, record, mapping, types)
+
+        def call(record: str, reason: str) -> sql.Composable:
+            return sql.SQL("PERFORM pod_sweeper.enqueue({}, {}, {}, {}, {}, {}, {});").format(
+                sql.Literal(attachment_id),
+                v("sandbox_id", record),
+                v("generation", record),
+                v("pod_namespace", record),
+                v("pod_name", record),
+                v("pod_uid", record),
+                sql.Literal(reason),
+            )
+
+        body = sql.SQL(
+            "BEGIN\n"
+            "  IF TG_OP = 'DELETE' THEN\n    {}\n    RETURN OLD;\n  END IF;\n"
+            "  {}\n  RETURN NEW;\nEND;"
+        ).format(call("OLD", "row_deleted"), call("NEW", "retired"))
+        await conn.execute(
+            sql.SQL("CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS {}").format(
+                _function_name(attachment_id), sql.Literal(body.as_string(conn))
+            )
+        )
+        new_uid, old_uid = v("pod_uid", "NEW"), v("pod_uid", "OLD")
+        new_active, old_active = v("active", "NEW"), v("active", "OLD")
+        # The enqueue rule, as WHEN clauses: a retire (active goes false while a UID is set), a UID
+        # recorded or changed on a retired row, an inactive row inserted with a UID, a deleted row
+        # that names a UID. Anything else never calls the function.
+        when = {
+            "ins": sql.SQL("{} IS NOT NULL AND NOT {}").format(new_uid, new_active),
+            "upd": sql.SQL("{} IS NOT NULL AND NOT {} AND ({} OR {} IS DISTINCT FROM {})").format(
+                new_uid, new_active, old_active, old_uid, new_uid
+            ),
+            "del": sql.SQL("{} IS NOT NULL").format(old_uid),
+        }
+        events = {"ins": "INSERT", "upd": "UPDATE", "del": "DELETE"}
+        for op, trigger in _trigger_names().items():
+            await conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(trigger, target.identifier()))
+            await conn.execute(
+                sql.SQL(
+                    "CREATE TRIGGER {} AFTER {} ON {} FOR EACH ROW WHEN ({}) EXECUTE FUNCTION {}()"
+                ).format(trigger, sql.SQL(events[op]), target.identifier(), when[op], _function_name(attachment_id))
+            )
+    return attachment_id
+
+
+async def detach(conn: Connection, target: Target) -> bool:
+    """Remove the trigger; False when the table was not attached. Outbox rows stay as they are."""
+    async with conn.transaction():
+        await conn.execute("SELECT set_config('lock_timeout', %s, true)", (LOCK_TIMEOUT,))
+        row = await (
+            await conn.execute(
+                "UPDATE pod_sweeper.attachments SET detached_at = now()"
+                " WHERE table_schema = %s AND table_name = %s AND detached_at IS NULL RETURNING id",
+                (target.schema, target.table),
+            )
+        ).fetchone()
+        if row is None:
+            return False
+        exists = await (await conn.execute("SELECT to_regclass(%s) IS NOT NULL AS present",
+                                           (target.identifier().as_string(conn),))).fetchone()
+        if exists and exists["present"]:
+            for trigger in _trigger_names().values():
+                await conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(trigger, target.identifier()))
+        await conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(_function_name(row["id"])))
+    return True

@@ -1,0 +1,137 @@
+"""The ``pod-sweeper`` command line: parses flags, reads settings, runs one command, and turns every
+failure into one line on stderr and the exit code DESIGN.md fixes (0 ok, 1 failure, 2 bad
+configuration or usage, 3 schema missing or of another version)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NoReturn
+
+import psycopg
+from loguru import logger
+
+from pod_sweeper import __version__, attach, migrations, status
+from pod_sweeper.db import connection
+from pod_sweeper.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, PodSweeperError
+from pod_sweeper.logs import setup_logging
+from pod_sweeper.settings import CONFIG_FILE_ENV, Settings, load_settings, unknown_environment
+
+Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not argparse's usage block: the usage is one `--help` away.
+        self.exit(EXIT_CONFIG, f"pod-sweeper: {message} (see `pod-sweeper --help`)\n")
+
+
+async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    async with connection(settings) as conn:
+        pending = await migrations.migrate(conn, dry_run=args.dry_run)
+    if args.dry_run:
+        for migration in pending:
+            print(f"would apply {migration.filename}")
+        print(f"{len(pending)} migration(s) to apply" if pending else "schema is up to date")
+    else:
+        print(f"applied {len(pending)} migration(s)" if pending else "schema is up to date")
+    return EXIT_OK
+
+
+async def cmd_attach(settings: Settings, args: argparse.Namespace) -> int:
+    target = attach.parse_table(args.table)
+    mapping = attach.parse_mapping(args.column)
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        attachment_id = await attach.attach(conn, target, mapping)
+    print(f"attached {target} (attachment {attachment_id})")
+    return EXIT_OK
+
+
+async def cmd_detach(settings: Settings, args: argparse.Namespace) -> int:
+    target = attach.parse_table(args.table)
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        removed = await attach.detach(conn, target)
+    print(f"detached {target}" if removed else f"{target} was not attached")
+    return EXIT_OK
+
+
+async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        current = await status.read_status(conn)
+    print(status.render_json(current) if args.json else status.render_text(current))
+    return EXIT_OK
+
+
+async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
+    print(settings_markdown())
+    return EXIT_OK
+
+
+def settings_markdown() -> str:
+    """The README's settings table, made from the settings' own descriptions."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = "(hostname-pid)" if field.default_factory else field.default
+        shown = "-" if default is None else f"`{default}`"
+        lines.append(f"| `POD_SWEEPER_{name.upper()}` | {shown} | {field.description} |")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pod-sweeper", description="Delete the pods of retired generations.")
+    parser.add_argument("--version", action="version", version=f"pod-sweeper {__version__}")
+    parser.add_argument("--config", metavar="FILE", help=f"TOML settings file (same as {CONFIG_FILE_ENV})")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    p = commands.add_parser("migrate", help="apply the schema migrations (idempotent)")
+    p.add_argument("--dry-run", action="store_true", help="print what would be applied, change nothing")
+    p.set_defaults(handler=cmd_migrate)
+
+    p = commands.add_parser("attach", help="install the enqueue trigger on a host table")
+    p.add_argument("--table", required=True, metavar="SCHEMA.TABLE")
+    p.add_argument(
+        "--column", action="append", default=[], metavar="ROLE=NAME",
+        help=f"map a role to the table's column name; roles: {', '.join(attach.ROLES)}",
+    )
+    p.set_defaults(handler=cmd_attach)
+
+    p = commands.add_parser("detach", help="remove the enqueue trigger from a host table")
+    p.add_argument("--table", required=True, metavar="SCHEMA.TABLE")
+    p.set_defaults(handler=cmd_detach)
+
+    p = commands.add_parser("status", help="print the outbox state and lag")
+    p.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    p.set_defaults(handler=cmd_status)
+
+    p = commands.add_parser("settings", help="print every setting with its default, as Markdown")
+    p.set_defaults(handler=cmd_settings)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging()
+    handler: Handler = args.handler
+    try:
+        if args.config:
+            os.environ[CONFIG_FILE_ENV] = args.config
+        settings = load_settings()
+        setup_logging(settings.log_format, settings.log_level)
+        for name in unknown_environment():
+            logger.warning("ignoring {variable}: no such setting", variable=name)
+        return asyncio.run(handler(settings, args))
+    except PodSweeperError as exc:
+        print(f"pod-sweeper: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"pod-sweeper: database error: {first}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130

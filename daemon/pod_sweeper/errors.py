@@ -1,0 +1,87 @@
+"""The exceptions pod-sweeper raises, each carrying the process exit code it stands for.
+
+The CLI turns any of these into one line on stderr and the code below, so that operators get a clear
+message instead of a traceback, and scripts can tell bad configuration from a missing schema.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2
+EXIT_SCHEMA = 3
+
+
+class PodSweeperError(Exception):
+    """Base class: something went wrong that the operator must hear about in one line."""
+
+    exit_code = EXIT_FAILURE
+
+
+class ConfigError(PodSweeperError):
+    """A setting, a flag or a config file is invalid."""
+
+    exit_code = EXIT_CONFIG
+
+
+class SchemaError(PodSweeperError):
+    """The database schema is missing, partial, or of another version."""
+
+    exit_code = EXIT_SCHEMA
+
+
+class MigrationError(PodSweeperError):
+    """A migration cannot be applied, or an applied one was edited afterwards."""
+
+
+class AttachError(PodSweeperError):
+    """The table given to ``attach`` does not fit the column mapping; nothing was changed."""
+
+    exit_code = EXIT_CONFIG
+
+
+class DatabaseUnavailable(PodSweeperError):
+    """The database cannot be reached or refused the connection."""
+
+
+# --- Kubernetes answers, by meaning rather than by message text -------------------------------------
+
+
+class KubeError(PodSweeperError):
+    """An answer from the Kubernetes API that is not a success."""
+
+    def __init__(self, message: str, *, status: int | None = None, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class KubeNotFound(KubeError):
+    """404 NotFound: the pod is gone."""
+
+
+class KubeConflict(KubeError):
+    """409 Conflict: a precondition (UID) did not match the stored object."""
+
+
+class KubeUnauthorized(KubeError):
+    """401/403: the daemon's credentials or RBAC are wrong; a fault of the daemon, not of the row."""
+
+
+class KubeRetryable(KubeError):
+    """429, 5xx, a timeout or a connection error: try again later."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        reason: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, status=status, reason=reason)
+        self.retry_after = retry_after
+
+
+class KubeRejected(KubeError):
+    """Any other 4xx: the request itself is wrong and retrying cannot help."""

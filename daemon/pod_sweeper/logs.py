@@ -1,0 +1,76 @@
+"""Logging: loguru for our own lines, with the stdlib loggers of psycopg, urllib3 and kubernetes
+routed through it so that every line has one format.
+
+``text`` is for people at a terminal; ``json`` writes one object per line (time, level, message, the
+logger's name and any keyword fields) for journald and log shippers. Log calls use loguru's ``{}``
+placeholders with keyword arguments, which also land as fields in the JSON lines.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+from loguru import logger
+
+if TYPE_CHECKING:
+    from loguru import Message, Record
+
+_TEXT_FORMAT = (
+    "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> <level>{level: <7}</level> "
+    "<cyan>{name}</cyan> {message}"
+)
+_ROUTED = ("psycopg", "psycopg.pool", "urllib3", "kubernetes")
+
+
+class _InterceptHandler(logging.Handler):
+    """Hands stdlib log records to loguru, keeping their level and their caller."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level: str | int = logger.level(record.levelname).name
+        except ValueError:
+            level = record.levelno
+        logger.bind(logger_name=record.name).opt(depth=6, exception=record.exc_info).log(
+            level, record.getMessage()
+        )
+
+
+def _json_sink(stream: TextIO) -> Any:
+    def sink(message: Message) -> None:
+        record: Record = message.record
+        entry: dict[str, Any] = {
+            "ts": record["time"].isoformat(),
+            "level": record["level"].name,
+            "msg": record["message"],
+            "logger": record["extra"].get("logger_name", record["name"]),
+        }
+        for key, value in record["extra"].items():
+            if key != "logger_name":
+                entry[key] = value
+        if record["exception"] is not None and record["exception"].type is not None:
+            entry["exception"] = f"{record['exception'].type.__name__}: {record['exception'].value}"
+        stream.write(json.dumps(entry, default=str) + "\n")
+        stream.flush()
+
+    return sink
+
+
+def setup_logging(log_format: str = "text", level: str = "INFO", stream: TextIO | None = None) -> None:
+    """(Re)configure every sink; idempotent, so the CLI can call it again once settings are read."""
+    out = stream if stream is not None else sys.stderr
+    logger.remove()
+    if log_format == "json":
+        logger.add(_json_sink(out), level=level, format="{message}")
+    else:
+        logger.add(out, level=level, format=_TEXT_FORMAT, colorize=out.isatty())
+    handler = _InterceptHandler()
+    logging.basicConfig(handlers=[handler], level=0, force=True)
+    for name in _ROUTED:
+        stdlib = logging.getLogger(name)
+        stdlib.handlers = [handler]
+        stdlib.propagate = False
+        # urllib3 is chatty at DEBUG about every connection; keep it at WARNING unless tracing.
+        stdlib.setLevel(logging.DEBUG if level in ("TRACE", "DEBUG") and name != "urllib3" else logging.WARNING)

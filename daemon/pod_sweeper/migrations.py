@@ -1,0 +1,147 @@
+"""Forward-only schema migrations, and the schema check every long-running command starts with.
+
+Each ``migrations/NNNN_name.sql`` is applied once, in its own transaction, and recorded with its
+SHA-256 in ``pod_sweeper.schema_migrations``. The whole run holds a session advisory lock, so two
+``migrate`` runs at once (two replicas' init containers, say) apply each file exactly once: the second
+waits, then finds nothing left to do. An applied file whose checksum changed is a hard error: the
+database no longer matches the text anyone can read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import LiteralString, cast
+
+from loguru import logger
+from psycopg import sql
+
+from pod_sweeper.db import Connection
+from pod_sweeper.errors import MigrationError, SchemaError
+from pod_sweeper.resources import resource_dir
+
+SCHEMA = "pod_sweeper"
+LEDGER = "schema_migrations"
+# pg_advisory_lock key: the bytes of "podswep" read as an integer; any fixed bigint would do.
+MIGRATION_LOCK_KEY = 0x706F6473776570
+_FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    text: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    @property
+    def filename(self) -> str:
+        return f"{self.version:04d}_{self.name}.sql"
+
+
+@cache
+def shipped() -> tuple[Migration, ...]:
+    """The migrations that ship with this copy of pod-sweeper, in order."""
+    found: list[Migration] = []
+    for path in sorted(resource_dir("migrations").glob("*.sql")):
+        match = _FILE_RE.match(path.name)
+        if not match:
+            raise MigrationError(f"migration file {path.name} is not named NNNN_name.sql")
+        found.append(Migration(int(match[1]), match[2], path.read_text(encoding="utf-8")))
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise MigrationError(f"migration versions must run 1, 2, 3, ... without gaps; found {versions}")
+    return tuple(found)
+
+
+def expected_version() -> int:
+    return len(shipped())
+
+
+async def _ledger_exists(conn: Connection) -> bool:
+    row = await (await conn.execute("SELECT to_regclass(%s) IS NOT NULL AS present", (f"{SCHEMA}.{LEDGER}",))).fetchone()
+    return bool(row and row["present"])
+
+
+async def _applied(conn: Connection) -> dict[int, str]:
+    if not await _ledger_exists(conn):
+        return {}
+    cur = await conn.execute(
+        sql.SQL("SELECT version, checksum FROM {}.{} ORDER BY version").format(
+            sql.Identifier(SCHEMA), sql.Identifier(LEDGER)
+        )
+    )
+    return {row["version"]: row["checksum"] for row in await cur.fetchall()}
+
+
+def _verify(applied: dict[int, str]) -> list[Migration]:
+    """The migrations still to apply; raises if the database and the files disagree."""
+    by_version = {m.version: m for m in shipped()}
+    for version, checksum in applied.items():
+        migration = by_version.get(version)
+        if migration is None:
+            raise SchemaError(
+                f"the database has migration {version:04d}, which this pod-sweeper does not ship: "
+                "it was migrated by a newer version; upgrade pod-sweeper"
+            )
+        if migration.checksum != checksum:
+            raise MigrationError(
+                f"migration {migration.filename} was edited after it was applied "
+                f"(recorded sha256 {checksum[:12]}..., file {migration.checksum[:12]}...); "
+                "restore the file and add a new migration instead"
+            )
+    return [m for m in shipped() if m.version not in applied]
+
+
+async def migrate(conn: Connection, *, dry_run: bool = False) -> list[Migration]:
+    """Apply what is missing (or, with ``dry_run``, only say what that would be)."""
+    if dry_run:
+        return _verify(await _applied(conn))
+    await conn.set_autocommit(True)
+    await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+    try:
+        await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
+        await conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.{} ("
+                " version integer PRIMARY KEY,"
+                " name text NOT NULL,"
+                " checksum text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now(),"
+                " applied_by text NOT NULL DEFAULT current_user)"
+            ).format(sql.Identifier(SCHEMA), sql.Identifier(LEDGER))
+        )
+        pending = _verify(await _applied(conn))
+        for migration in pending:
+            logger.info("applying migration {migration}", migration=migration.filename)
+            async with conn.transaction():
+                await conn.execute(sql.SQL(cast(LiteralString, migration.text)))
+                await conn.execute(
+                    sql.SQL("INSERT INTO {}.{} (version, name, checksum) VALUES (%s, %s, %s)").format(
+                        sql.Identifier(SCHEMA), sql.Identifier(LEDGER)
+                    ),
+                    (migration.version, migration.name, migration.checksum),
+                )
+        return pending
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+
+
+async def check_schema(conn: Connection) -> int:
+    """Raise SchemaError unless the schema is exactly at the version this pod-sweeper ships."""
+    hint = "run `pod-sweeper migrate`"
+    if not await _ledger_exists(conn):
+        raise SchemaError(f"schema {SCHEMA} is not migrated in this database: {hint}")
+    try:
+        pending = _verify(await _applied(conn))
+    except MigrationError as exc:
+        raise SchemaError(str(exc)) from None
+    if pending:
+        names = ", ".join(m.filename for m in pending)
+        raise SchemaError(f"schema {SCHEMA} is behind this pod-sweeper (missing {names}): {hint}")
+    return expected_version()

@@ -1,0 +1,28 @@
+"""Owner of every SQL statement the daemon and the CLI run.
+
+Statements live in ``sql/*.sql`` files, loaded by name, so that DBAs can read (and EXPLAIN) exactly
+what runs; read-only queries meant for people live in ``sql/dba/``. Statements built from identifiers
+(the attach mapping) are composed here too, always through ``psycopg.sql.Identifier``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import LiteralString, cast
+
+from psycopg import sql
+
+from pod_sweeper.resources import resource_dir
+
+
+@cache
+def load(name: str) -> sql.SQL:
+    """The statement in ``sql/NAME.sql`` (``dba/NAME`` for the hand-run queries)."""
+    path = resource_dir("sql") / f"{name}.sql"
+    # A file we ship is as trusted as a literal in the source: it holds no values, only SQL.
+    return sql.SQL(cast(LiteralString, path.read_text(encoding="utf-8")))
+
+
+def dba_query_names() -> list[str]:
+    """Names of the shipped read-only queries for DBAs and on-call."""
+    return sorted(p.stem for p in (resource_dir("sql") / "dba").glob("*.sql"))

@@ -1,0 +1,262 @@
+"""Every setting pod-sweeper reads, typed, validated and documented in one place.
+
+Values come from ``POD_SWEEPER_*`` environment variables, then from an optional TOML file named by
+``POD_SWEEPER_CONFIG_FILE`` (or ``--config``), then from the defaults below; the environment wins. Each
+field's description gives its unit, default and the reason for it; the README's settings table is
+generated from the same descriptions (``pod-sweeper settings``), so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from pod_sweeper.errors import ConfigError
+
+ENV_PREFIX = "POD_SWEEPER_"
+CONFIG_FILE_ENV = "POD_SWEEPER_CONFIG_FILE"
+# Read by the test suite, not by the daemon; listed so that it is not reported as a typo.
+_FOREIGN_ENV = {CONFIG_FILE_ENV, "POD_SWEEPER_TEST_DATABASE_URL", "POD_SWEEPER_TEST_KUBECONFIG"}
+
+Seconds = Annotated[float, Field(gt=0)]
+
+
+def _default_replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Settings(BaseSettings):
+    """pod-sweeper's settings; see each field's description."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+    )
+
+    database_url: SecretStr | None = Field(
+        default=None,
+        description="libpq connection URL or key=value string of the database holding the outbox. "
+        "No default: every command but `demo` needs it. Never logged with its password.",
+    )
+    kubeconfig: Path | None = Field(
+        default=None,
+        description="Path of a kubeconfig file. Default: unset, meaning the in-cluster service account "
+        "when running in a pod, else the usual lookup ($KUBECONFIG, then ~/.kube/config).",
+    )
+    kube_context: str | None = Field(
+        default=None,
+        description="Context to use from the kubeconfig. Default: the kubeconfig's current context.",
+    )
+    poll_interval: Seconds = Field(
+        default=5.0,
+        description="Seconds between backstop polls when no NOTIFY arrives. Default 5: NOTIFY wakes the "
+        "daemon at once; the poll only bounds the delay when a notification is lost.",
+    )
+    lease_seconds: Annotated[float, Field(ge=5)] = Field(
+        default=60.0,
+        description="Seconds a claim stays owned before another replica may take it over. Default 60: "
+        "far longer than one DELETE, short enough that a crashed replica's rows resume within a minute.",
+    )
+    concurrency: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=16,
+        description="Deletes in flight at once per process (and the HTTP connection pool size). "
+        "Default 16: enough to hide API latency without crowding the API server.",
+    )
+    batch_size: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=100,
+        description="Rows taken per claim transaction. Default 100: amortises the round trip while "
+        "keeping each claim transaction short.",
+    )
+    max_attempts: Annotated[int, Field(ge=1, le=1000)] = Field(
+        default=10,
+        description="Claims a row may take (a lease taken over after a crash counts) before it goes "
+        "`dead` with its last error. Default 10: with backoff that spans about an hour of API trouble.",
+    )
+    request_timeout: Seconds = Field(
+        default=10.0,
+        description="Seconds one Kubernetes request may take, connect and read together; always "
+        "capped below what is left of the claim's lease. Default 10.",
+    )
+    backoff_base: Seconds = Field(
+        default=1.0,
+        description="Seconds of the first retry delay; it doubles per attempt with full jitter. "
+        "Default 1.",
+    )
+    backoff_max: Seconds = Field(
+        default=300.0,
+        description="Cap, in seconds, of one retry delay. Default 300: a row is retried at least every "
+        "five minutes while its attempts last.",
+    )
+    rate_limit_qps: Annotated[float, Field(ge=0)] = Field(
+        default=50.0,
+        description="Kubernetes requests per second per process (token bucket, like client-go's QPS); "
+        "0 turns the limit off. Default 50: protects the API server from a burst of retires.",
+    )
+    rate_limit_burst: Annotated[int, Field(ge=1)] = Field(
+        default=100,
+        description="Requests the token bucket may send at once above the rate. Default 100.",
+    )
+    listen: bool = Field(
+        default=True,
+        description="Use LISTEN/NOTIFY for wakeups. Set false behind PgBouncer in transaction pooling "
+        "mode, where LISTEN does not work; the daemon then polls every poll_interval. Default true.",
+    )
+    notify_check_interval: Seconds = Field(
+        default=30.0,
+        description="Seconds between NOTIFY round-trips that prove the listener still hears. "
+        "Default 30.",
+    )
+    http_host: str = Field(
+        default="0.0.0.0",  # noqa: S104 - a sidecar's probes and scrapes come from outside the pod
+        description="Address the metrics and health server binds. Default 0.0.0.0 (probes and "
+        "scrapes come from outside the pod).",
+    )
+    http_port: Annotated[int, Field(ge=0, le=65535)] = Field(
+        default=9464,
+        description="Port of /metrics, /livez and /readyz; 0 turns the server off. Default 9464.",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="`text` for people at a terminal, `json` (one object per line) for journald and "
+        "log shippers. Default text.",
+    )
+    log_level: Literal["TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"] = Field(
+        default="INFO",
+        description="Lowest level logged. Default INFO.",
+    )
+    retention: timedelta = Field(
+        default=timedelta(days=7),
+        description="How long `done` rows are kept, in seconds or as an ISO 8601 duration (P7D). "
+        "Default 7 days: long enough to answer 'what happened to that pod' after a weekend.",
+    )
+    shutdown_timeout: Seconds = Field(
+        default=20.0,
+        description="Seconds in-flight deletes get to finish after SIGTERM before the process hands "
+        "back its claims and exits. Default 20: under Kubernetes' 30 s termination grace period.",
+    )
+    connect_timeout: Annotated[int, Field(ge=1, le=300)] = Field(
+        default=5,
+        description="Seconds to wait for a database connection. Default 5.",
+    )
+    replica_id: str = Field(
+        default_factory=_default_replica_id,
+        min_length=1,
+        max_length=200,
+        description="Name recorded as claimed_by on the rows this process claims. Default "
+        "hostname-pid.",
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get(CONFIG_FILE_ENV)
+        if config_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
+        return tuple(sources)
+
+    @field_validator("retention", mode="before")
+    @classmethod
+    def _seconds_or_iso8601(cls, value: Any) -> Any:
+        # The environment gives strings; a bare number there means seconds, as it does in TOML.
+        if isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", value):
+            return float(value)
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _parse_database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        try:
+            conninfo_to_dict(value.get_secret_value())
+        except psycopg.ProgrammingError:
+            # libpq's message may quote the URL, password included: say only what is wrong.
+            raise ValueError("not a valid libpq connection string or postgresql:// URL") from None
+        return value
+
+    @model_validator(mode="after")
+    def _check_relations(self) -> Settings:
+        if self.request_timeout >= self.lease_seconds:
+            raise ValueError(
+                f"request_timeout ({self.request_timeout:g} s) must be shorter than "
+                f"lease_seconds ({self.lease_seconds:g} s)"
+            )
+        if self.backoff_base > self.backoff_max:
+            raise ValueError("backoff_base must not exceed backoff_max")
+        if self.retention <= timedelta(0):
+            raise ValueError("retention must be positive")
+        return self
+
+    def require_database_url(self) -> str:
+        """The connection string; raises ConfigError when it is not set."""
+        if self.database_url is None:
+            raise ConfigError(f"{ENV_PREFIX}DATABASE_URL is not set: say which database holds the outbox")
+        return self.database_url.get_secret_value()
+
+    def redacted_database_url(self) -> str:
+        """The connection string with any password replaced, safe to log."""
+        if self.database_url is None:
+            return "(unset)"
+        return redact_conninfo(self.database_url.get_secret_value())
+
+
+def redact_conninfo(conninfo: str) -> str:
+    """``conninfo`` with its password masked, for logs and error messages."""
+    params = conninfo_to_dict(conninfo)
+    if "password" in params:
+        params["password"] = "***"
+    return make_conninfo(**{k: v for k, v in params.items() if v is not None})
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the settings; raises ConfigError with one line naming the first bad setting."""
+    config_file = os.environ.get(CONFIG_FILE_ENV)
+    if config_file and not Path(config_file).is_file():
+        raise ConfigError(f"{CONFIG_FILE_ENV}: config file {config_file} does not exist")
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from None
+    except (OSError, ValueError) as exc:  # a TOML file that does not parse
+        raise ConfigError(f"{CONFIG_FILE_ENV}: cannot read {config_file}: {exc}") from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming the first invalid setting and what is wrong with it (never its value)."""
+    error = exc.errors()[0]
+    field = ".".join(str(part) for part in error["loc"])
+    message = error["msg"].removeprefix("Value error, ")
+    more = len(exc.errors()) - 1
+    suffix = f" (and {more} more)" if more else ""
+    if not field:  # a rule that ties several settings together
+        return f"invalid settings: {message}{suffix}"
+    return f"invalid setting {ENV_PREFIX}{field.upper()}: {message}{suffix}"
+
+
+def unknown_environment() -> list[str]:
+    """``POD_SWEEPER_*`` variables that name no setting: most likely typos worth a warning."""
+    known = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields} | _FOREIGN_ENV
+    return sorted(k for k in os.environ if k.startswith(ENV_PREFIX) and k not in known)

@@ -1,0 +1,65 @@
+"""``pod-sweeper status``: the lag view and the per-status summary, as a table or as JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from pod_sweeper import queries
+from pod_sweeper.db import Connection
+
+
+async def read_status(conn: Connection) -> dict[str, Any]:
+    """The lag row and the summary rows, as plain data."""
+    lag = await (await conn.execute(queries.load("status_lag"))).fetchone()
+    summary = await (await conn.execute(queries.load("status_summary"))).fetchall()
+    return {"lag": dict(lag or {}), "summary": [dict(row) for row in summary]}
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    return str(value)
+
+
+def render_table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [headers, *[[_cell(v) for v in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def render_text(status: dict[str, Any]) -> str:
+    lag = status["lag"]
+    lag_rows = [
+        ["pending", lag.get("pending")],
+        ["claimable", lag.get("claimable")],
+        ["backoff", lag.get("backoff")],
+        ["claimed", lag.get("claimed")],
+        ["dead", lag.get("dead")],
+        ["oldest claimable (s)", lag.get("oldest_claimable_seconds")],
+        ["oldest in backoff (s)", lag.get("oldest_backoff_seconds")],
+        ["oldest claim (s)", lag.get("oldest_claim_seconds")],
+    ]
+    summary_rows = [
+        [r["status"], r["outcome"], r["rows"], r["oldest_enqueued_at"], r["last_updated_at"]]
+        for r in status["summary"]
+    ]
+    return "\n\n".join(
+        [
+            render_table(["lag", "value"], lag_rows),
+            render_table(["status", "outcome", "rows", "oldest enqueued", "last updated"], summary_rows)
+            if summary_rows
+            else "outbox is empty",
+        ]
+    )
+
+
+def render_json(status: dict[str, Any]) -> str:
+    return json.dumps(status, default=str, sort_keys=True)

@@ -1,0 +1,130 @@
+"""Fixtures shared by every tier: a real PostgreSQL, found as DESIGN.md says.
+
+Order: ``POD_SWEEPER_TEST_DATABASE_URL`` (a server you run; the suite creates and drops databases on
+it); else a Docker engine through testcontainers; else a throwaway cluster from the local binaries.
+One template database is migrated per session; each test gets a fresh copy of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pod_sweeper import db, migrations
+from pod_sweeper.settings import Settings
+
+TEMPLATE = f"pod_sweeper_template_{os.getpid()}"
+_counter = itertools.count()
+
+
+def _docker_postgres() -> contextlib.AbstractContextManager[str] | None:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=3).ping()
+    except Exception:
+        return None
+    from testcontainers.postgres import PostgresContainer  # type: ignore[import-untyped]
+
+    @contextlib.contextmanager
+    def run() -> Iterator[str]:
+        with PostgresContainer("postgres:16-alpine", driver=None) as container:
+            yield container.get_connection_url()
+
+    return run()
+
+
+@contextlib.contextmanager
+def _local_cluster() -> Iterator[str]:
+    from pod_sweeper.testing.postgres import ThrowawayCluster
+
+    with ThrowawayCluster() as cluster:
+        yield cluster.url("postgres")
+
+
+def with_dbname(url: str, dbname: str) -> str:
+    params = conninfo_to_dict(url)
+    params["dbname"] = dbname
+    return make_conninfo(**{k: v for k, v in params.items() if v is not None})
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    """A URL to a maintenance database on a server where the suite may create databases."""
+    given = os.environ.get("POD_SWEEPER_TEST_DATABASE_URL")
+    if given:
+        yield given
+        return
+    docker_pg = _docker_postgres()
+    with docker_pg if docker_pg is not None else _local_cluster() as url:
+        yield url
+
+
+def run(coro: Any) -> Any:
+    """Run one coroutine of the package to completion (the tests themselves are synchronous)."""
+    return asyncio.run(coro)
+
+
+def settings_for(url: str, **overrides: Any) -> Settings:
+    return Settings(database_url=url, http_port=0, **overrides)
+
+
+async def _migrate(url: str) -> None:
+    async with db.connection(settings_for(url)) as conn:
+        await migrations.migrate(conn)
+
+
+@pytest.fixture(scope="session")
+def template_url(pg_server_url: str) -> Iterator[str]:
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(TEMPLATE)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
+    url = with_dbname(pg_server_url, TEMPLATE)
+    run(_migrate(url))
+    yield url
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
+
+
+def _fresh_database(server_url: str, template: str | None) -> Iterator[str]:
+    name = f"pod_sweeper_t{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template:
+            create = sql.SQL("{} TEMPLATE {}").format(create, sql.Identifier(template))
+        conn.execute(create)
+    try:
+        yield with_dbname(server_url, name)
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def db_url(pg_server_url: str, template_url: str) -> Iterator[str]:
+    """A fresh, migrated database for this test alone."""
+    yield from _fresh_database(pg_server_url, TEMPLATE)
+
+
+@pytest.fixture
+def empty_db_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh database with nothing of ours in it."""
+    yield from _fresh_database(pg_server_url, None)
+
+
+@pytest.fixture
+def pg(db_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection to the test's database, for arranging and asserting."""
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:
+        yield conn

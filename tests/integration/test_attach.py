@@ -1,0 +1,122 @@
+"""``attach``/``detach`` against real tables: column mappings, tables that do not fit, hostile names."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import run
+from helpers import attach_table, create_executions, outbox
+
+from pod_sweeper import attach, db
+from pod_sweeper.errors import AttachError
+from pod_sweeper.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+UID = uuid.UUID("33333333-3333-4333-8333-333333333333")
+
+
+def triggers(conn: psycopg.Connection[Any]) -> list[str]:
+    return [r["tgname"] for r in conn.execute(
+        "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname").fetchall()]
+
+
+def attachments(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return list(conn.execute("SELECT * FROM pod_sweeper.attachments ORDER BY id").fetchall())
+
+
+def test_mapping_to_other_column_names(pg: psycopg.Connection[Any], db_url: str) -> None:
+    pg.execute("CREATE SCHEMA app")
+    pg.execute(
+        "CREATE TABLE app.runs (sbx uuid, gen integer, ns varchar(63), name text, puid text, live boolean,"
+        " PRIMARY KEY (sbx, gen))"
+    )
+    run(attach_table(db_url, "app.runs", ["sandbox_id=sbx", "generation=gen", "pod_namespace=ns",
+                                           "pod_name=name", "pod_uid=puid", "active=live"]))
+    sbx = uuid.uuid4()
+    pg.execute("INSERT INTO app.runs VALUES (%s, 7, 'ns', 'p', %s, true)", (sbx, str(UID)))
+    pg.execute("UPDATE app.runs SET live = false")
+    [row] = outbox(pg)
+    assert (row["sandbox_id"], row["generation"], row["pod_uid"]) == (str(sbx), 7, UID)
+    assert attachments(pg)[0]["column_map"]["active"] == "live"
+
+
+def test_malformed_text_uid_does_not_fail_the_retire(pg: psycopg.Connection[Any], db_url: str) -> None:
+    pg.execute("CREATE TABLE t (sandbox_id text, generation int, pod_namespace text, pod_name text,"
+               " pod_uid text, active bool)")
+    run(attach_table(db_url, "public.t"))
+    pg.execute("INSERT INTO t VALUES ('s', 1, 'ns', 'p', 'not-a-uuid', true)")
+    pg.execute("UPDATE t SET active = false")
+    assert outbox(pg) == []
+
+
+@pytest.mark.parametrize(
+    ("ddl", "message"),
+    [
+        ("CREATE TABLE t (sandbox_id text, generation int, pod_namespace text, pod_name text, active bool)",
+         "no column 'pod_uid'"),
+        ("CREATE TABLE t (sandbox_id text, generation text, pod_namespace text, pod_name text, pod_uid uuid,"
+         " active bool)", "'generation' of public.t (role generation) is of type text"),
+        ("CREATE TABLE t (sandbox_id text, generation int, pod_namespace text, pod_name text, pod_uid uuid,"
+         " active int)", "(role active) is of type int4"),
+        ("CREATE VIEW t AS SELECT 1 AS x", "public.t is not a table"),
+    ],
+)
+def test_a_table_that_does_not_fit_changes_nothing(pg: psycopg.Connection[Any], db_url: str, ddl: str,
+                                                  message: str) -> None:
+    pg.execute(ddl)  # type: ignore[arg-type]
+    with pytest.raises(AttachError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run(attach_table(db_url, "public.t"))
+    assert triggers(pg) == []
+    assert attachments(pg) == []
+
+
+def test_missing_table(db_url: str) -> None:
+    with pytest.raises(AttachError, match="table public.nope does not exist"):
+        run(attach_table(db_url, "public.nope"))
+
+
+def test_hostile_identifiers_are_quoted_not_executed(pg: psycopg.Connection[Any], db_url: str) -> None:
+    pg.execute('CREATE SCHEMA "s; drop schema public"')
+    pg.execute(
+        'CREATE TABLE "s; drop schema public"."t""x$body$" ("id; --" text, "g""" bigint, "n$$" text,'
+        ' "p)" text, "u\'" uuid, "a$body$" bool)'
+    )
+    columns = ['sandbox_id=id; --', 'generation=g"', "pod_namespace=n$$", "pod_name=p)", "pod_uid=u'",
+               "active=a$body$"]
+    run(attach_table(db_url, '"s; drop schema public"."t""x$body$"', columns))
+    pg.execute('INSERT INTO "s; drop schema public"."t""x$body$" VALUES (\'s\', 1, \'ns\', \'p\', %s, false)', (UID,))
+    assert [r["pod_uid"] for r in outbox(pg)] == [UID]
+    assert pg.execute("SELECT to_regnamespace('public') IS NOT NULL AS ok").fetchone()["ok"]
+
+
+def test_reattach_replaces_and_detach_removes(pg: psycopg.Connection[Any], db_url: str) -> None:
+    create_executions(pg)
+    first = run(attach_table(db_url))
+    assert run(attach_table(db_url)) == first
+    assert triggers(pg) == ["pod_sweeper_enqueue_del", "pod_sweeper_enqueue_ins", "pod_sweeper_enqueue_upd"]
+
+    async def do_detach() -> bool:
+        async with db.connection(Settings(database_url=db_url, http_port=0)) as conn:
+            return await attach.detach(conn, attach.parse_table("public.executions"))
+
+    assert run(do_detach()) is True
+    assert run(do_detach()) is False
+    assert triggers(pg) == []
+    pg.execute("INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+               " VALUES ('s', 1, 'ns', 'p', %s, false)", (UID,))
+    assert outbox(pg) == []
+    assert attachments(pg)[0]["detached_at"] is not None
+
+
+def test_two_attachments_record_their_source(pg: psycopg.Connection[Any], db_url: str) -> None:
+    create_executions(pg, "public.executions")
+    create_executions(pg, "public.executions_archive")
+    ids = [run(attach_table(db_url, t)) for t in ("public.executions", "public.executions_archive")]
+    for i, table in enumerate(("executions", "executions_archive")):
+        pg.execute(f"INSERT INTO {table} (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"  # noqa: S608
+                   " VALUES ('s', 1, 'ns', 'p', %s, false)", (uuid.UUID(int=i + 1),))
+    assert [r["attachment_id"] for r in outbox(pg)] == ids
