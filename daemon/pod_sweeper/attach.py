@@ -66,7 +66,7 @@ def parse_table(text: str) -> Target:
             continue
         break
     if pos != len(text) or len(parts) != 2:
-        raise ConfigError(f"--table {text!r}: expected SCHEMA.TABLE (quote a part with \"...\" if needed)")
+        raise ConfigError(f'--table {text!r}: expected SCHEMA.TABLE (quote a part with "..." if needed)')
     return Target(parts[0], parts[1])
 
 
@@ -171,9 +171,7 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str]) -> i
             )
 
         body = sql.SQL(
-            "BEGIN\n"
-            "  IF TG_OP = 'DELETE' THEN\n    {}\n    RETURN OLD;\n  END IF;\n"
-            "  {}\n  RETURN NEW;\nEND;"
+            "BEGIN\n  IF TG_OP = 'DELETE' THEN\n    {}\n    RETURN OLD;\n  END IF;\n  {}\n  RETURN NEW;\nEND;"
         ).format(call("OLD", "row_deleted"), call("NEW", "retired"))
         await conn.execute(
             sql.SQL("CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS {}").format(
@@ -196,9 +194,9 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str]) -> i
         for op, trigger in _trigger_names().items():
             await conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(trigger, target.identifier()))
             await conn.execute(
-                sql.SQL(
-                    "CREATE TRIGGER {} AFTER {} ON {} FOR EACH ROW WHEN ({}) EXECUTE FUNCTION {}()"
-                ).format(trigger, sql.SQL(events[op]), target.identifier(), when[op], _function_name(attachment_id))
+                sql.SQL("CREATE TRIGGER {} AFTER {} ON {} FOR EACH ROW WHEN ({}) EXECUTE FUNCTION {}()").format(
+                    trigger, sql.SQL(events[op]), target.identifier(), when[op], _function_name(attachment_id)
+                )
             )
     return attachment_id
 
@@ -216,8 +214,9 @@ async def detach(conn: Connection, target: Target) -> bool:
         ).fetchone()
         if row is None:
             return False
-        exists = await (await conn.execute("SELECT to_regclass(%s) IS NOT NULL AS present",
-                                           (target.identifier().as_string(conn),))).fetchone()
+        exists = await (
+            await conn.execute("SELECT to_regclass(%s) IS NOT NULL AS present", (target.identifier().as_string(conn),))
+        ).fetchone()
         if exists and exists["present"]:
             for trigger in _trigger_names().values():
                 await conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(trigger, target.identifier()))

@@ -8,8 +8,8 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from typing import NoReturn
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, NoReturn
 
 import psycopg
 from loguru import logger
@@ -20,7 +20,7 @@ from pod_sweeper.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, PodSweeperErr
 from pod_sweeper.logs import setup_logging
 from pod_sweeper.settings import CONFIG_FILE_ENV, Settings, load_settings, unknown_environment
 
-Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
+Handler = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,7 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("attach", help="install the enqueue trigger on a host table")
     p.add_argument("--table", required=True, metavar="SCHEMA.TABLE")
     p.add_argument(
-        "--column", action="append", default=[], metavar="ROLE=NAME",
+        "--column",
+        action="append",
+        default=[],
+        metavar="ROLE=NAME",
         help=f"map a role to the table's column name; roles: {', '.join(attach.ROLES)}",
     )
     p.set_defaults(handler=cmd_attach)

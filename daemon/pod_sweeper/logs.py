@@ -18,10 +18,7 @@ from loguru import logger
 if TYPE_CHECKING:
     from loguru import Message, Record
 
-_TEXT_FORMAT = (
-    "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> <level>{level: <7}</level> "
-    "<cyan>{name}</cyan> {message}"
-)
+_TEXT_FORMAT = "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> <level>{level: <7}</level> <cyan>{name}</cyan> {message}"
 _ROUTED = ("psycopg", "psycopg.pool", "urllib3", "kubernetes")
 
 
@@ -33,9 +30,7 @@ class _InterceptHandler(logging.Handler):
             level: str | int = logger.level(record.levelname).name
         except ValueError:
             level = record.levelno
-        logger.bind(logger_name=record.name).opt(depth=6, exception=record.exc_info).log(
-            level, record.getMessage()
-        )
+        logger.bind(logger_name=record.name).opt(depth=6, exception=record.exc_info).log(level, record.getMessage())
 
 
 def _json_sink(stream: TextIO) -> Any:

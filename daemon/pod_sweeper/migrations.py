@@ -13,11 +13,12 @@ import hashlib
 import re
 from dataclasses import dataclass
 from functools import cache
-from typing import LiteralString, cast
+from pathlib import Path
 
 from loguru import logger
 from psycopg import sql
 
+from pod_sweeper import queries
 from pod_sweeper.db import Connection
 from pod_sweeper.errors import MigrationError, SchemaError
 from pod_sweeper.resources import resource_dir
@@ -33,7 +34,11 @@ _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 class Migration:
     version: int
     name: str
-    text: str
+    path: Path
+
+    @property
+    def text(self) -> str:
+        return self.path.read_text(encoding="utf-8")
 
     @property
     def checksum(self) -> str:
@@ -52,7 +57,7 @@ def shipped() -> tuple[Migration, ...]:
         match = _FILE_RE.match(path.name)
         if not match:
             raise MigrationError(f"migration file {path.name} is not named NNNN_name.sql")
-        found.append(Migration(int(match[1]), match[2], path.read_text(encoding="utf-8")))
+        found.append(Migration(int(match[1]), match[2], path))
     versions = [m.version for m in found]
     if versions != list(range(1, len(found) + 1)):
         raise MigrationError(f"migration versions must run 1, 2, 3, ... without gaps; found {versions}")
@@ -64,7 +69,9 @@ def expected_version() -> int:
 
 
 async def _ledger_exists(conn: Connection) -> bool:
-    row = await (await conn.execute("SELECT to_regclass(%s) IS NOT NULL AS present", (f"{SCHEMA}.{LEDGER}",))).fetchone()
+    row = await (
+        await conn.execute("SELECT to_regclass(%s) IS NOT NULL AS present", (f"{SCHEMA}.{LEDGER}",))
+    ).fetchone()
     return bool(row and row["present"])
 
 
@@ -120,7 +127,7 @@ async def migrate(conn: Connection, *, dry_run: bool = False) -> list[Migration]
         for migration in pending:
             logger.info("applying migration {migration}", migration=migration.filename)
             async with conn.transaction():
-                await conn.execute(sql.SQL(cast(LiteralString, migration.text)))
+                await conn.execute(queries.shipped_sql(migration.path))
                 await conn.execute(
                     sql.SQL("INSERT INTO {}.{} (version, name, checksum) VALUES (%s, %s, %s)").format(
                         sql.Identifier(SCHEMA), sql.Identifier(LEDGER)

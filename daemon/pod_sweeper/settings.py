@@ -95,8 +95,7 @@ class Settings(BaseSettings):
     )
     backoff_base: Seconds = Field(
         default=1.0,
-        description="Seconds of the first retry delay; it doubles per attempt with full jitter. "
-        "Default 1.",
+        description="Seconds of the first retry delay; it doubles per attempt with full jitter. Default 1.",
     )
     backoff_max: Seconds = Field(
         default=300.0,
@@ -119,11 +118,10 @@ class Settings(BaseSettings):
     )
     notify_check_interval: Seconds = Field(
         default=30.0,
-        description="Seconds between NOTIFY round-trips that prove the listener still hears. "
-        "Default 30.",
+        description="Seconds between NOTIFY round-trips that prove the listener still hears. Default 30.",
     )
     http_host: str = Field(
-        default="0.0.0.0",  # noqa: S104 - a sidecar's probes and scrapes come from outside the pod
+        default="0.0.0.0",
         description="Address the metrics and health server binds. Default 0.0.0.0 (probes and "
         "scrapes come from outside the pod).",
     )
@@ -158,8 +156,7 @@ class Settings(BaseSettings):
         default_factory=_default_replica_id,
         min_length=1,
         max_length=200,
-        description="Name recorded as claimed_by on the rows this process claims. Default "
-        "hostname-pid.",
+        description="Name recorded as claimed_by on the rows this process claims. Default hostname-pid.",
     )
 
     @classmethod
@@ -181,8 +178,15 @@ class Settings(BaseSettings):
     @classmethod
     def _seconds_or_iso8601(cls, value: Any) -> Any:
         # The environment gives strings; a bare number there means seconds, as it does in TOML.
-        if isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", value):
+        if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.\d+)?\s*", value):
             return float(value)
+        return value
+
+    @field_validator("retention")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("retention must be positive")
         return value
 
     @field_validator("database_url")
@@ -206,8 +210,6 @@ class Settings(BaseSettings):
             )
         if self.backoff_base > self.backoff_max:
             raise ValueError("backoff_base must not exceed backoff_max")
-        if self.retention <= timedelta(0):
-            raise ValueError("retention must be positive")
         return self
 
     def require_database_url(self) -> str:
@@ -225,10 +227,10 @@ class Settings(BaseSettings):
 
 def redact_conninfo(conninfo: str) -> str:
     """``conninfo`` with its password masked, for logs and error messages."""
-    params = conninfo_to_dict(conninfo)
+    params = {k: str(v) for k, v in conninfo_to_dict(conninfo).items() if v is not None}
     if "password" in params:
         params["password"] = "***"
-    return make_conninfo(**{k: v for k, v in params.items() if v is not None})
+    return make_conninfo("", **params)
 
 
 def load_settings(**overrides: Any) -> Settings:

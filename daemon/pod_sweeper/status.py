@@ -48,8 +48,7 @@ def render_text(status: dict[str, Any]) -> str:
         ["oldest claim (s)", lag.get("oldest_claim_seconds")],
     ]
     summary_rows = [
-        [r["status"], r["outcome"], r["rows"], r["oldest_enqueued_at"], r["last_updated_at"]]
-        for r in status["summary"]
+        [r["status"], r["outcome"], r["rows"], r["oldest_enqueued_at"], r["last_updated_at"]] for r in status["summary"]
     ]
     return "\n\n".join(
         [

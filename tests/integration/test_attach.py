@@ -7,9 +7,9 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from conftest import run
 from helpers import attach_table, create_executions, outbox
-
 from pod_sweeper import attach, db
 from pod_sweeper.errors import AttachError
 from pod_sweeper.settings import Settings
@@ -20,8 +20,10 @@ UID = uuid.UUID("33333333-3333-4333-8333-333333333333")
 
 
 def triggers(conn: psycopg.Connection[Any]) -> list[str]:
-    return [r["tgname"] for r in conn.execute(
-        "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname").fetchall()]
+    return [
+        r["tgname"]
+        for r in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname").fetchall()
+    ]
 
 
 def attachments(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
@@ -34,8 +36,13 @@ def test_mapping_to_other_column_names(pg: psycopg.Connection[Any], db_url: str)
         "CREATE TABLE app.runs (sbx uuid, gen integer, ns varchar(63), name text, puid text, live boolean,"
         " PRIMARY KEY (sbx, gen))"
     )
-    run(attach_table(db_url, "app.runs", ["sandbox_id=sbx", "generation=gen", "pod_namespace=ns",
-                                           "pod_name=name", "pod_uid=puid", "active=live"]))
+    run(
+        attach_table(
+            db_url,
+            "app.runs",
+            ["sandbox_id=sbx", "generation=gen", "pod_namespace=ns", "pod_name=name", "pod_uid=puid", "active=live"],
+        )
+    )
     sbx = uuid.uuid4()
     pg.execute("INSERT INTO app.runs VALUES (%s, 7, 'ns', 'p', %s, true)", (sbx, str(UID)))
     pg.execute("UPDATE app.runs SET live = false")
@@ -45,8 +52,9 @@ def test_mapping_to_other_column_names(pg: psycopg.Connection[Any], db_url: str)
 
 
 def test_malformed_text_uid_does_not_fail_the_retire(pg: psycopg.Connection[Any], db_url: str) -> None:
-    pg.execute("CREATE TABLE t (sandbox_id text, generation int, pod_namespace text, pod_name text,"
-               " pod_uid text, active bool)")
+    pg.execute(
+        "CREATE TABLE t (sandbox_id text, generation int, pod_namespace text, pod_name text, pod_uid text, active bool)"
+    )
     run(attach_table(db_url, "public.t"))
     pg.execute("INSERT INTO t VALUES ('s', 1, 'ns', 'p', 'not-a-uuid', true)")
     pg.execute("UPDATE t SET active = false")
@@ -56,17 +64,26 @@ def test_malformed_text_uid_does_not_fail_the_retire(pg: psycopg.Connection[Any]
 @pytest.mark.parametrize(
     ("ddl", "message"),
     [
-        ("CREATE TABLE t (sandbox_id text, generation int, pod_namespace text, pod_name text, active bool)",
-         "no column 'pod_uid'"),
-        ("CREATE TABLE t (sandbox_id text, generation text, pod_namespace text, pod_name text, pod_uid uuid,"
-         " active bool)", "'generation' of public.t (role generation) is of type text"),
-        ("CREATE TABLE t (sandbox_id text, generation int, pod_namespace text, pod_name text, pod_uid uuid,"
-         " active int)", "(role active) is of type int4"),
+        (
+            "CREATE TABLE t (sandbox_id text, generation int, pod_namespace text, pod_name text, active bool)",
+            "no column 'pod_uid'",
+        ),
+        (
+            "CREATE TABLE t (sandbox_id text, generation text, pod_namespace text, pod_name text, pod_uid uuid,"
+            " active bool)",
+            "'generation' of public.t (role generation) is of type text",
+        ),
+        (
+            "CREATE TABLE t (sandbox_id text, generation int, pod_namespace text, pod_name text, pod_uid uuid,"
+            " active int)",
+            "(role active) is of type int4",
+        ),
         ("CREATE VIEW t AS SELECT 1 AS x", "public.t is not a table"),
     ],
 )
-def test_a_table_that_does_not_fit_changes_nothing(pg: psycopg.Connection[Any], db_url: str, ddl: str,
-                                                  message: str) -> None:
+def test_a_table_that_does_not_fit_changes_nothing(
+    pg: psycopg.Connection[Any], db_url: str, ddl: str, message: str
+) -> None:
     pg.execute(ddl)  # type: ignore[arg-type]
     with pytest.raises(AttachError, match=message.replace("(", r"\(").replace(")", r"\)")):
         run(attach_table(db_url, "public.t"))
@@ -75,7 +92,7 @@ def test_a_table_that_does_not_fit_changes_nothing(pg: psycopg.Connection[Any], 
 
 
 def test_missing_table(db_url: str) -> None:
-    with pytest.raises(AttachError, match="table public.nope does not exist"):
+    with pytest.raises(AttachError, match=r"table public\.nope does not exist"):
         run(attach_table(db_url, "public.nope"))
 
 
@@ -85,10 +102,9 @@ def test_hostile_identifiers_are_quoted_not_executed(pg: psycopg.Connection[Any]
         'CREATE TABLE "s; drop schema public"."t""x$body$" ("id; --" text, "g""" bigint, "n$$" text,'
         ' "p)" text, "u\'" uuid, "a$body$" bool)'
     )
-    columns = ['sandbox_id=id; --', 'generation=g"', "pod_namespace=n$$", "pod_name=p)", "pod_uid=u'",
-               "active=a$body$"]
+    columns = ["sandbox_id=id; --", 'generation=g"', "pod_namespace=n$$", "pod_name=p)", "pod_uid=u'", "active=a$body$"]
     run(attach_table(db_url, '"s; drop schema public"."t""x$body$"', columns))
-    pg.execute('INSERT INTO "s; drop schema public"."t""x$body$" VALUES (\'s\', 1, \'ns\', \'p\', %s, false)', (UID,))
+    pg.execute("INSERT INTO \"s; drop schema public\".\"t\"\"x$body$\" VALUES ('s', 1, 'ns', 'p', %s, false)", (UID,))
     assert [r["pod_uid"] for r in outbox(pg)] == [UID]
     assert pg.execute("SELECT to_regnamespace('public') IS NOT NULL AS ok").fetchone()["ok"]
 
@@ -106,8 +122,11 @@ def test_reattach_replaces_and_detach_removes(pg: psycopg.Connection[Any], db_ur
     assert run(do_detach()) is True
     assert run(do_detach()) is False
     assert triggers(pg) == []
-    pg.execute("INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
-               " VALUES ('s', 1, 'ns', 'p', %s, false)", (UID,))
+    pg.execute(
+        "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+        " VALUES ('s', 1, 'ns', 'p', %s, false)",
+        (UID,),
+    )
     assert outbox(pg) == []
     assert attachments(pg)[0]["detached_at"] is not None
 
@@ -117,6 +136,9 @@ def test_two_attachments_record_their_source(pg: psycopg.Connection[Any], db_url
     create_executions(pg, "public.executions_archive")
     ids = [run(attach_table(db_url, t)) for t in ("public.executions", "public.executions_archive")]
     for i, table in enumerate(("executions", "executions_archive")):
-        pg.execute(f"INSERT INTO {table} (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"  # noqa: S608
-                   " VALUES ('s', 1, 'ns', 'p', %s, false)", (uuid.UUID(int=i + 1),))
+        pg.execute(
+            f"INSERT INTO {table} (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"  # noqa: S608
+            " VALUES ('s', 1, 'ns', 'p', %s, false)",
+            (uuid.UUID(int=i + 1),),
+        )
     assert [r["attachment_id"] for r in outbox(pg)] == ids

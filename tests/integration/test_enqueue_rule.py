@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from conftest import run
 from helpers import attach_table, create_executions, outbox, wait_until
 
@@ -24,8 +25,9 @@ def execs(pg: psycopg.Connection[Any], db_url: str) -> psycopg.Connection[Any]:
     return pg
 
 
-def insert(conn: psycopg.Connection[Any], sid: str = "s1", gen: int = 1, uid: uuid.UUID | None = UID1,
-           active: bool = True) -> None:
+def insert(
+    conn: psycopg.Connection[Any], sid: str = "s1", gen: int = 1, uid: uuid.UUID | None = UID1, active: bool = True
+) -> None:
     conn.execute(
         "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
         " VALUES (%s, %s, 'sandboxes', %s, %s, %s)",
@@ -47,7 +49,11 @@ def test_retire_enqueues_one_row_with_the_execution_fields(execs: psycopg.Connec
     retire(execs)
     [row] = outbox(execs)
     assert (row["sandbox_id"], row["generation"], row["pod_namespace"], row["pod_name"], row["pod_uid"]) == (
-        "s1", 1, "sandboxes", "pod-s1-1", UID1,
+        "s1",
+        1,
+        "sandboxes",
+        "pod-s1-1",
+        UID1,
     )
     assert (row["reason"], row["status"], row["attempts"], row["outcome"]) == ("retired", "pending", 0, None)
 
@@ -139,10 +145,12 @@ def test_a_second_retire_reopens_a_skipped_active_row(execs: psycopg.Connection[
     assert (row["status"], row["outcome"], row["attempts"], row["done_at"]) == ("pending", None, 0, None)
 
 
-@pytest.mark.parametrize(("status", "outcome"), [("done", "deleted"), ("done", "absent"), ("dead", None),
-                                                 ("claimed", None)])
-def test_a_second_retire_leaves_other_rows_alone(execs: psycopg.Connection[Any], status: str,
-                                                 outcome: str | None) -> None:
+@pytest.mark.parametrize(
+    ("status", "outcome"), [("done", "deleted"), ("done", "absent"), ("dead", None), ("claimed", None)]
+)
+def test_a_second_retire_leaves_other_rows_alone(
+    execs: psycopg.Connection[Any], status: str, outcome: str | None
+) -> None:
     insert(execs)
     retire(execs)
     execs.execute(

@@ -27,7 +27,7 @@ def test_parse_table(text: str, expected: Target) -> None:
 
 @pytest.mark.parametrize("text", ["executions", "a.b.c", "a.", ".b", "a.b;drop", "a b.c", '"a.b', ""])
 def test_parse_table_rejects(text: str) -> None:
-    with pytest.raises(ConfigError, match="expected SCHEMA.TABLE"):
+    with pytest.raises(ConfigError, match=r"expected SCHEMA\.TABLE"):
         parse_table(text)
 
 

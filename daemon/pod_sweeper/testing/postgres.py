@@ -90,7 +90,9 @@ class ThrowawayCluster:
             check=False,
         )
         if result.returncode != 0:
-            raise RuntimeError(f"{args[0]} failed ({result.returncode}): {result.stderr.strip() or result.stdout.strip()}")
+            raise RuntimeError(
+                f"{args[0]} failed ({result.returncode}): {result.stderr.strip() or result.stdout.strip()}"
+            )
 
     def init(self) -> None:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")

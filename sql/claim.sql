@@ -1,0 +1,34 @@
+-- Claim up to %(batch)s claimable rows for %(owner)s: pending rows whose backoff has ended and claimed
+-- rows whose lease expired (their replica crashed, froze or lost its network).
+-- SKIP LOCKED lets any number of replicas claim at once without waiting on each other; the caller
+-- commits at once, so no row lock outlives this statement's transaction.
+-- Every claim bumps claim_epoch (the fence for the finalize) and is charged as an attempt. A claimed
+-- row whose lease expired with its attempts used up goes dead instead: it crashed its daemon that
+-- many times, and claiming it again would only crash the next one.
+WITH due AS (
+    SELECT id
+    FROM pod_sweeper.outbox
+    WHERE status IN ('pending', 'claimed')
+      AND next_attempt_at <= now()
+    ORDER BY next_attempt_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pod_sweeper.outbox AS o
+SET status = CASE WHEN o.status = 'claimed' AND o.attempts >= %(max_attempts)s THEN 'dead' ELSE 'claimed' END,
+    last_error = CASE
+        WHEN o.status = 'claimed' AND o.attempts >= %(max_attempts)s
+        THEN format('lease of %%s expired after %%s attempts: the daemon holding it stopped answering',
+                    o.claimed_by, o.attempts)
+        ELSE o.last_error END,
+    attempts = CASE WHEN o.status = 'claimed' AND o.attempts >= %(max_attempts)s
+                    THEN o.attempts ELSE o.attempts + 1 END,
+    claim_epoch = o.claim_epoch + 1,
+    claimed_by = %(owner)s,
+    claimed_at = now(),
+    next_attempt_at = now() + make_interval(secs => %(lease_seconds)s),
+    updated_at = now()
+FROM due
+WHERE o.id = due.id
+RETURNING o.id, o.claim_epoch, o.status, o.attachment_id, o.sandbox_id, o.generation,
+          o.pod_namespace, o.pod_name, o.pod_uid, o.attempts, o.reason

@@ -1,0 +1,142 @@
+"""The real ``pod-sweeper`` CLI as a subprocess: exit codes, one-line errors, the quick-start path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import with_dbname
+from helpers import create_executions, outbox
+
+pytestmark = pytest.mark.acceptance
+
+
+def cli(*args: str, url: str | None = None, timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}
+    if url:
+        environ["POD_SWEEPER_DATABASE_URL"] = url
+    environ.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "pod_sweeper", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_quick_start_migrate_attach_retire_status(empty_db_url: str) -> None:
+    first = cli("migrate", url=empty_db_url)
+    assert (first.returncode, first.stdout.strip()) == (0, "applied 1 migration(s)"), first.stderr
+    second = cli("migrate", url=empty_db_url)
+    assert (second.returncode, second.stdout.strip()) == (0, "schema is up to date")
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        create_executions(conn)
+        attached = cli("attach", "--table", "public.executions", url=empty_db_url)
+        assert attached.returncode == 0, attached.stderr
+        conn.execute(
+            "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid)"
+            " SELECT 's' || g, 1, 'ns', 'p' || g, gen_random_uuid() FROM generate_series(1, 5) g"
+        )
+        conn.execute("UPDATE executions SET active = false WHERE sandbox_id IN ('s1', 's2', 's3')")
+        conn.execute("UPDATE executions SET state = 'gone' WHERE sandbox_id = 's1'")
+        conn.execute("DELETE FROM executions WHERE sandbox_id = 's5'")
+        rows = outbox(conn)
+    assert sorted((r["sandbox_id"], r["reason"]) for r in rows) == [
+        ("s1", "retired"),
+        ("s2", "retired"),
+        ("s3", "retired"),
+        ("s5", "row_deleted"),
+    ]
+    status = cli("status", "--json", url=empty_db_url)
+    assert status.returncode == 0, status.stderr
+    parsed: dict[str, Any] = json.loads(status.stdout)  # stdout is only JSON
+    assert parsed["lag"]["pending"] == 4 and parsed["lag"]["claimable"] == 4
+    assert parsed["summary"][0]["status"] == "pending" and parsed["summary"][0]["rows"] == 4
+    text = cli("status", url=empty_db_url)
+    assert "claimable" in text.stdout and "pending" in text.stdout
+
+
+def test_migrate_dry_run_prints_and_changes_nothing(empty_db_url: str) -> None:
+    result = cli("migrate", "--dry-run", url=empty_db_url)
+    assert result.returncode == 0
+    assert "would apply 0001_outbox.sql" in result.stdout
+    assert cli("status", url=empty_db_url).returncode == 3
+
+
+def test_unmigrated_schema_exits_3_with_the_fix(empty_db_url: str) -> None:
+    result = cli("status", url=empty_db_url)
+    assert result.returncode == 3
+    assert result.stderr.strip().splitlines() == [
+        "pod-sweeper: schema pod_sweeper is not migrated in this database: run `pod-sweeper migrate`"
+    ]
+
+
+def test_unreachable_database_fails_fast_with_one_line_and_no_password() -> None:
+    from pod_sweeper.testing.postgres import free_port
+
+    url = f"postgresql://app:s3cret@127.0.0.1:{free_port()}/nope"
+    started = time.monotonic()
+    result = cli("migrate", url=url, timeout=15)
+    assert time.monotonic() - started < 10
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("pod-sweeper: cannot connect to the database (")
+    assert "s3cret" not in result.stderr and "password=***" in line
+
+
+def test_wrong_database_name_is_one_line(db_url: str) -> None:
+    result = cli("status", url=with_dbname(db_url, "no_such_database_here"))
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "does not exist" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (("status",), {"POD_SWEEPER_POLL_INTERVAL": "soon"}, "invalid setting POD_SWEEPER_POLL_INTERVAL"),
+        (("status",), {"POD_SWEEPER_DATABASE_URL": "not a url"}, "invalid setting POD_SWEEPER_DATABASE_URL"),
+        (("status",), {}, "POD_SWEEPER_DATABASE_URL is not set"),
+        (("frobnicate",), {}, "invalid choice: 'frobnicate'"),
+        (("attach",), {"POD_SWEEPER_DATABASE_URL": "postgresql://x/y"}, "--table"),
+        (("attach", "--table", "nodot"), {"POD_SWEEPER_DATABASE_URL": "postgresql://x/y"}, "expected SCHEMA.TABLE"),
+        (("--config", "/nonexistent.toml", "status"), {}, "does not exist"),
+    ],
+)
+def test_bad_configuration_exits_2_with_one_line(args: tuple[str, ...], env: dict[str, str], message: str) -> None:
+    result = cli(*args, **env)
+    assert result.returncode == 2, result
+    [line] = result.stderr.strip().splitlines()
+    assert message in line and "Traceback" not in result.stderr
+
+
+def test_attach_on_a_table_that_does_not_fit_exits_2_and_changes_nothing(
+    pg: psycopg.Connection[Any], db_url: str
+) -> None:
+    pg.execute("CREATE TABLE t (sandbox_id text, generation int, pod_name text, pod_uid uuid, active bool)")
+    result = cli("attach", "--table", "public.t", url=db_url)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "pod-sweeper: table public.t has no column 'pod_namespace' (role pod_namespace)"
+    assert pg.execute("SELECT count(*) AS n FROM pg_trigger WHERE NOT tgisinternal").fetchone()["n"] == 0
+
+
+def test_json_logs(empty_db_url: str) -> None:
+    result = cli("migrate", url=empty_db_url, POD_SWEEPER_LOG_FORMAT="json")
+    entries = [json.loads(line) for line in result.stderr.strip().splitlines()]
+    assert entries[0]["msg"] == "applying migration 0001_outbox.sql"
+    assert entries[0]["migration"] == "0001_outbox.sql"
+
+
+def test_settings_command_prints_the_table() -> None:
+    result = cli("settings")
+    assert result.returncode == 0
+    assert "| `POD_SWEEPER_LEASE_SECONDS` | `60.0` |" in result.stdout

@@ -1,0 +1,165 @@
+"""The migration chain: idempotent, safe when run twice at once, strict about edited files, and
+building exactly the committed reference schema."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import run, settings_for
+from pod_sweeper import db, migrations
+from pod_sweeper.errors import MigrationError, SchemaError
+
+pytestmark = pytest.mark.migration
+
+REFERENCE = Path(__file__).with_name("reference_schema.txt")
+
+# A normalized description of every object in our schema, stable across PostgreSQL versions and
+# independent of pg_dump's formatting.
+_CATALOG = """
+SELECT 'table ' || c.relname || ' ' || coalesce(array_to_string(c.reloptions, ','), '') FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pod_sweeper' AND c.relkind = 'r'
+UNION ALL
+SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+       || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+       || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
+       || CASE WHEN a.attgenerated = 's' THEN ' stored' ELSE '' END
+FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE n.nspname = 'pod_sweeper' AND c.relkind IN ('r', 'v') AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'constraint ' || c.relname || '.' || k.conname || ' ' || pg_get_constraintdef(k.oid)
+FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'pod_sweeper'
+UNION ALL
+SELECT 'index ' || pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pod_sweeper'
+UNION ALL
+SELECT 'view ' || c.relname || ' ' || md5(pg_get_viewdef(c.oid)) FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pod_sweeper' AND c.relkind = 'v'
+UNION ALL
+SELECT 'function ' || p.proname || '(' || pg_get_function_arguments(p.oid) || ') '
+       || pg_get_function_result(p.oid) || ' ' || md5(p.prosrc)
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'pod_sweeper'
+ORDER BY 1
+"""
+
+
+def describe_schema(url: str) -> str:
+    with psycopg.connect(url) as conn:
+        return "\n".join(row[0] for row in conn.execute(_CATALOG).fetchall()) + "\n"
+
+
+async def _migrate(url: str, dry_run: bool = False) -> list[migrations.Migration]:
+    async with db.connection(settings_for(url)) as conn:
+        return await migrations.migrate(conn, dry_run=dry_run)
+
+
+async def _check(url: str) -> int:
+    async with db.connection(settings_for(url)) as conn:
+        return await migrations.check_schema(conn)
+
+
+def test_chain_builds_exactly_the_reference_schema(empty_db_url: str) -> None:
+    run(_migrate(empty_db_url))
+    actual = describe_schema(empty_db_url)
+    if os.environ.get("POD_SWEEPER_UPDATE_REFERENCE"):
+        REFERENCE.write_text(actual)
+    assert actual == REFERENCE.read_text(), (
+        "the migrations no longer build tests/migration/reference_schema.txt; if that is intended, "
+        "run the test with POD_SWEEPER_UPDATE_REFERENCE=1 and commit the new reference"
+    )
+
+
+def test_rerun_is_a_no_op(empty_db_url: str) -> None:
+    assert [m.version for m in run(_migrate(empty_db_url))] == [m.version for m in migrations.shipped()]
+    before = describe_schema(empty_db_url)
+    assert run(_migrate(empty_db_url)) == []
+    assert describe_schema(empty_db_url) == before
+    with psycopg.connect(empty_db_url) as conn:
+        ledger = conn.execute("SELECT version, checksum FROM pod_sweeper.schema_migrations").fetchall()
+    assert ledger == [(m.version, m.checksum) for m in migrations.shipped()]
+
+
+def test_dry_run_changes_nothing(empty_db_url: str) -> None:
+    assert [m.filename for m in run(_migrate(empty_db_url, dry_run=True))] == [m.filename for m in migrations.shipped()]
+    with psycopg.connect(empty_db_url) as conn:
+        assert conn.execute("SELECT to_regnamespace('pod_sweeper')").fetchone() == (None,)
+
+
+def test_concurrent_runs_apply_each_migration_once(empty_db_url: str) -> None:
+    async def both() -> list[list[migrations.Migration]]:
+        return list(await asyncio.gather(*(_migrate(empty_db_url) for _ in range(4))))
+
+    results = run(both())
+    assert sorted(len(r) for r in results) == [0, 0, 0, len(migrations.shipped())]
+    assert run(_check(empty_db_url)) == migrations.expected_version()
+
+
+def test_edited_applied_migration_is_a_hard_error(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE pod_sweeper.schema_migrations SET checksum = 'edited' WHERE version = 1")
+    with pytest.raises(MigrationError, match=r"0001_outbox\.sql was edited after it was applied"):
+        run(_migrate(db_url))
+    with pytest.raises(SchemaError, match="was edited"):
+        run(_check(db_url))
+
+
+def test_schema_check(empty_db_url: str, db_url: str) -> None:
+    with pytest.raises(SchemaError, match=r"not migrated.*pod-sweeper migrate"):
+        run(_check(empty_db_url))
+    assert run(_check(db_url)) == migrations.expected_version()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO pod_sweeper.schema_migrations (version, name, checksum) VALUES (99, 'x', 'y')")
+    with pytest.raises(SchemaError, match="newer version"):
+        run(_check(db_url))
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM pod_sweeper.schema_migrations")
+    with pytest.raises(SchemaError, match="behind this pod-sweeper"):
+        run(_check(db_url))
+
+
+def test_claim_query_uses_the_partial_index_at_100k_done_rows(pg: psycopg.Connection[Any]) -> None:
+    from pod_sweeper import queries
+
+    pg.execute("INSERT INTO pod_sweeper.attachments (table_schema, table_name, column_map) VALUES ('p', 't', '{}')")
+    pg.execute(
+        """
+        INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,
+                                        reason, status, outcome, done_at)
+        SELECT 1, 's' || g, g, 'ns', 'p' || g, gen_random_uuid(), 'retired', 'done', 'deleted', now()
+        FROM generate_series(1, 100000) g
+        """
+    )
+    pg.execute(
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
+        " reason) SELECT 1, 'open' || g, g, 'ns', 'q' || g, gen_random_uuid(), 'retired'"
+        " FROM generate_series(1, 50) g"
+    )
+    pg.execute("ANALYZE pod_sweeper.outbox")
+    # EXPLAIN without ANALYZE plans the UPDATE without running it.
+    plan_rows = pg.execute(
+        psycopg.sql.SQL("EXPLAIN (FORMAT TEXT) {}").format(queries.load("claim")),
+        {"batch": 100, "max_attempts": 10, "owner": "t", "lease_seconds": 60},
+    ).fetchall()
+    plan = "\n".join(r["QUERY PLAN"] for r in plan_rows)
+    assert "outbox_claimable" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    # The lag gauge is read on a timer: it must not walk the done rows either.
+    lag_plan = "\n".join(r["QUERY PLAN"] for r in pg.execute("EXPLAIN SELECT * FROM pod_sweeper.lag").fetchall())
+    assert "outbox_claimable" in lag_plan and "outbox_dead" in lag_plan, lag_plan
+    assert "Seq Scan" not in lag_plan, lag_plan
+
+
+def test_session_settings_are_applied(db_url: str) -> None:
+    async def read() -> Any:
+        async with db.connection(settings_for(db_url)) as conn:
+            cur = await conn.execute("SHOW idle_in_transaction_session_timeout")
+            return await cur.fetchone()
+
+    assert run(read()) == {"idle_in_transaction_session_timeout": "15s"}
