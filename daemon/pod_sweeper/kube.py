@@ -1,0 +1,177 @@
+"""The Kubernetes side: delete a pod by namespace and name under ``preconditions.uid``, with the
+official client, and say what the answer means in our own error types.
+
+The client's urllib3 layer would retry a DELETE by itself on 429 and on read timeouts; retries are
+turned off here so that the sweeper owns the whole policy (attempt counting, backoff, Retry-After).
+The connection pool is sized to the sweeper's concurrency. Answers are matched on status code and
+``reason``, never on message text. Calls are synchronous (the official client is); the sweeper runs
+them on its own thread pool.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from pod_sweeper.errors import (
+    ConfigError,
+    KubeConflict,
+    KubeError,
+    KubeNotFound,
+    KubeRejected,
+    KubeRetryable,
+    KubeUnauthorized,
+)
+
+_RETRYABLE_STATUS = {429, 500, 502, 503, 504}
+
+
+class Outcome(StrEnum):
+    """How a finished row ended (the ``outcome`` column)."""
+
+    DELETED = "deleted"
+    ABSENT = "absent"
+    REPLACED = "replaced"
+    SKIPPED_ACTIVE = "skipped_active"
+    WOULD_DELETE = "would_delete"
+
+
+@dataclass(frozen=True)
+class Answer:
+    outcome: Outcome
+    http_status: int | None
+
+
+def load_configuration(kubeconfig: Path | None, context: str | None, *, pool_size: int) -> client.Configuration:
+    """Explicit kubeconfig, else the in-cluster service account, else the usual kubeconfig lookup."""
+    configuration = client.Configuration()
+    try:
+        if kubeconfig is not None:
+            if not kubeconfig.is_file():
+                raise ConfigError(f"POD_SWEEPER_KUBECONFIG: {kubeconfig} does not exist")
+            config.load_kube_config(str(kubeconfig), context=context, client_configuration=configuration)
+        else:
+            try:
+                config.load_incluster_config(client_configuration=configuration)
+            except ConfigException:
+                config.load_kube_config(context=context, client_configuration=configuration)
+    except ConfigException as exc:
+        raise ConfigError(f"cannot load the Kubernetes configuration: {exc}") from None
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        where = kubeconfig or "the default kubeconfig"
+        raise ConfigError(f"cannot read the kubeconfig {where}: {type(exc).__name__}: {exc}") from None
+    configuration.retries = False  # we own the retry policy; see the module docstring
+    configuration.connection_pool_maxsize = pool_size
+    return configuration
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if value:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            return None
+    details = (_status_body(exc) or {}).get("details") or {}
+    seconds = details.get("retryAfterSeconds")
+    return float(seconds) if isinstance(seconds, int | float) else None
+
+
+def _status_body(exc: ApiException) -> dict[str, Any] | None:
+    try:
+        body = json.loads(exc.body) if exc.body else None
+    except (TypeError, ValueError):
+        return None
+    return body if isinstance(body, dict) and body.get("kind") == "Status" else None
+
+
+def classify(exc: ApiException) -> KubeError:
+    """Our error type for an API answer, with the cause chained by the caller."""
+    status = int(exc.status or 0)
+    body = _status_body(exc) or {}
+    reason = body.get("reason") or exc.reason or ""
+    message = body.get("message") or (exc.body.decode() if isinstance(exc.body, bytes) else str(exc.body or ""))
+    text = f"{status} {reason}: {message}".strip()[:500]
+    if status == 404:
+        return KubeNotFound(text, status=status, reason=reason)
+    if status == 409 and reason == "Conflict":
+        return KubeConflict(text, status=status, reason=reason)
+    if status in (401, 403):
+        return KubeUnauthorized(text, status=status, reason=reason)
+    if status in _RETRYABLE_STATUS or status >= 500:
+        return KubeRetryable(text, status=status, reason=reason, retry_after=_retry_after(exc))
+    return KubeRejected(text, status=status, reason=reason)
+
+
+_TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+
+
+class PodDeleter:
+    """Deletes pods under their UID; one instance per process, safe to call from many threads."""
+
+    def __init__(self, configuration: client.Configuration) -> None:
+        self._api_client = client.ApiClient(configuration)
+        self._core = client.CoreV1Api(self._api_client)
+
+    def close(self) -> None:
+        self._api_client.close()
+
+    def delete(self, namespace: str, name: str, uid: str, *, timeout: float) -> int:
+        """DELETE the pod if it still has ``uid``; returns the HTTP status, raises a KubeError."""
+        body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        try:
+            response = self._core.delete_namespaced_pod(
+                name,
+                namespace,
+                body=body,
+                _request_timeout=timeout,
+                _preload_content=False,  # we need the status, not a deserialized V1Pod
+            )
+        except ApiException as exc:
+            raise classify(exc) from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
+        # Read the body (without deserializing it) so the keep-alive connection is clean for reuse.
+        _ = response.data
+        return int(response.status)
+
+    def current_uid(self, namespace: str, name: str, *, timeout: float) -> str | None:
+        """The UID of the pod now holding ``name``, or None when there is none."""
+        try:
+            response = self._core.read_namespaced_pod(name, namespace, _request_timeout=timeout, _preload_content=False)
+        except ApiException as exc:
+            error = classify(exc)
+            if isinstance(error, KubeNotFound):
+                return None
+            raise error from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
+        data = json.loads(response.data)
+        uid: str | None = (data.get("metadata") or {}).get("uid")
+        return uid
+
+    def resolve(self, namespace: str, name: str, uid: str, *, timeout: float) -> Answer:
+        """Delete under the UID and say how the row ends; raises for answers that are not an end
+        (KubeRetryable, KubeUnauthorized, KubeRejected)."""
+        try:
+            status = self.delete(namespace, name, uid, timeout=timeout)
+        except KubeNotFound as exc:
+            return Answer(Outcome.ABSENT, exc.status)
+        except KubeConflict as exc:
+            # Either another pod holds the name, or ours vanished mid-delete: a GET tells them apart.
+            holder = self.current_uid(namespace, name, timeout=timeout)
+            if holder is None:
+                return Answer(Outcome.ABSENT, exc.status)
+            if holder != uid:
+                return Answer(Outcome.REPLACED, exc.status)
+            raise KubeRetryable(f"409 Conflict but the pod still has uid {uid}", status=409) from exc
+        return Answer(Outcome.DELETED, status)

@@ -1,0 +1,545 @@
+"""A fake Kubernetes API server for pods, faithful to how a real kube-apiserver answers.
+
+It serves the real ``kubernetes`` client over real HTTP from its own threads, so a synchronous client
+call can never block it. What it does, per the project's reference notes on the API server:
+
+- create (201; server-set uid, resourceVersion from one global counter, creationTimestamp), get, list
+  with label selectors, limit and continue (200 on an empty list), also across all namespaces;
+- delete with DeleteOptions: 404 before any precondition check, 422 for invalid options, 409 Conflict
+  on a UID or resourceVersion mismatch with the real Status body, graceful deletion of scheduled pods
+  (deletionTimestamp set, the pod stays), finalizers for Foreground/Orphan propagation, ``dryRun``;
+- faults, applied before any state change: a status answer (both forms of 429, 500, 503, 401, 403,
+  ...), added latency, a dropped connection, a hang with no answer, or a dropped connection *after*
+  the change (a lost response);
+- a request log that tests assert on (to see client-side retries, or that a DELETE carried its UID).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+Pod = dict[str, Any]
+
+_POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
+_PODS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
+_PROPAGATION = {"Foreground", "Background", "Orphan"}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _ts(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_body(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A ``kind: Status`` failure body as the API server writes it."""
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details is not None:
+        body["details"] = details
+    return body
+
+
+def not_found(name: str) -> tuple[int, dict[str, Any]]:
+    return 404, status_body(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+
+
+# --- label selectors ------------------------------------------------------------------------------
+
+_SET_TERM = re.compile(r"^\s*([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+
+
+def _split_selector(selector: str) -> list[str]:
+    terms, depth, current = [], 0, ""
+    for ch in selector:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            terms.append(current)
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        terms.append(current)
+    return terms
+
+
+def selector_matches(selector: str, labels: dict[str, str]) -> bool:
+    """Equality- and set-based label selectors (``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``,
+    ``a in (x,y)``, ``a notin (x)``)."""
+    for raw in _split_selector(selector):
+        term = raw.strip()
+        set_term = _SET_TERM.match(term)
+        if set_term:
+            key, op, values = set_term[1], set_term[2], {v.strip() for v in set_term[3].split(",")}
+            if op == "in" and labels.get(key) not in values:
+                return False
+            if op == "notin" and key in labels and labels[key] in values:
+                return False
+        elif "!=" in term:
+            key, value = (p.strip() for p in term.split("!=", 1))
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = (p.strip() for p in term.replace("==", "=").split("=", 1))
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:].strip() in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+# --- faults ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Fault:
+    """One injected misbehaviour, matched on method and path, used ``times`` times (None: for ever).
+
+    ``action``: ``status`` (answer ``code`` with a Status body; ``text`` for the plain-text 429),
+    ``delay`` (wait ``seconds`` then serve normally), ``drop`` (close the connection, no answer),
+    ``hang`` (keep the connection open with no answer for ``seconds``, then close),
+    ``drop_after`` (serve normally, then close the connection before the answer: a lost response).
+    """
+
+    action: str
+    method: str | None = None
+    path: str | None = None
+    code: int = 500
+    reason: str | None = None
+    retry_after: float | None = None
+    text: bool = False
+    seconds: float = 0.0
+    times: int | None = 1
+    used: int = 0
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.times is not None and self.used >= self.times:
+            return False
+        if self.method and self.method != method:
+            return False
+        return not (self.path and not re.search(self.path, path))
+
+
+_DEFAULT_REASONS = {
+    401: "Unauthorized",
+    403: "Forbidden",
+    409: "Conflict",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+@dataclass
+class RequestRecord:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    body: Any
+    status: int | None
+    at: float = field(default_factory=time.monotonic)
+    authorization: str | None = None
+
+
+class FakeKube:
+    """``with FakeKube() as kube: kube.write_kubeconfig(path)``."""
+
+    def __init__(self, *, token: str | None = "fake-token", host: str = "127.0.0.1") -> None:
+        self.token = token
+        self.pods: dict[tuple[str, str], Pod] = {}
+        self.requests: list[RequestRecord] = []
+        self.faults: list[Fault] = []
+        self.denied: set[tuple[str, str]] = set()  # (verb, namespace) answered 403
+        self.on_delete: Callable[[str, str], None] | None = None  # runs before a DELETE is handled
+        self._lock = threading.RLock()
+        self._rv = itertools.count(1000)
+        self._release = threading.Event()
+        self._server = ThreadingHTTPServer((host, 0), _make_handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fakekube", daemon=True)
+
+    # --- lifecycle ---
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeKube:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._release.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> FakeKube:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def write_kubeconfig(self, path: Path, *, token: str | None = None, namespace: str = "default") -> Path:
+        """A kubeconfig (JSON is YAML) pointing the real client at this server."""
+        user: dict[str, Any] = {"token": token or self.token} if (token or self.token) else {}
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": user}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
+            "current-context": "fake",
+        }
+        path.write_text(json.dumps(config))
+        return path
+
+    # --- test helpers (no HTTP) ---
+
+    def create_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        labels: dict[str, str] | None = None,
+        node_name: str | None = None,
+        phase: str = "Pending",
+        grace_period: int = 30,
+        created: datetime | None = None,
+    ) -> Pod:
+        """Store a pod as a POST would (raises KeyError if the name is taken)."""
+        manifest = {
+            "metadata": {"name": name, "labels": labels or {}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "terminationGracePeriodSeconds": grace_period},
+            "status": {"phase": phase},
+        }
+        if node_name:
+            manifest["spec"]["nodeName"] = node_name
+        code, pod = self._create(namespace, manifest, created=created)
+        if code != 201:
+            raise KeyError(pod["message"])
+        return pod
+
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
+        with self._lock:
+            pod = self.pods.get((namespace, name))
+            return json.loads(json.dumps(pod)) if pod else None
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        """The kubelet finished: the pod disappears (or was never there)."""
+        with self._lock:
+            self.pods.pop((namespace, name), None)
+
+    def inject(self, action: str, **kwargs: Any) -> Fault:
+        fault = Fault(action, **kwargs)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self.faults.clear()
+        self._release.set()
+        self._release = threading.Event()
+
+    def deletes(self) -> list[RequestRecord]:
+        with self._lock:
+            return [r for r in self.requests if r.method == "DELETE"]
+
+    # --- the API ---
+
+    def _next_rv(self) -> str:
+        return str(next(self._rv))
+
+    def _create(self, namespace: str, manifest: Pod, *, created: datetime | None = None) -> tuple[int, Pod]:
+        metadata = dict(manifest.get("metadata") or {})
+        name = metadata.get("name")
+        if not name:
+            return 422, status_body(
+                422,
+                "Invalid",
+                'Pod "" is invalid: metadata.name: Required value: name or generateName is required',
+                {"kind": "Pod", "causes": [{"reason": "FieldValueRequired", "field": "metadata.name"}]},
+            )
+        spec = dict(manifest.get("spec") or {})
+        if not spec.get("containers"):
+            return 422, status_body(
+                422,
+                "Invalid",
+                f'Pod "{name}" is invalid: spec.containers: Required value',
+                {
+                    "name": name,
+                    "kind": "Pod",
+                    "causes": [
+                        {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers"}
+                    ],
+                },
+            )
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        with self._lock:
+            if (namespace, name) in self.pods:
+                return 409, status_body(
+                    409, "AlreadyExists", f'pods "{name}" already exists', {"name": name, "kind": "pods"}
+                )
+            metadata.update(
+                namespace=namespace,
+                uid=str(uuid.uuid4()),
+                resourceVersion=self._next_rv(),
+                creationTimestamp=_ts(created or _now()),
+            )
+            metadata.setdefault("labels", {})
+            pod = {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "metadata": metadata,
+                "spec": spec,
+                "status": dict(manifest.get("status") or {"phase": "Pending"}),
+            }
+            self.pods[(namespace, name)] = pod
+            return 201, json.loads(json.dumps(pod))
+
+    def _list(self, namespace: str | None, query: dict[str, list[str]]) -> tuple[int, Any]:
+        selector = query.get("labelSelector", [""])[0]
+        limit = int(query.get("limit", ["0"])[0] or 0)
+        start = query.get("continue", [""])[0]
+        with self._lock:
+            keys = sorted(k for k in self.pods if namespace is None or k[0] == namespace)
+            items = [
+                self.pods[k]
+                for k in keys
+                if selector_matches(selector, self.pods[k]["metadata"].get("labels", {}))
+                and (not start or "/".join(k) > start)
+            ]
+            rv = str(next(self._rv))
+        metadata: dict[str, Any] = {"resourceVersion": rv}
+        if limit and len(items) > limit:
+            items = items[:limit]
+            last = items[-1]["metadata"]
+            metadata["continue"] = f"{last['namespace']}/{last['name']}"
+        return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}
+
+    def _delete(self, namespace: str, name: str, query: dict[str, list[str]], options: Any) -> tuple[int, Any]:
+        options = options if isinstance(options, dict) else {}
+        dry_run = options.get("dryRun") or query.get("dryRun")
+        with self._lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:  # 1. NotFound comes before any precondition
+                return not_found(name)
+            policy = options.get("propagationPolicy") or query.get("propagationPolicy", [None])[0]
+            orphan = options.get("orphanDependents")
+            if (policy is not None and policy not in _PROPAGATION) or (policy is not None and orphan is not None):
+                why = (
+                    f'propagationPolicy: Unsupported value: "{policy}"'
+                    if policy not in _PROPAGATION
+                    else "orphanDependents: Invalid value: both orphanDependents and propagationPolicy set"
+                )
+                return 422, status_body(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: {why}',
+                                        {"kind": "DeleteOptions"})
+            pre = options.get("preconditions") or {}
+            meta = pod["metadata"]
+            for key, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+                if pre.get(key) and pre[key] != meta[key]:
+                    tail = "deleted and then recreated" if key == "uid" else "modified"
+                    return 409, status_body(
+                        409,
+                        "Conflict",
+                        f'Operation cannot be fulfilled on Pod "{name}": the {label} in the precondition '
+                        f"({pre[key]}) does not match the {label} in record ({meta[key]}). "
+                        f"The object might have been {tail}",
+                        {"name": name, "kind": "Pod"},
+                    )
+            period = options.get("gracePeriodSeconds")
+            if period is None:
+                period = pod["spec"].get("terminationGracePeriodSeconds", 30)
+            if not pod["spec"].get("nodeName") or pod["status"].get("phase") in ("Succeeded", "Failed"):
+                period = 0
+            elif period < 0:
+                period = 1
+            result = json.loads(json.dumps(pod))
+            if dry_run:
+                return 200, result
+            finalizers = list(meta.get("finalizers") or [])
+            if policy == "Foreground" and "foregroundDeletion" not in finalizers:
+                finalizers.append("foregroundDeletion")
+            if (policy == "Orphan" or orphan is True) and "orphan" not in finalizers:
+                finalizers.append("orphan")
+            if period == 0 and not finalizers:
+                del self.pods[(namespace, name)]
+                return 200, result
+            deadline = _now() + timedelta(seconds=period)
+            current = meta.get("deletionTimestamp")
+            if current is None or _ts(deadline) < current:
+                meta["deletionTimestamp"] = _ts(deadline)
+                meta["deletionGracePeriodSeconds"] = period
+            if finalizers:
+                meta["finalizers"] = finalizers
+            meta["resourceVersion"] = self._next_rv()
+            code = 202 if orphan is False else 200
+            return code, json.loads(json.dumps(pod))
+
+    def handle(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
+        """Route one request past authentication and faults; returns (status, JSON body)."""
+        pod_match = _POD_PATH.match(path)
+        pods_match = _PODS_PATH.match(path)
+        if method == "DELETE" and pod_match:
+            if ("delete", pod_match[1]) in self.denied:
+                return self._forbidden("delete", pod_match[1], pod_match[2])
+            if self.on_delete is not None:
+                self.on_delete(pod_match[1], pod_match[2])
+            return self._delete(pod_match[1], pod_match[2], query, body)
+        if method == "GET" and pod_match:
+            if ("get", pod_match[1]) in self.denied:
+                return self._forbidden("get", pod_match[1], pod_match[2])
+            pod = self.get_pod(pod_match[1], pod_match[2])
+            return (200, pod) if pod else not_found(pod_match[2])
+        if method == "GET" and pods_match:
+            return self._list(pods_match[1], query)
+        if method == "GET" and path == "/api/v1/pods":
+            return self._list(None, query)
+        if method == "POST" and pods_match:
+            return self._create(pods_match[1], body if isinstance(body, dict) else {})
+        return 404, status_body(404, "NotFound", "the server could not find the requested resource", {})
+
+    def _forbidden(self, verb: str, namespace: str, name: str) -> tuple[int, Any]:
+        return 403, status_body(
+            403,
+            "Forbidden",
+            f'pods "{name}" is forbidden: User "system:serviceaccount:{namespace}:pod-sweeper" cannot {verb} '
+            f'resource "pods" in API group "" in the namespace "{namespace}"',
+            {"name": name, "kind": "pods"},
+        )
+
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.matches(method, path):
+                    fault.used += 1
+                    return fault
+        return None
+
+
+def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the real client expects
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            pass
+
+        def _serve(self) -> None:
+            parts = urlsplit(self.path)
+            query = parse_qs(parts.query)
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body: Any = json.loads(raw) if raw else None
+            except ValueError:
+                body = None
+            record = RequestRecord(self.command, parts.path, query, body, None,
+                                   authorization=self.headers.get("Authorization"))
+            with kube._lock:
+                kube.requests.append(record)
+            if kube.token and self.headers.get("Authorization") != f"Bearer {kube.token}":
+                record.status = 401
+                self._send(401, status_body(401, "Unauthorized", "Unauthorized"))
+                return
+            fault = kube.take_fault(self.command, parts.path)
+            if fault is not None:
+                if fault.action == "delay":
+                    time.sleep(fault.seconds)
+                elif fault.action == "drop":
+                    self._drop()
+                    return
+                elif fault.action == "hang":
+                    kube._release.wait(fault.seconds)
+                    self._drop()
+                    return
+                elif fault.action == "status":
+                    record.status = fault.code
+                    self._send_fault(fault)
+                    return
+            status, payload = kube.handle(self.command, parts.path, query, body)
+            record.status = status
+            if fault is not None and fault.action == "drop_after":
+                self._drop()
+                return
+            self._send(status, payload)
+
+        def _send_fault(self, fault: Fault) -> None:
+            headers = {}
+            if fault.retry_after is not None:
+                headers["Retry-After"] = str(int(fault.retry_after) if fault.retry_after >= 1 else fault.retry_after)
+            if fault.text:
+                # The max-in-flight filter's answer: plain text, not a Status.
+                self._send(fault.code, "Too many requests, please try again later.\n", headers, text=True)
+                return
+            reason = fault.reason or _DEFAULT_REASONS.get(fault.code, "InternalError")
+            details: dict[str, Any] = {}
+            if fault.retry_after is not None:
+                details["retryAfterSeconds"] = int(fault.retry_after)
+            message = {
+                "InternalError": "Internal error occurred: injected",
+                "TooManyRequests": "Too many requests, please try again later.",
+            }.get(reason, f"injected {reason}")
+            if reason == "InternalError":
+                details["causes"] = [{"message": "injected"}]
+            self._send(fault.code, status_body(fault.code, reason, message, details or None), headers)
+
+        def _drop(self) -> None:
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+
+        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None, *, text: bool = False) -> None:
+            data = payload.encode() if text else json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; charset=utf-8" if text else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:
+                self.close_connection = True
+
+        do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
+
+    return Handler
+
+
+@contextlib.contextmanager
+def running(tmp_dir: Path, **kwargs: Any) -> Iterator[tuple[FakeKube, Path]]:
+    """A started server and the kubeconfig that points at it."""
+    with FakeKube(**kwargs) as kube:
+        yield kube, kube.write_kubeconfig(tmp_dir / "kubeconfig")
