@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import psycopg
 from loguru import logger
 
-from pod_sweeper import __version__, attach, migrations, status
+from pod_sweeper import __version__, attach, migrations, runner, status
 from pod_sweeper.db import connection
 from pod_sweeper.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, PodSweeperError
 from pod_sweeper.logs import setup_logging
@@ -68,6 +68,14 @@ async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    settings.require_database_url()
+    logger.info(
+        "starting pod-sweeper {version}; database {db}", version=__version__, db=settings.redacted_database_url()
+    )
+    return await runner.Daemon(settings).run()
+
+
 async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     print(settings_markdown())
     return EXIT_OK
@@ -111,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("status", help="print the outbox state and lag")
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
     p.set_defaults(handler=cmd_status)
+
+    p = commands.add_parser("run", help="run the daemon until SIGTERM or SIGINT")
+    p.set_defaults(handler=cmd_run)
 
     p = commands.add_parser("settings", help="print every setting with its default, as Markdown")
     p.set_defaults(handler=cmd_settings)

@@ -18,7 +18,7 @@ from typing import Any
 
 import urllib3
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from pod_sweeper.errors import (
@@ -57,12 +57,12 @@ def load_configuration(kubeconfig: Path | None, context: str | None, *, pool_siz
         if kubeconfig is not None:
             if not kubeconfig.is_file():
                 raise ConfigError(f"POD_SWEEPER_KUBECONFIG: {kubeconfig} does not exist")
-            config.load_kube_config(str(kubeconfig), context=context, client_configuration=configuration)
+            config.load_kube_config(str(kubeconfig), context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             try:
-                config.load_incluster_config(client_configuration=configuration)
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             except ConfigException:
-                config.load_kube_config(context=context, client_configuration=configuration)
+                config.load_kube_config(context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
     except ConfigException as exc:
         raise ConfigError(f"cannot load the Kubernetes configuration: {exc}") from None
     except (OSError, ValueError, TypeError, AttributeError) as exc:
@@ -119,8 +119,10 @@ class PodDeleter:
     """Deletes pods under their UID; one instance per process, safe to call from many threads."""
 
     def __init__(self, configuration: client.Configuration) -> None:
-        self._api_client = client.ApiClient(configuration)
-        self._core = client.CoreV1Api(self._api_client)
+        self._api_client: Any = client.ApiClient(configuration)
+        # Typed as Any: with _preload_content=False the client returns the raw urllib3 response, which
+        # its annotations do not say.
+        self._core: Any = client.CoreV1Api(self._api_client)
 
     def close(self) -> None:
         self._api_client.close()

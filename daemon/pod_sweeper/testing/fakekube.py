@@ -239,7 +239,7 @@ class FakeKube:
         created: datetime | None = None,
     ) -> Pod:
         """Store a pod as a POST would (raises KeyError if the name is taken)."""
-        manifest = {
+        manifest: dict[str, Any] = {
             "metadata": {"name": name, "labels": labels or {}},
             "spec": {"containers": [{"name": "c", "image": "busybox"}], "terminationGracePeriodSeconds": grace_period},
             "status": {"phase": phase},
@@ -364,8 +364,9 @@ class FakeKube:
                     if policy not in _PROPAGATION
                     else "orphanDependents: Invalid value: both orphanDependents and propagationPolicy set"
                 )
-                return 422, status_body(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: {why}',
-                                        {"kind": "DeleteOptions"})
+                return 422, status_body(
+                    422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: {why}', {"kind": "DeleteOptions"}
+                )
             pre = options.get("preconditions") or {}
             meta = pod["metadata"]
             for key, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
@@ -453,7 +454,7 @@ def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as the real client expects
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
         def _serve(self) -> None:
@@ -465,8 +466,9 @@ def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
                 body: Any = json.loads(raw) if raw else None
             except ValueError:
                 body = None
-            record = RequestRecord(self.command, parts.path, query, body, None,
-                                   authorization=self.headers.get("Authorization"))
+            record = RequestRecord(
+                self.command, parts.path, query, body, None, authorization=self.headers.get("Authorization")
+            )
             with kube._lock:
                 kube.requests.append(record)
             if kube.token and self.headers.get("Authorization") != f"Bearer {kube.token}":
@@ -520,7 +522,9 @@ def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
                 self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True
 
-        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None, *, text: bool = False) -> None:
+        def _send(
+            self, status: int, payload: Any, headers: dict[str, str] | None = None, *, text: bool = False
+        ) -> None:
             data = payload.encode() if text else json.dumps(payload).encode()
             try:
                 self.send_response(status)

@@ -1,0 +1,98 @@
+"""The LISTEN connection: turns ``NOTIFY pod_sweeper`` into an immediate claim.
+
+It runs on a dedicated connection (a pooled one could be handed to someone else mid-LISTEN). After every
+(re)connect it LISTENs *first* and only then wakes the claimer for a catch-up claim, so that a retire
+committed in between is either seen by that claim or arrives as a notification. A notification can
+still be lost without the socket noticing (a proxy or a half-open TCP connection), so every
+``notify_check_interval`` the listener sends itself a NOTIFY from another session and expects it back;
+when it does not come, the connection is replaced. Meanwhile the poll keeps draining.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Callable
+
+import psycopg
+from loguru import logger
+from psycopg_pool import AsyncConnectionPool
+
+from pod_sweeper import db
+from pod_sweeper.backoff import Backoff
+from pod_sweeper.db import Connection
+from pod_sweeper.errors import DatabaseUnavailable
+from pod_sweeper.settings import Settings
+
+CHANNEL = "pod_sweeper"
+
+
+class ListenerDeaf(Exception):
+    """The NOTIFY round-trip did not come back in time."""
+
+
+class Listener:
+    def __init__(self, settings: Settings, pool: AsyncConnectionPool[Connection], wake: Callable[[str], None]) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.wake = wake
+        self.healthy = False
+        self.listening = asyncio.Event()  # set once the first LISTEN is in place
+        self.reconnects = 0
+        self._pings = itertools.count(1)
+        self._backoff = Backoff(settings.backoff_base, min(settings.backoff_max, 30.0))
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            conn: Connection | None = None
+            try:
+                conn = await db.connect(self.settings, application_name="pod-sweeper-listener")
+                await conn.execute("LISTEN pod_sweeper")  # CHANNEL
+                self.healthy = True
+                self.listening.set()
+                failures = 0
+                self.wake("listen")  # catch up on whatever committed while we were not listening
+                await self._listen(conn)
+            except asyncio.CancelledError:
+                raise
+            except (psycopg.Error, ListenerDeaf, OSError, DatabaseUnavailable) as exc:
+                self.healthy = False
+                failures += 1
+                self.reconnects += 1
+                delay = self._backoff.delay(failures)
+                logger.warning(
+                    "listener lost ({error}); reconnecting in {delay:.1f} s, polling meanwhile",
+                    error=str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                    delay=delay,
+                )
+                await asyncio.sleep(delay)
+            finally:
+                self.healthy = False
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+
+    async def _listen(self, conn: Connection) -> None:
+        interval = self.settings.notify_check_interval
+        next_ping = time.monotonic() + interval
+        expected: str | None = None
+        expected_by = 0.0
+        while True:
+            timeout = max(0.05, min(next_ping, expected_by if expected else next_ping) - time.monotonic())
+            async for notify in conn.notifies(timeout=timeout):
+                if expected is not None and notify.payload == expected:
+                    expected = None
+                    continue
+                self.wake("notify")
+            now = time.monotonic()
+            if expected is not None and now >= expected_by:
+                raise ListenerDeaf(f"our own NOTIFY did not come back within {interval:g} s")
+            if expected is None and now >= next_ping:
+                expected = f"ping:{self.settings.replica_id}:{next(self._pings)}"
+                expected_by = now + interval
+                next_ping = now + interval
+                async with self.pool.connection() as other:
+                    await other.execute("SELECT pg_notify(%s, %s)", (CHANNEL, expected))

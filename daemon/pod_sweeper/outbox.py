@@ -1,0 +1,155 @@
+"""The outbox's state transitions, each one short transaction: claim (with the re-check), finalize
+(done, retry, dead, hand-back), and when the next row falls due.
+
+No transaction here outlives its statements: a claim commits before any API call is made, and every
+finalize is fenced on (id, claim_epoch), so a replica that lost its lease changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+from pod_sweeper import queries
+from pod_sweeper.db import Connection
+from pod_sweeper.kube import Outcome
+from pod_sweeper.recheck import Attachment, recheck
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed row: what the sweeper needs to act on it and to finalize it."""
+
+    id: int
+    epoch: int
+    attachment_id: int
+    sandbox_id: str
+    generation: int
+    pod_namespace: str
+    pod_name: str
+    pod_uid: UUID
+    attempts: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Final:
+    """How one claimed row ends this round."""
+
+    id: int
+    epoch: int
+    status: str  # done, pending, dead
+    outcome: str | None = None
+    delay: float = 0.0
+    error: str | None = None
+    http_status: int | None = None
+    refund: int = 0
+
+    @classmethod
+    def done(cls, claim: Claim, outcome: Outcome, http_status: int | None = None) -> Final:
+        return cls(claim.id, claim.epoch, "done", outcome.value, http_status=http_status)
+
+    @classmethod
+    def retry(cls, claim: Claim, delay: float, error: str, http_status: int | None = None) -> Final:
+        return cls(claim.id, claim.epoch, "pending", delay=delay, error=error, http_status=http_status)
+
+    @classmethod
+    def dead(cls, claim: Claim, error: str, http_status: int | None = None) -> Final:
+        return cls(claim.id, claim.epoch, "dead", error=error, http_status=http_status)
+
+    @classmethod
+    def hand_back(
+        cls, claim: Claim, error: str | None = None, delay: float = 0.0, http_status: int | None = None
+    ) -> Final:
+        """Back to pending without charging the attempt (shutdown, or a fault of the daemon)."""
+        return cls(claim.id, claim.epoch, "pending", delay=delay, error=error, http_status=http_status, refund=1)
+
+
+@dataclass
+class ClaimResult:
+    to_delete: list[Claim]
+    skipped: int  # finalized skipped_active in the claim transaction
+    unknown: int  # re-check could not tell; put back for a retry
+    expired_dead: int  # leases that expired with their attempts used up
+
+
+async def claim(
+    conn: Connection,
+    *,
+    owner: str,
+    batch: int,
+    lease_seconds: float,
+    max_attempts: int,
+    attachments: dict[int, Attachment],
+    recheck_retry_delay: float,
+) -> ClaimResult:
+    """Claim up to ``batch`` rows and re-check them, all in one short transaction."""
+    async with conn.transaction():
+        cur = await conn.execute(
+            queries.load("claim"),
+            {"owner": owner, "batch": batch, "lease_seconds": lease_seconds, "max_attempts": max_attempts},
+        )
+        rows = await cur.fetchall()
+        claims = [
+            Claim(
+                r["id"],
+                r["claim_epoch"],
+                r["attachment_id"],
+                r["sandbox_id"],
+                r["generation"],
+                r["pod_namespace"],
+                r["pod_name"],
+                r["pod_uid"],
+                r["attempts"],
+                r["reason"],
+            )
+            for r in rows
+            if r["status"] == "claimed"
+        ]
+        expired_dead = len(rows) - len(claims)
+        if not claims:
+            return ClaimResult([], 0, 0, expired_dead)
+        verdict = await recheck(conn, claims, attachments)
+        finals = [Final.done(c, Outcome.SKIPPED_ACTIVE) for c in claims if c.id in verdict.active]
+        finals += [
+            Final.dead(c, verdict.unknown[c.id])
+            if c.attempts >= max_attempts
+            else Final.retry(c, recheck_retry_delay, verdict.unknown[c.id])
+            for c in claims
+            if c.id in verdict.unknown
+        ]
+        if finals:
+            await _finalize(conn, finals)
+        to_delete = [c for c in claims if c.id not in verdict.active and c.id not in verdict.unknown]
+        return ClaimResult(to_delete, len(verdict.active), len(verdict.unknown), expired_dead)
+
+
+async def _finalize(conn: Connection, finals: list[Final]) -> set[int]:
+    cur = await conn.execute(
+        queries.load("finalize"),
+        {
+            "ids": [f.id for f in finals],
+            "epochs": [f.epoch for f in finals],
+            "statuses": [f.status for f in finals],
+            "outcomes": [f.outcome for f in finals],
+            "delays": [f.delay for f in finals],
+            "errors": [f.error for f in finals],
+            "http_statuses": [f.http_status for f in finals],
+            "refunds": [f.refund for f in finals],
+        },
+    )
+    return {r["id"] for r in await cur.fetchall()}
+
+
+async def finalize(conn: Connection, finals: list[Final]) -> set[int]:
+    """Record ``finals`` in one statement; returns the ids this replica still owned (the rest were
+    taken over after a lease expiry and are left as the other replica recorded them)."""
+    if not finals:
+        return set()
+    return await _finalize(conn, finals)
+
+
+async def next_due(conn: Connection) -> float | None:
+    """Seconds until the next open row becomes claimable (negative: already due); None: no open row."""
+    row = await (await conn.execute(queries.load("next_due"))).fetchone()
+    return None if row is None or row["seconds"] is None else float(row["seconds"])

@@ -1,0 +1,163 @@
+"""The ``run`` process: start-up, the named long-lived tasks, signals and the shutdown deadline.
+
+Start-up order matters for readiness: Kubernetes configuration first (a bad kubeconfig is a
+configuration error, exit 2), then the database, retried with backoff for as long as it takes (a
+sidecar must not crash-loop while its database restarts; one log line per attempt), then the schema
+check (exit 3 if it does not match), then the LISTEN, then the first catch-up claim; only after that is
+the process ready.
+
+The tasks (listener, sweeper with its claimer, workers and finalizer, and the shutdown watcher) run in
+one task group: if any of them dies, the others are cancelled and the process exits 1 with a line
+naming the task. SIGTERM or SIGINT starts a graceful stop (no new claims, in-flight deletes get
+``shutdown_timeout`` seconds, unfinished claims are handed back without charging an attempt, exit 0); a
+second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from loguru import logger
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from pod_sweeper import db, migrations
+from pod_sweeper.backoff import Backoff
+from pod_sweeper.errors import EXIT_FAILURE, EXIT_OK
+from pod_sweeper.kube import PodDeleter, load_configuration
+from pod_sweeper.listener import Listener
+from pod_sweeper.recheck import load_attachments
+from pod_sweeper.settings import Settings
+from pod_sweeper.sweeper import Sweeper
+
+
+class _Stop(Exception):
+    """Raised by the shutdown watcher to end the task group once the drain is done."""
+
+
+async def _named(name: str, coro: Coroutine[Any, Any, None]) -> None:
+    try:
+        await coro
+    except asyncio.CancelledError:
+        raise
+    except _Stop:
+        raise
+    except Exception as exc:
+        logger.opt(exception=exc).critical("task {task} died, stopping the process: {error}", task=name, error=exc)
+        raise
+
+
+class Daemon:
+    def __init__(self, settings: Settings, *, handle_signals: bool = True) -> None:
+        self.settings = settings
+        self.handle_signals = handle_signals  # off when embedded (tests, the demo) off the main thread
+        self.stop_requested = asyncio.Event()
+        self.ready = False
+        self._signals = 0
+
+    def _on_signal(self, signum: int) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            logger.warning("second {sig}: exiting at once", sig=signal.Signals(signum).name)
+            os._exit(EXIT_FAILURE)
+        logger.info(
+            "{sig}: stopping; in-flight deletes get {s:g} s",
+            sig=signal.Signals(signum).name,
+            s=self.settings.shutdown_timeout,
+        )
+        self.stop_requested.set()
+
+    async def _open_pool(self, pool: AsyncConnectionPool[db.Connection]) -> bool:
+        """Open the pool, retrying with backoff until it works or a stop is requested."""
+        backoff = Backoff(self.settings.backoff_base, min(self.settings.backoff_max, 30.0))
+        attempt = 0
+        while not self.stop_requested.is_set():
+            attempt += 1
+            try:
+                await pool.open(wait=True, timeout=self.settings.connect_timeout + 1)
+                return True
+            except PoolTimeout:
+                delay = backoff.delay(attempt, at_least=min(attempt, 5) * 0.5)
+                logger.warning(
+                    "database {db} unreachable (attempt {n}); not ready, retrying in {delay:.1f} s",
+                    db=self.settings.redacted_database_url(),
+                    n=attempt,
+                    delay=delay,
+                )
+                await pool.close()
+                pool = self._pool = _make_pool(self.settings)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop_requested.wait(), delay)
+        return False
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        if self.handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+        deleter = PodDeleter(
+            load_configuration(
+                self.settings.kubeconfig, self.settings.kube_context, pool_size=self.settings.concurrency
+            )
+        )
+        self._pool = _make_pool(self.settings)
+        try:
+            if not await self._open_pool(self._pool):
+                return EXIT_OK
+            pool = self._pool
+            async with pool.connection() as conn:
+                version = await migrations.check_schema(conn)
+                attachments = await load_attachments(conn)
+            sweeper = Sweeper(self.settings, pool, deleter, attachments=attachments)
+            listener = Listener(self.settings, pool, sweeper.notify) if self.settings.listen else None
+            self.sweeper, self.listener = sweeper, listener
+            logger.info(
+                "pod-sweeper running as {replica}, schema version {version}, {mode}",
+                replica=self.settings.replica_id,
+                version=version,
+                mode="LISTEN/NOTIFY with poll backstop" if listener else "poll only (listen=false)",
+            )
+            failed = False
+            try:
+                async with asyncio.TaskGroup() as group:
+                    if listener is not None:
+                        group.create_task(_named("listener", listener.run()), name="listener")
+                    group.create_task(_named("sweeper", sweeper.run()), name="sweeper")
+                    group.create_task(_named("readiness", self._become_ready(sweeper, listener)), name="readiness")
+                    group.create_task(_named("shutdown", self._shutdown_when_asked(sweeper)), name="shutdown")
+            except* _Stop:
+                pass
+            except* Exception:
+                failed = True
+            if failed:
+                return EXIT_FAILURE
+            logger.info("stopped cleanly")
+            return EXIT_OK
+        finally:
+            await self._pool.close()
+            deleter.close()
+
+    async def _become_ready(self, sweeper: Sweeper, listener: Listener | None) -> None:
+        if listener is not None:
+            await listener.listening.wait()
+        await sweeper.caught_up.wait()
+        self.ready = True
+        logger.info(
+            "ready: schema checked, {listen}first catch-up claim done", listen="listening, " if listener else ""
+        )
+
+    async def _shutdown_when_asked(self, sweeper: Sweeper) -> None:
+        await self.stop_requested.wait()
+        self.ready = False
+        await sweeper.drain(time.monotonic() + self.settings.shutdown_timeout)
+        raise _Stop
+
+
+def _make_pool(settings: Settings) -> AsyncConnectionPool[db.Connection]:
+    # claimer + finalizer + the listener's pings, and one spare for the metrics refresher.
+    return db.make_pool(settings, max_size=4)

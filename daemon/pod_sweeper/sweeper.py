@@ -1,0 +1,351 @@
+"""The sweeper loop: claim rows, delete their pods, record how each ended.
+
+Three kinds of task share one in-memory pipeline:
+
+- the *claimer* claims (and re-checks) rows whenever there is room in the pipeline and something is
+  due, then sleeps until a NOTIFY, the next due time (a backoff ending, a lease expiring) or the poll
+  interval, whichever comes first;
+- *workers*, ``concurrency`` of them, each send one DELETE at a time on a thread pool (the official
+  client is synchronous), paced by the token bucket and never with a timeout that outlasts the lease;
+- the *finalizer* records results in batches, fenced on the claim epoch.
+
+The pipeline holds at most ``concurrency`` rows in flight plus one claim batch waiting, so a claimed
+row waits seconds, not its whole lease, before its DELETE. Database errors in the claimer or the
+finalizer are retried with backoff; results are kept in memory until they are recorded (if the process
+dies first, the lease expires and another replica repeats the DELETE, which the UID precondition makes
+harmless: it answers 404 and the row ends ``absent``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import psycopg
+from loguru import logger
+from psycopg_pool import AsyncConnectionPool
+
+from pod_sweeper import outbox
+from pod_sweeper.backoff import Backoff, TokenBucket
+from pod_sweeper.db import Connection
+from pod_sweeper.errors import KubeRejected, KubeRetryable, KubeUnauthorized
+from pod_sweeper.kube import PodDeleter
+from pod_sweeper.outbox import Claim, Final
+from pod_sweeper.recheck import Attachment
+from pod_sweeper.settings import Settings
+
+# A DELETE is not sent with less than this much of the lease left; the row is handed back instead.
+MIN_REQUEST_SECONDS = 1.0
+# Margin kept between the end of a request's timeout and the end of the lease.
+LEASE_MARGIN_SECONDS = 2.0
+# The shortest sleep between claims when rows are due but all locked by other replicas.
+MIN_CLAIM_PAUSE = 0.05
+FINALIZE_BATCH = 500
+
+
+@dataclass
+class Counters:
+    """What the sweeper did since it started (the metrics issue exports these)."""
+
+    claimed: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    retried: int = 0
+    dead: int = 0
+    handed_back: int = 0
+    fenced_off: int = 0
+    wakeups: dict[str, int] = field(default_factory=dict)
+    db_errors: int = 0
+
+
+@dataclass
+class _Work:
+    claim: Claim
+    lease_deadline: float  # time.monotonic() by which the lease ends, measured before the claim
+
+
+class Sweeper:
+    def __init__(
+        self,
+        settings: Settings,
+        pool: AsyncConnectionPool[Connection],
+        deleter: PodDeleter,
+        *,
+        attachments: dict[int, Attachment],
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.deleter = deleter
+        self.attachments = attachments
+        self.counters = Counters()
+        self.wake = asyncio.Event()
+        self.wake_source = "start"
+        self.backoff = Backoff(settings.backoff_base, settings.backoff_max)
+        self.bucket = TokenBucket(settings.rate_limit_qps, settings.rate_limit_burst)
+        self.capacity = settings.concurrency + min(settings.batch_size, settings.concurrency)
+        self.auth_blocked_until = 0.0
+        self.auth_error: str | None = None
+        self.caught_up = asyncio.Event()  # set after the first claim round that found nothing more
+        self._auth_failures = 0
+        self._queue: asyncio.Queue[_Work] = asyncio.Queue()
+        self._inflight: dict[int, Claim] = {}
+        self._results: list[Final] = []
+        self._results_ready = asyncio.Event()
+        self._settled = asyncio.Event()
+        self._room = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
+
+    # --- wakeups -----------------------------------------------------------------------------------
+
+    def notify(self, source: str) -> None:
+        """Wake the claimer (a NOTIFY arrived, the listener reconnected, ...)."""
+        self.wake_source = source
+        self.wake.set()
+
+    async def _sleep_until_wake(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), timeout)
+            self.counters.wakeups[self.wake_source] = self.counters.wakeups.get(self.wake_source, 0) + 1
+            return
+        self.counters.wakeups["poll"] = self.counters.wakeups.get("poll", 0) + 1
+
+    # --- claimer ------------------------------------------------------------------------------------
+
+    async def claimer(self) -> None:
+        db_failures = 0
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            if now < self.auth_blocked_until:
+                await self._sleep_until_stop(self.auth_blocked_until - now)
+                continue
+            room = self.capacity - len(self._inflight)
+            if room <= 0:
+                self._room.clear()
+                await self._room.wait()
+                continue
+            want = min(self.settings.batch_size, room)
+            self.wake.clear()  # before the claim: a NOTIFY during it must wake the next sleep
+            started = time.monotonic()
+            try:
+                async with self.pool.connection() as conn:
+                    result = await outbox.claim(
+                        conn,
+                        owner=self.settings.replica_id,
+                        batch=want,
+                        lease_seconds=self.settings.lease_seconds,
+                        max_attempts=self.settings.max_attempts,
+                        attachments=self.attachments,
+                        recheck_retry_delay=self.backoff.delay(1),
+                    )
+                    due = None if result.to_delete or result.skipped else await outbox.next_due(conn)
+            except psycopg.Error as exc:
+                db_failures += 1
+                self.counters.db_errors += 1
+                delay = self.backoff.delay(db_failures)
+                logger.warning("claim failed, retrying in {delay:.1f} s: {error}", delay=delay, error=_first(exc))
+                await self._sleep_until_stop(delay)
+                continue
+            db_failures = 0
+            got = len(result.to_delete) + result.skipped + result.unknown + result.expired_dead
+            if result.expired_dead:
+                logger.error("{n} row(s) went dead: their leases expired with no attempts left", n=result.expired_dead)
+                self.counters.dead += result.expired_dead
+            if result.skipped:
+                self.counters.outcomes["skipped_active"] = (
+                    self.counters.outcomes.get("skipped_active", 0) + result.skipped
+                )
+            self.counters.claimed += got
+            deadline = started + self.settings.lease_seconds
+            for claim in result.to_delete:
+                self._inflight[claim.id] = claim
+                self._queue.put_nowait(_Work(claim, deadline))
+            if got >= want:
+                continue  # a full batch: there may be more right now
+            self.caught_up.set()
+            pause = self.settings.poll_interval if due is None else min(self.settings.poll_interval, max(due, 0.0))
+            await self._sleep_until_wake(max(pause, MIN_CLAIM_PAUSE))
+
+    async def _sleep_until_stop(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    # --- workers ------------------------------------------------------------------------------------
+
+    async def worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            work = await self._queue.get()
+            claim = work.claim
+            await self.bucket.acquire()
+            left = work.lease_deadline - time.monotonic() - LEASE_MARGIN_SECONDS
+            if left < MIN_REQUEST_SECONDS or time.monotonic() < self.auth_blocked_until:
+                self._record(Final.hand_back(claim, error=self.auth_error))
+                continue
+            # resolve() may send a DELETE and then a GET: both must end before the lease does.
+            timeout = min(self.settings.request_timeout, left / 2)
+            try:
+                answer = await loop.run_in_executor(
+                    self._executor,
+                    functools.partial(
+                        self.deleter.resolve, claim.pod_namespace, claim.pod_name, str(claim.pod_uid), timeout=timeout
+                    ),
+                )
+            except KubeUnauthorized as exc:
+                self._auth_refused(claim, exc)
+                continue
+            except KubeRetryable as exc:
+                self._record(self._retry_or_dead(claim, str(exc), exc.status, exc.retry_after))
+                continue
+            except KubeRejected as exc:
+                logger.error(
+                    "DELETE {ns}/{pod} rejected, row {id} is dead: {error}",
+                    ns=claim.pod_namespace,
+                    pod=claim.pod_name,
+                    id=claim.id,
+                    error=str(exc),
+                )
+                self._record(Final.dead(claim, str(exc), exc.status))
+                continue
+            except Exception as exc:  # a bug or an unforeseen answer: uncertain, so keep the row
+                logger.opt(exception=exc).error("unexpected error deleting row {id}", id=claim.id)
+                self._record(self._retry_or_dead(claim, f"{type(exc).__name__}: {exc}"[:500], None, None))
+                continue
+            self._auth_failures = 0
+            self._record(Final.done(claim, answer.outcome, answer.http_status))
+
+    def _retry_or_dead(self, claim: Claim, error: str, status: int | None, retry_after: float | None) -> Final:
+        if claim.attempts >= self.settings.max_attempts:
+            logger.error(
+                "row {id} ({ns}/{pod}) is dead after {n} attempts: {error}",
+                id=claim.id,
+                ns=claim.pod_namespace,
+                pod=claim.pod_name,
+                n=claim.attempts,
+                error=error,
+            )
+            return Final.dead(claim, error, status)
+        delay = self.backoff.delay(claim.attempts, at_least=retry_after)
+        logger.info("row {id} will be retried in {delay:.1f} s: {error}", id=claim.id, delay=delay, error=error)
+        return Final.retry(claim, delay, error, status)
+
+    def _auth_refused(self, claim: Claim, exc: KubeUnauthorized) -> None:
+        # A fault of the daemon, not of the row: charge nothing, stop claiming for a while, say why.
+        self._auth_failures += 1
+        delay = self.backoff.delay(self._auth_failures, at_least=self.settings.backoff_base)
+        self.auth_blocked_until = time.monotonic() + delay
+        need = (
+            f"the service account needs 'delete' (and 'get') on pods in namespace {claim.pod_namespace}"
+            if exc.status == 403
+            else "the API server does not accept the daemon's credentials (check the token or kubeconfig)"
+        )
+        self.auth_error = f"{exc}; {need}"
+        logger.error(
+            "Kubernetes refused us ({status}); not claiming for {delay:.0f} s: {need}",
+            status=exc.status,
+            delay=delay,
+            need=need,
+        )
+        self._record(Final.hand_back(claim, error=self.auth_error, delay=delay, http_status=exc.status))
+
+    def _record(self, final: Final) -> None:
+        self._results.append(final)
+        self._results_ready.set()
+        self._settled.set()
+
+    # --- finalizer ----------------------------------------------------------------------------------
+
+    async def finalizer(self) -> None:
+        failures = 0
+        while True:
+            await self._results_ready.wait()
+            try:
+                await self._flush()
+                failures = 0
+            except psycopg.Error as exc:
+                failures += 1
+                self.counters.db_errors += 1
+                delay = self.backoff.delay(failures)
+                logger.warning(
+                    "recording {n} result(s) failed, retrying in {delay:.1f} s: {error}",
+                    n=len(self._results),
+                    delay=delay,
+                    error=_first(exc),
+                )
+                await asyncio.sleep(delay)
+
+    async def _flush(self) -> None:
+        while self._results:
+            batch = self._results[:FINALIZE_BATCH]
+            async with self.pool.connection() as conn:
+                owned = await outbox.finalize(conn, batch)
+            del self._results[: len(batch)]
+            for final in batch:
+                self._inflight.pop(final.id, None)
+                if final.id not in owned:
+                    self.counters.fenced_off += 1
+                    logger.warning(
+                        "row {id}: lease lost before its result was recorded; another replica owns it", id=final.id
+                    )
+                elif final.status == "done" and final.outcome:
+                    self.counters.outcomes[final.outcome] = self.counters.outcomes.get(final.outcome, 0) + 1
+                elif final.status == "dead":
+                    self.counters.dead += 1
+                elif final.refund:
+                    self.counters.handed_back += 1
+                else:
+                    self.counters.retried += 1
+            self._room.set()
+        self._results_ready.clear()
+
+    # --- the whole loop, and its graceful end ---------------------------------------------------------
+
+    async def run(self) -> None:
+        """Claimer, workers and finalizer in one task group: any one dying stops the others."""
+        async with asyncio.TaskGroup() as group:
+            self._tasks = [
+                group.create_task(self.claimer(), name="claimer"),
+                group.create_task(self.finalizer(), name="finalizer"),
+            ]
+            self._tasks += [
+                group.create_task(self.worker(), name=f"worker-{i}") for i in range(self.settings.concurrency)
+            ]
+
+    async def drain(self, deadline: float) -> None:
+        """Stop claiming, let in-flight deletes finish until ``deadline`` (monotonic), hand back the
+        rest without charging an attempt, record everything, and stop the tasks."""
+        self._stopping.set()
+        self._room.set()
+        while not self._queue.empty():  # claimed but not started: back to pending at once
+            self._record(Final.hand_back(self._queue.get_nowait().claim))
+        # Rows still at the API are those in flight without a result yet; each result sets _settled.
+        while len(self._inflight) > len(self._results) and time.monotonic() < deadline:
+            self._settled.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._settled.wait(), deadline - time.monotonic())
+        for task in getattr(self, "_tasks", []):
+            if task.get_name() != "finalizer":
+                task.cancel()
+        recorded = {f.id for f in self._results}
+        for claim in list(self._inflight.values()):
+            if claim.id not in recorded:  # still waiting on the API after the deadline
+                self._record(Final.hand_back(claim))
+        try:
+            await asyncio.wait_for(self._flush(), max(1.0, deadline - time.monotonic()))
+        except (psycopg.Error, TimeoutError) as exc:
+            logger.error(
+                "could not record {n} result(s) at shutdown; their leases will expire: {error}",
+                n=len(self._results),
+                error=_first(exc),
+            )
+        for task in getattr(self, "_tasks", []):
+            task.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
