@@ -128,3 +128,13 @@ def pg(db_url: str) -> Iterator[psycopg.Connection[Any]]:
 
     with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:
         yield conn
+
+
+@pytest.fixture
+def kube(tmp_path: Any) -> Iterator[Any]:
+    """The project's fake API server, started, with ``kube.kubeconfig`` pointing the real client at it."""
+    from pod_sweeper.testing.fakekube import FakeKube
+
+    with FakeKube() as server:
+        server.kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        yield server

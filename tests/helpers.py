@@ -57,3 +57,69 @@ def threading_event_wait(seconds: float) -> None:
     import threading
 
     threading.Event().wait(seconds)
+
+
+class DaemonThread:
+    """The real daemon (``pod_sweeper.runner.Daemon``) on its own thread and event loop, for tests that
+    need to look inside it; tests of signals and exit codes run the CLI as a subprocess instead."""
+
+    def __init__(self, settings: Settings) -> None:
+        import threading
+
+        self.settings = settings
+        self.rc: int | None = None
+        self.daemon: Any = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="daemon-under-test", daemon=True)
+
+    def _main(self) -> None:
+        import asyncio
+
+        from pod_sweeper.runner import Daemon
+
+        async def body() -> int:
+            self.loop = asyncio.get_running_loop()
+            self.daemon = Daemon(self.settings, handle_signals=False)
+            self._started.set()
+            return await self.daemon.run()
+
+        try:
+            self.rc = asyncio.run(body())
+        finally:
+            self._started.set()
+
+    def start(self) -> DaemonThread:
+        self._thread.start()
+        self._started.wait(10)
+        wait_until(lambda: (self.daemon is not None and self.daemon.ready) or self.rc is not None,
+                   what="the daemon to become ready")
+        return self
+
+    def stop(self, timeout: float = 30) -> int | None:
+        if self.rc is None and self.daemon is not None:
+            self.loop.call_soon_threadsafe(self.daemon.stop_requested.set)
+        self._thread.join(timeout)
+        return self.rc
+
+    def __enter__(self) -> DaemonThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def add_execution(conn: psycopg.Connection[Any], kube: Any, sid: str, *, gen: int = 1, namespace: str = "sandboxes",
+                  node_name: str | None = None, active: bool = True) -> str:
+    """A pod on the fake API server and the execution row that records its UID; returns the UID."""
+    pod = kube.create_pod(namespace, f"pod-{sid}-{gen}", labels={"sandbox": sid}, node_name=node_name)
+    conn.execute(
+        "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+        " VALUES (%s, %s, %s, %s, %s, %s)",
+        (sid, gen, namespace, pod["metadata"]["name"], pod["metadata"]["uid"], active),
+    )
+    return str(pod["metadata"]["uid"])
+
+
+def row_for(conn: psycopg.Connection[Any], sid: str) -> dict[str, Any] | None:
+    cur = conn.cursor(row_factory=psycopg.rows.dict_row)
+    return cur.execute("SELECT * FROM pod_sweeper.outbox WHERE sandbox_id = %s", (sid,)).fetchone()

@@ -299,6 +299,10 @@ class Sweeper:
                 else:
                     self.counters.retried += 1
             self._room.set()
+            if any(f.status == "pending" for f in batch):
+                # A retry's due time is likely earlier than what the claimer is sleeping towards (the
+                # lease it held): wake it so it plans its sleep again.
+                self.notify("retry")
         self._results_ready.clear()
 
     # --- the whole loop, and its graceful end ---------------------------------------------------------

@@ -1,0 +1,343 @@
+"""The daemon against real PostgreSQL and the fake API server through the real client: every row of the
+outcome table, the safety invariants, wakeups, leases and fencing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import run, settings_for
+from helpers import DaemonThread, add_execution, attach_table, create_executions, row_for, wait_until
+
+from pod_sweeper import db, outbox
+from pod_sweeper.outbox import Final
+from pod_sweeper.recheck import load_attachments
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def execs(pg: psycopg.Connection[Any], db_url: str) -> psycopg.Connection[Any]:
+    create_executions(pg)
+    run(attach_table(db_url))
+    return pg
+
+
+def daemon_settings(db_url: str, kube: Any, **overrides: Any) -> Any:
+    values: dict[str, Any] = {
+        "kubeconfig": kube.kubeconfig,
+        "poll_interval": 30.0,  # long: anything faster than this proves NOTIFY did it
+        "lease_seconds": 10.0,
+        "request_timeout": 2.0,
+        "backoff_base": 0.05,
+        "backoff_max": 0.2,
+        "rate_limit_qps": 0,
+        "shutdown_timeout": 5.0,
+        "max_attempts": 5,
+        "replica_id": "test-replica",
+    }
+    values.update(overrides)
+    return settings_for(db_url, **values)
+
+
+def retire(conn: psycopg.Connection[Any], sid: str) -> None:
+    conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (sid,))
+
+
+def finished(conn: psycopg.Connection[Any], sid: str) -> dict[str, Any] | None:
+    row = row_for(conn, sid)
+    return row if row and row["status"] in ("done", "dead") else None
+
+
+def test_retire_deletes_the_pod_under_its_uid_within_2s(execs: psycopg.Connection[Any], db_url: str,
+                                                       kube: Any) -> None:
+    uid = add_execution(execs, kube, "a")
+    with DaemonThread(daemon_settings(db_url, kube)):
+        started = time.monotonic()
+        retire(execs, "a")
+        row = wait_until(lambda: finished(execs, "a"), timeout=2, what="the row to finish by NOTIFY")
+        assert time.monotonic() - started < 2
+    assert (row["status"], row["outcome"], row["last_http_status"], row["attempts"]) == ("done", "deleted", 200, 1)
+    assert kube.get_pod("sandboxes", "pod-a-1") is None
+    [delete] = kube.deletes()
+    assert delete.body["preconditions"] == {"uid": uid}
+    assert row["claimed_by"] == "test-replica" and row["done_at"] is not None
+
+
+def test_scheduled_pod_is_deleted_gracefully(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    add_execution(execs, kube, "a", node_name="node-1")
+    with DaemonThread(daemon_settings(db_url, kube)):
+        retire(execs, "a")
+        row = wait_until(lambda: finished(execs, "a"))
+    assert row["outcome"] == "deleted"
+    pod = kube.get_pod("sandboxes", "pod-a-1")
+    assert pod is not None and pod["metadata"]["deletionTimestamp"]  # terminating, as on a real cluster
+
+
+def test_already_gone_pod_is_absent(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    kube.remove_pod("sandboxes", "pod-a-1")
+    with DaemonThread(daemon_settings(db_url, kube)):
+        retire(execs, "a")
+        row = wait_until(lambda: finished(execs, "a"))
+    assert (row["outcome"], row["last_http_status"]) == ("absent", 404)
+
+
+def test_same_name_replacement_is_never_deleted(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    old_uid = add_execution(execs, kube, "a")
+    kube.remove_pod("sandboxes", "pod-a-1")
+    replacement = kube.create_pod("sandboxes", "pod-a-1")
+    assert replacement["metadata"]["uid"] != old_uid
+    with DaemonThread(daemon_settings(db_url, kube)):
+        retire(execs, "a")
+        row = wait_until(lambda: finished(execs, "a"))
+    assert (row["outcome"], row["last_http_status"]) == ("replaced", 409)
+    survivor = kube.get_pod("sandboxes", "pod-a-1")
+    assert survivor is not None and survivor["metadata"]["uid"] == replacement["metadata"]["uid"]
+    assert "deletionTimestamp" not in survivor["metadata"]
+    assert all(d.body["preconditions"]["uid"] == old_uid for d in kube.deletes())
+
+
+def test_409_for_a_pod_that_vanished_mid_delete_is_absent(execs: psycopg.Connection[Any], db_url: str,
+                                                           kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    kube.remove_pod("sandboxes", "pod-a-1")
+    kube.inject("status", method="DELETE", code=409, reason="Conflict")
+    with DaemonThread(daemon_settings(db_url, kube)):
+        retire(execs, "a")
+        row = wait_until(lambda: finished(execs, "a"))
+    assert (row["outcome"], row["last_http_status"]) == ("absent", 409)
+    assert [r.method for r in kube.requests] == ["DELETE", "GET"]
+
+
+def test_active_generation_is_never_deleted(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        retire(conn, "a")
+        conn.execute("UPDATE executions SET active = true WHERE sandbox_id = 'a'")  # reactivated before the claim
+    with DaemonThread(daemon_settings(db_url, kube)):
+        row = wait_until(lambda: finished(execs, "a"))
+    assert row["outcome"] == "skipped_active"
+    assert kube.deletes() == []
+    assert kube.get_pod("sandboxes", "pod-a-1") is not None
+
+
+def test_deleted_execution_row_still_gets_its_pod_deleted(execs: psycopg.Connection[Any], db_url: str,
+                                                         kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    with DaemonThread(daemon_settings(db_url, kube)):
+        execs.execute("DELETE FROM executions WHERE sandbox_id = 'a'")
+        row = wait_until(lambda: finished(execs, "a"))
+    assert (row["reason"], row["outcome"]) == ("row_deleted", "deleted")
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"action": "status", "code": 429, "text": True, "retry_after": 1},
+        {"action": "status", "code": 429, "retry_after": 1},
+        {"action": "status", "code": 500},
+        {"action": "status", "code": 503},
+        {"action": "status", "code": 504},
+        {"action": "drop"},
+        {"action": "hang", "seconds": 5},
+    ],
+    ids=["429-text", "429-status", "500", "503", "504", "dropped", "timeout"],
+)
+def test_transient_answers_are_retried_then_succeed(execs: psycopg.Connection[Any], db_url: str, kube: Any,
+                                                    fault: dict[str, Any]) -> None:
+    add_execution(execs, kube, "a")
+    kube.inject(method="DELETE", times=2, **fault)
+    with DaemonThread(daemon_settings(db_url, kube, request_timeout=1.0)):
+        retire(execs, "a")
+        row = wait_until(lambda: finished(execs, "a"), timeout=20)
+    assert (row["outcome"], row["attempts"]) == ("deleted", 3)
+    assert len(kube.deletes()) == 3  # exactly ours: the client itself retried nothing
+    if fault.get("retry_after"):
+        first, second = kube.deletes()[:2]
+        assert second.at - first.at >= 0.95  # Retry-After honoured over the 0.2 s backoff cap
+
+
+def test_retries_run_out_and_the_row_goes_dead_with_its_last_error(execs: psycopg.Connection[Any], db_url: str,
+                                                                   kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    kube.inject("status", method="DELETE", code=503, times=None)
+    with DaemonThread(daemon_settings(db_url, kube, max_attempts=3)):
+        retire(execs, "a")
+        row = wait_until(lambda: finished(execs, "a"), timeout=20)
+    assert (row["status"], row["attempts"], row["last_http_status"]) == ("dead", 3, 503)
+    assert "ServiceUnavailable" in row["last_error"]
+    assert len(kube.deletes()) == 3
+
+
+def test_other_4xx_is_dead_at_once(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    kube.inject("status", method="DELETE", code=422, reason="Invalid")
+    with DaemonThread(daemon_settings(db_url, kube)):
+        retire(execs, "a")
+        row = wait_until(lambda: finished(execs, "a"))
+    assert (row["status"], row["attempts"], row["last_http_status"]) == ("dead", 1, 422)
+    assert kube.get_pod("sandboxes", "pod-a-1") is not None
+
+
+def test_forbidden_charges_nothing_and_says_which_permission(execs: psycopg.Connection[Any], db_url: str,
+                                                             kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    kube.denied.add(("delete", "sandboxes"))
+    with DaemonThread(daemon_settings(db_url, kube, backoff_base=0.5, backoff_max=1.0)) as daemon:
+        retire(execs, "a")
+        wait_until(lambda: kube.deletes(), what="the refused DELETE")
+        wait_until(lambda: (row_for(execs, "a") or {}).get("status") == "pending", what="the hand-back")
+        row = row_for(execs, "a")
+        assert row is not None and row["attempts"] == 0
+        assert "needs 'delete'" in row["last_error"] and row["last_http_status"] == 403
+        assert daemon.daemon.sweeper.auth_error is not None
+        kube.denied.clear()
+        done = wait_until(lambda: finished(execs, "a"), timeout=20)
+    assert (done["outcome"], done["attempts"]) == ("deleted", 1)
+
+
+def test_bad_token_is_unauthorized_and_charges_nothing(execs: psycopg.Connection[Any], db_url: str, kube: Any,
+                                                       tmp_path: Any) -> None:
+    add_execution(execs, kube, "a")
+    wrong = kube.write_kubeconfig(tmp_path / "wrong", token="not-the-token")
+    with DaemonThread(daemon_settings(db_url, kube, kubeconfig=wrong, backoff_base=5.0, backoff_max=10.0)):
+        retire(execs, "a")
+        wait_until(lambda: kube.deletes(), what="the refused DELETE")
+        wait_until(lambda: (row_for(execs, "a") or {}).get("last_http_status") == 401, what="the hand-back")
+    row = row_for(execs, "a")
+    assert row is not None and (row["status"], row["attempts"]) == ("pending", 0)
+    assert "credentials" in row["last_error"]
+
+
+def test_poll_only_mode_drains(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    for sid in "abc":
+        add_execution(execs, kube, sid)
+    with DaemonThread(daemon_settings(db_url, kube, listen=False, poll_interval=0.3)):
+        execs.execute("UPDATE executions SET active = false")
+        wait_until(lambda: all(finished(execs, s) for s in "abc"), timeout=10)
+    assert kube.pods == {}
+
+
+def test_killed_listener_backend_still_drains_and_reconnects(execs: psycopg.Connection[Any], db_url: str,
+                                                            kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    add_execution(execs, kube, "b")
+    with DaemonThread(daemon_settings(db_url, kube, poll_interval=0.5)) as daemon:
+        listener = daemon.daemon.listener
+        execs.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE application_name = 'pod-sweeper-listener'")
+        retire(execs, "a")
+        wait_until(lambda: finished(execs, "a"), timeout=10, what="the poll to drain without the listener")
+        wait_until(lambda: listener.reconnects >= 1 and listener.healthy, timeout=10, what="the listener to return")
+        started = time.monotonic()
+        retire(execs, "b")
+        wait_until(lambda: finished(execs, "b"), timeout=5)
+        assert time.monotonic() - started < 2
+
+
+def test_sigterm_style_drain_hands_unfinished_claims_back(execs: psycopg.Connection[Any], db_url: str,
+                                                          kube: Any) -> None:
+    for sid in "abcd":
+        add_execution(execs, kube, sid)
+    kube.inject("delay", method="DELETE", seconds=3, times=None)
+    daemon = DaemonThread(daemon_settings(db_url, kube, shutdown_timeout=0.5, lease_seconds=30)).start()
+    execs.execute("UPDATE executions SET active = false")
+    wait_until(lambda: len(kube.deletes()) >= 1, what="deletes in flight")
+    assert daemon.stop() == 0
+    rows = execs.execute("SELECT status, attempts, outcome FROM pod_sweeper.outbox").fetchall()
+    # Whatever did not finish went back to pending, uncharged, claimable at once.
+    assert all(r["status"] == "pending" and r["attempts"] == 0 for r in rows if r["outcome"] is None), rows
+    claimable = execs.execute("SELECT claimable FROM pod_sweeper.lag").fetchone()["claimable"]
+    assert claimable == sum(1 for r in rows if r["status"] == "pending")
+
+
+def test_stale_replica_cannot_overwrite_the_new_owners_outcome(execs: psycopg.Connection[Any], db_url: str,
+                                                               kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    retire(execs, "a")
+
+    async def scenario() -> tuple[set[int], set[int]]:
+        async with db.connection(settings_for(db_url)) as conn:
+            attachments = await load_attachments(conn)
+            common = {"batch": 10, "lease_seconds": 5, "max_attempts": 5, "attachments": attachments,
+                      "recheck_retry_delay": 1.0}
+            stale = (await outbox.claim(conn, owner="frozen", **common)).to_delete[0]
+            await conn.execute("UPDATE pod_sweeper.outbox SET next_attempt_at = now() - interval '1 s'")
+            fresh = (await outbox.claim(conn, owner="alive", **common)).to_delete[0]
+            assert fresh.epoch == stale.epoch + 1 and fresh.attempts == 2
+            from pod_sweeper.kube import Outcome
+
+            took = await outbox.finalize(conn, [Final.done(fresh, Outcome.ABSENT, 404)])
+            refused = await outbox.finalize(conn, [Final.dead(stale, "woke up late")])
+            return took, refused
+
+    took, refused = run(scenario())
+    assert refused == set() and len(took) == 1
+    row = row_for(execs, "a")
+    assert row is not None and (row["status"], row["outcome"], row["claimed_by"]) == ("done", "absent", "alive")
+
+
+def test_expired_lease_with_no_attempts_left_goes_dead(execs: psycopg.Connection[Any], db_url: str,
+                                                       kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    retire(execs, "a")
+    execs.execute("UPDATE pod_sweeper.outbox SET status = 'claimed', claimed_by = 'crashed', attempts = 5,"
+                  " next_attempt_at = now() - interval '1 s'")
+    with DaemonThread(daemon_settings(db_url, kube, max_attempts=5)):
+        row = wait_until(lambda: finished(execs, "a"))
+    assert row["status"] == "dead" and "lease of crashed expired after 5 attempts" in row["last_error"]
+    assert kube.deletes() == []
+
+
+def test_a_dropped_host_table_leaves_rows_for_retry_not_deleted(execs: psycopg.Connection[Any], db_url: str,
+                                                                kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    retire(execs, "a")
+    execs.execute("DROP TABLE executions")
+    with DaemonThread(daemon_settings(db_url, kube, max_attempts=2)):
+        row = wait_until(lambda: finished(execs, "a"), timeout=15)
+    assert row["status"] == "dead" and "table or key columns are gone" in row["last_error"]
+    assert kube.deletes() == []
+
+
+def test_two_replicas_on_2000_rows_finish_each_exactly_once(execs: psycopg.Connection[Any], db_url: str,
+                                                            kube: Any) -> None:
+    names = []
+    with execs.cursor() as cur, cur.copy(
+        "COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN"
+    ) as copy:
+        for i in range(2000):
+            pod = kube.create_pod("sandboxes", f"p{i}")
+            names.append(pod["metadata"]["name"])
+            copy.write_row((f"s{i}", 1, "sandboxes", pod["metadata"]["name"], uuid.UUID(pod["metadata"]["uid"])))
+    first = DaemonThread(daemon_settings(db_url, kube, replica_id="r1", batch_size=50)).start()
+    second = DaemonThread(daemon_settings(db_url, kube, replica_id="r2", batch_size=50)).start()
+    try:
+        execs.execute("UPDATE executions SET active = false")
+        wait_until(lambda: execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done'")
+                   .fetchone()["n"] == 2000, timeout=120, what="2000 rows done")
+    finally:
+        assert first.stop() == 0 and second.stop() == 0
+    by = execs.execute("SELECT outcome, attempts, count(*) AS n FROM pod_sweeper.outbox GROUP BY 1, 2").fetchall()
+    assert [(r["outcome"], r["attempts"], r["n"]) for r in by] == [("deleted", 1, 2000)]
+    statuses = [d.status for d in kube.deletes()]
+    assert statuses.count(200) == 2000 and len(statuses) == 2000  # no row deleted twice
+    owners = execs.execute("SELECT claimed_by, count(*) AS n FROM pod_sweeper.outbox GROUP BY 1").fetchall()
+    assert {r["claimed_by"] for r in owners} <= {"r1", "r2"}
+    assert kube.pods == {}
+
+
+def test_wake_sources_are_counted(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    with DaemonThread(daemon_settings(db_url, kube)) as daemon:
+        retire(execs, "a")
+        wait_until(lambda: finished(execs, "a"))
+        wait_until(lambda: daemon.daemon.sweeper.counters.wakeups.get("notify", 0) >= 1)
+        assert daemon.daemon.sweeper.counters.outcomes == {"deleted": 1}
+
+
