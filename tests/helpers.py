@@ -91,8 +91,10 @@ class DaemonThread:
     def start(self) -> DaemonThread:
         self._thread.start()
         self._started.wait(10)
-        wait_until(lambda: (self.daemon is not None and self.daemon.ready) or self.rc is not None,
-                   what="the daemon to become ready")
+        wait_until(
+            lambda: (self.daemon is not None and self.daemon.ready) or self.rc is not None,
+            what="the daemon to become ready",
+        )
         return self
 
     def stop(self, timeout: float = 30) -> int | None:
@@ -108,8 +110,16 @@ class DaemonThread:
         self.stop()
 
 
-def add_execution(conn: psycopg.Connection[Any], kube: Any, sid: str, *, gen: int = 1, namespace: str = "sandboxes",
-                  node_name: str | None = None, active: bool = True) -> str:
+def add_execution(
+    conn: psycopg.Connection[Any],
+    kube: Any,
+    sid: str,
+    *,
+    gen: int = 1,
+    namespace: str = "sandboxes",
+    node_name: str | None = None,
+    active: bool = True,
+) -> str:
     """A pod on the fake API server and the execution row that records its UID; returns the UID."""
     pod = kube.create_pod(namespace, f"pod-{sid}-{gen}", labels={"sandbox": sid}, node_name=node_name)
     conn.execute(

@@ -53,8 +53,7 @@ def finished(conn: psycopg.Connection[Any], sid: str) -> dict[str, Any] | None:
     return row if row and row["status"] in ("done", "dead") else None
 
 
-def test_retire_deletes_the_pod_under_its_uid_within_2s(execs: psycopg.Connection[Any], db_url: str,
-                                                       kube: Any) -> None:
+def test_retire_deletes_the_pod_under_its_uid_within_2s(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
     uid = add_execution(execs, kube, "a")
     with DaemonThread(daemon_settings(db_url, kube)):
         started = time.monotonic()
@@ -102,8 +101,9 @@ def test_same_name_replacement_is_never_deleted(execs: psycopg.Connection[Any], 
     assert all(d.body["preconditions"]["uid"] == old_uid for d in kube.deletes())
 
 
-def test_409_for_a_pod_that_vanished_mid_delete_is_absent(execs: psycopg.Connection[Any], db_url: str,
-                                                           kube: Any) -> None:
+def test_409_for_a_pod_that_vanished_mid_delete_is_absent(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
     add_execution(execs, kube, "a")
     kube.remove_pod("sandboxes", "pod-a-1")
     kube.inject("status", method="DELETE", code=409, reason="Conflict")
@@ -126,8 +126,9 @@ def test_active_generation_is_never_deleted(execs: psycopg.Connection[Any], db_u
     assert kube.get_pod("sandboxes", "pod-a-1") is not None
 
 
-def test_deleted_execution_row_still_gets_its_pod_deleted(execs: psycopg.Connection[Any], db_url: str,
-                                                         kube: Any) -> None:
+def test_deleted_execution_row_still_gets_its_pod_deleted(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
     add_execution(execs, kube, "a")
     with DaemonThread(daemon_settings(db_url, kube)):
         execs.execute("DELETE FROM executions WHERE sandbox_id = 'a'")
@@ -148,8 +149,9 @@ def test_deleted_execution_row_still_gets_its_pod_deleted(execs: psycopg.Connect
     ],
     ids=["429-text", "429-status", "500", "503", "504", "dropped", "timeout"],
 )
-def test_transient_answers_are_retried_then_succeed(execs: psycopg.Connection[Any], db_url: str, kube: Any,
-                                                    fault: dict[str, Any]) -> None:
+def test_transient_answers_are_retried_then_succeed(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any, fault: dict[str, Any]
+) -> None:
     add_execution(execs, kube, "a")
     kube.inject(method="DELETE", times=2, **fault)
     with DaemonThread(daemon_settings(db_url, kube, request_timeout=1.0)):
@@ -162,8 +164,9 @@ def test_transient_answers_are_retried_then_succeed(execs: psycopg.Connection[An
         assert second.at - first.at >= 0.95  # Retry-After honoured over the 0.2 s backoff cap
 
 
-def test_retries_run_out_and_the_row_goes_dead_with_its_last_error(execs: psycopg.Connection[Any], db_url: str,
-                                                                   kube: Any) -> None:
+def test_retries_run_out_and_the_row_goes_dead_with_its_last_error(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
     add_execution(execs, kube, "a")
     kube.inject("status", method="DELETE", code=503, times=None)
     with DaemonThread(daemon_settings(db_url, kube, max_attempts=3)):
@@ -184,8 +187,9 @@ def test_other_4xx_is_dead_at_once(execs: psycopg.Connection[Any], db_url: str, 
     assert kube.get_pod("sandboxes", "pod-a-1") is not None
 
 
-def test_forbidden_charges_nothing_and_says_which_permission(execs: psycopg.Connection[Any], db_url: str,
-                                                             kube: Any) -> None:
+def test_forbidden_charges_nothing_and_says_which_permission(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
     add_execution(execs, kube, "a")
     kube.denied.add(("delete", "sandboxes"))
     with DaemonThread(daemon_settings(db_url, kube, backoff_base=0.5, backoff_max=1.0)) as daemon:
@@ -201,8 +205,9 @@ def test_forbidden_charges_nothing_and_says_which_permission(execs: psycopg.Conn
     assert (done["outcome"], done["attempts"]) == ("deleted", 1)
 
 
-def test_bad_token_is_unauthorized_and_charges_nothing(execs: psycopg.Connection[Any], db_url: str, kube: Any,
-                                                       tmp_path: Any) -> None:
+def test_bad_token_is_unauthorized_and_charges_nothing(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any, tmp_path: Any
+) -> None:
     add_execution(execs, kube, "a")
     wrong = kube.write_kubeconfig(tmp_path / "wrong", token="not-the-token")
     with DaemonThread(daemon_settings(db_url, kube, kubeconfig=wrong, backoff_base=5.0, backoff_max=10.0)):
@@ -223,14 +228,16 @@ def test_poll_only_mode_drains(execs: psycopg.Connection[Any], db_url: str, kube
     assert kube.pods == {}
 
 
-def test_killed_listener_backend_still_drains_and_reconnects(execs: psycopg.Connection[Any], db_url: str,
-                                                            kube: Any) -> None:
+def test_killed_listener_backend_still_drains_and_reconnects(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
     add_execution(execs, kube, "a")
     add_execution(execs, kube, "b")
     with DaemonThread(daemon_settings(db_url, kube, poll_interval=0.5)) as daemon:
         listener = daemon.daemon.listener
-        execs.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                      " WHERE application_name = 'pod-sweeper-listener'")
+        execs.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pod-sweeper-listener'"
+        )
         retire(execs, "a")
         wait_until(lambda: finished(execs, "a"), timeout=10, what="the poll to drain without the listener")
         wait_until(lambda: listener.reconnects >= 1 and listener.healthy, timeout=10, what="the listener to return")
@@ -240,8 +247,9 @@ def test_killed_listener_backend_still_drains_and_reconnects(execs: psycopg.Conn
         assert time.monotonic() - started < 2
 
 
-def test_sigterm_style_drain_hands_unfinished_claims_back(execs: psycopg.Connection[Any], db_url: str,
-                                                          kube: Any) -> None:
+def test_sigterm_style_drain_hands_unfinished_claims_back(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
     for sid in "abcd":
         add_execution(execs, kube, sid)
     kube.inject("delay", method="DELETE", seconds=3, times=None)
@@ -256,16 +264,22 @@ def test_sigterm_style_drain_hands_unfinished_claims_back(execs: psycopg.Connect
     assert claimable == sum(1 for r in rows if r["status"] == "pending")
 
 
-def test_stale_replica_cannot_overwrite_the_new_owners_outcome(execs: psycopg.Connection[Any], db_url: str,
-                                                               kube: Any) -> None:
+def test_stale_replica_cannot_overwrite_the_new_owners_outcome(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
     add_execution(execs, kube, "a")
     retire(execs, "a")
 
     async def scenario() -> tuple[set[int], set[int]]:
         async with db.connection(settings_for(db_url)) as conn:
             attachments = await load_attachments(conn)
-            common = {"batch": 10, "lease_seconds": 5, "max_attempts": 5, "attachments": attachments,
-                      "recheck_retry_delay": 1.0}
+            common = {
+                "batch": 10,
+                "lease_seconds": 5,
+                "max_attempts": 5,
+                "attachments": attachments,
+                "recheck_retry_delay": 1.0,
+            }
             stale = (await outbox.claim(conn, owner="frozen", **common)).to_delete[0]
             await conn.execute("UPDATE pod_sweeper.outbox SET next_attempt_at = now() - interval '1 s'")
             fresh = (await outbox.claim(conn, owner="alive", **common)).to_delete[0]
@@ -282,20 +296,22 @@ def test_stale_replica_cannot_overwrite_the_new_owners_outcome(execs: psycopg.Co
     assert row is not None and (row["status"], row["outcome"], row["claimed_by"]) == ("done", "absent", "alive")
 
 
-def test_expired_lease_with_no_attempts_left_goes_dead(execs: psycopg.Connection[Any], db_url: str,
-                                                       kube: Any) -> None:
+def test_expired_lease_with_no_attempts_left_goes_dead(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
     add_execution(execs, kube, "a")
     retire(execs, "a")
-    execs.execute("UPDATE pod_sweeper.outbox SET status = 'claimed', claimed_by = 'crashed', attempts = 5,"
-                  " next_attempt_at = now() - interval '1 s'")
+    execs.execute(
+        "UPDATE pod_sweeper.outbox SET status = 'claimed', claimed_by = 'crashed', attempts = 5,"
+        " next_attempt_at = now() - interval '1 s'"
+    )
     with DaemonThread(daemon_settings(db_url, kube, max_attempts=5)):
         row = wait_until(lambda: finished(execs, "a"))
     assert row["status"] == "dead" and "lease of crashed expired after 5 attempts" in row["last_error"]
     assert kube.deletes() == []
 
 
-def test_a_dropped_host_table_leaves_rows_for_retry_not_deleted(execs: psycopg.Connection[Any], db_url: str,
-                                                                kube: Any) -> None:
+def test_a_dropped_host_table_leaves_rows_for_retry_not_deleted(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
     add_execution(execs, kube, "a")
     retire(execs, "a")
     execs.execute("DROP TABLE executions")
@@ -305,12 +321,14 @@ def test_a_dropped_host_table_leaves_rows_for_retry_not_deleted(execs: psycopg.C
     assert kube.deletes() == []
 
 
-def test_two_replicas_on_2000_rows_finish_each_exactly_once(execs: psycopg.Connection[Any], db_url: str,
-                                                            kube: Any) -> None:
+def test_two_replicas_on_2000_rows_finish_each_exactly_once(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
     names = []
-    with execs.cursor() as cur, cur.copy(
-        "COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN"
-    ) as copy:
+    with (
+        execs.cursor() as cur,
+        cur.copy("COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN") as copy,
+    ):
         for i in range(2000):
             pod = kube.create_pod("sandboxes", f"p{i}")
             names.append(pod["metadata"]["name"])
@@ -319,8 +337,14 @@ def test_two_replicas_on_2000_rows_finish_each_exactly_once(execs: psycopg.Conne
     second = DaemonThread(daemon_settings(db_url, kube, replica_id="r2", batch_size=50)).start()
     try:
         execs.execute("UPDATE executions SET active = false")
-        wait_until(lambda: execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done'")
-                   .fetchone()["n"] == 2000, timeout=120, what="2000 rows done")
+        wait_until(
+            lambda: (
+                execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done'").fetchone()["n"]
+                == 2000
+            ),
+            timeout=120,
+            what="2000 rows done",
+        )
     finally:
         assert first.stop() == 0 and second.stop() == 0
     by = execs.execute("SELECT outcome, attempts, count(*) AS n FROM pod_sweeper.outbox GROUP BY 1, 2").fetchall()
@@ -339,5 +363,3 @@ def test_wake_sources_are_counted(execs: psycopg.Connection[Any], db_url: str, k
         wait_until(lambda: finished(execs, "a"))
         wait_until(lambda: daemon.daemon.sweeper.counters.wakeups.get("notify", 0) >= 1)
         assert daemon.daemon.sweeper.counters.outcomes == {"deleted": 1}
-
-

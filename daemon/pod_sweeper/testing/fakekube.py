@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import re
 import socket
 import threading
@@ -350,13 +351,22 @@ class FakeKube:
         return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}
 
     def _delete(self, namespace: str, name: str, query: dict[str, list[str]], options: Any) -> tuple[int, Any]:
-        options = options if isinstance(options, dict) else {}
-        dry_run = options.get("dryRun") or query.get("dryRun")
+        # Query parameters are DeleteOptions too (the client sends most of them that way).
+        options = dict(options) if isinstance(options, dict) else {}
+        for key in ("gracePeriodSeconds", "propagationPolicy", "orphanDependents", "dryRun"):
+            if key in query and key not in options:
+                value: Any = query[key][0]
+                if key == "gracePeriodSeconds":
+                    value = int(value)
+                elif key == "orphanDependents":
+                    value = value.lower() == "true"
+                options[key] = value
+        dry_run = options.get("dryRun")
         with self._lock:
             pod = self.pods.get((namespace, name))
             if pod is None:  # 1. NotFound comes before any precondition
                 return not_found(name)
-            policy = options.get("propagationPolicy") or query.get("propagationPolicy", [None])[0]
+            policy = options.get("propagationPolicy")
             orphan = options.get("orphanDependents")
             if (policy is not None and policy not in _PROPAGATION) or (policy is not None and orphan is not None):
                 why = (
@@ -500,7 +510,7 @@ def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
         def _send_fault(self, fault: Fault) -> None:
             headers = {}
             if fault.retry_after is not None:
-                headers["Retry-After"] = str(int(fault.retry_after) if fault.retry_after >= 1 else fault.retry_after)
+                headers["Retry-After"] = str(math.ceil(fault.retry_after))  # HTTP allows whole seconds only
             if fault.text:
                 # The max-in-flight filter's answer: plain text, not a Status.
                 self._send(fault.code, "Too many requests, please try again later.\n", headers, text=True)

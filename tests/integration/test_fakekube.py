@@ -1,0 +1,207 @@
+"""Conformance of the fake API server: status codes and bodies as a real kube-apiserver answers them,
+faults applied before any state change, and the request log, seen through the real client."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from pod_sweeper.testing.fakekube import selector_matches
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def core(kube: Any) -> client.CoreV1Api:
+    configuration = client.Configuration()
+    config.load_kube_config(str(kube.kubeconfig), client_configuration=configuration)
+    configuration.retries = False
+    return client.CoreV1Api(client.ApiClient(configuration))
+
+
+def body(exc: ApiException) -> dict[str, Any]:
+    return dict(json.loads(exc.body))
+
+
+def manifest(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}], **spec},
+    }
+
+
+def test_create_sets_server_fields(core: client.CoreV1Api) -> None:
+    pod = core.create_namespaced_pod("ns", manifest("p1"))
+    assert pod.kind == "Pod" and pod.api_version == "v1"
+    assert pod.metadata.uid and pod.metadata.resource_version and pod.metadata.creation_timestamp
+    assert pod.metadata.namespace == "ns" and pod.spec.termination_grace_period_seconds == 30
+    other = core.create_namespaced_pod("ns", manifest("p2"))
+    assert int(other.metadata.resource_version) > int(pod.metadata.resource_version)
+    with pytest.raises(ApiException) as info:
+        core.create_namespaced_pod("ns", manifest("p1"))
+    assert (info.value.status, body(info.value)["reason"]) == (409, "AlreadyExists")
+
+
+def test_create_without_containers_is_invalid(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as info:
+        core.create_namespaced_pod("ns", {"metadata": {"name": "p"}, "spec": {"containers": []}})
+    b = body(info.value)
+    assert (info.value.status, b["reason"], b["details"]["causes"][0]["field"]) == (422, "Invalid", "spec.containers")
+
+
+def test_get_and_not_found_body(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as info:
+        core.read_namespaced_pod("nope", "ns")
+    assert body(info.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'pods "nope" not found',
+        "reason": "NotFound",
+        "details": {"name": "nope", "kind": "pods"},
+        "code": 404,
+    }
+
+
+def test_list_is_200_when_empty_and_filters_by_label(core: client.CoreV1Api, kube: Any) -> None:
+    assert core.list_namespaced_pod("ns").items == []
+    kube.create_pod("ns", "a", labels={"app": "sb", "gen": "1"})
+    kube.create_pod("ns", "b", labels={"app": "sb", "gen": "2"})
+    kube.create_pod("other", "c", labels={"app": "sb"})
+    assert [p.metadata.name for p in core.list_namespaced_pod("ns", label_selector="gen=2").items] == ["b"]
+    assert len(core.list_pod_for_all_namespaces(label_selector="app=sb").items) == 3
+    page = core.list_namespaced_pod("ns", limit=1)
+    assert [p.metadata.name for p in page.items] == ["a"] and page.metadata._continue
+    rest = core.list_namespaced_pod("ns", limit=1, _continue=page.metadata._continue)
+    assert [p.metadata.name for p in rest.items] == ["b"] and not rest.metadata._continue
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "expected"),
+    [
+        ("a=1", {"a": "1"}, True),
+        ("a==1", {"a": "2"}, False),
+        ("a!=1", {}, True),
+        ("a", {"a": ""}, True),
+        ("!a", {"a": "x"}, False),
+        ("a in (1,2),b", {"a": "2", "b": "x"}, True),
+        ("a notin (1)", {"a": "1"}, False),
+        ("", {}, True),
+    ],
+)
+def test_selector_semantics(selector: str, labels: dict[str, str], expected: bool) -> None:
+    assert selector_matches(selector, labels) is expected
+
+
+def test_delete_404_comes_before_the_precondition(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as info:
+        core.delete_namespaced_pod("nope", "ns", body={"preconditions": {"uid": "wrong"}})
+    assert info.value.status == 404
+
+
+def test_delete_uid_mismatch_is_409_conflict_and_keeps_the_pod(core: client.CoreV1Api, kube: Any) -> None:
+    pod = kube.create_pod("ns", "p1")
+    with pytest.raises(ApiException) as info:
+        core.delete_namespaced_pod("p1", "ns", body={"preconditions": {"uid": "x"}})
+    b = body(info.value)
+    assert (info.value.status, b["reason"], b["details"]) == (409, "Conflict", {"name": "p1", "kind": "Pod"})
+    assert b["message"].startswith('Operation cannot be fulfilled on Pod "p1": the UID in the precondition (x)')
+    assert kube.get_pod("ns", "p1")["metadata"]["uid"] == pod["metadata"]["uid"]
+    with pytest.raises(ApiException) as rv:
+        core.delete_namespaced_pod("p1", "ns", body={"preconditions": {"resourceVersion": "1"}})
+    assert rv.value.status == 409 and "ResourceVersion in the precondition" in body(rv.value)["message"]
+
+
+def test_unscheduled_pod_goes_at_once_scheduled_pod_terminates(core: client.CoreV1Api, kube: Any) -> None:
+    pod = kube.create_pod("ns", "pending")
+    core.delete_namespaced_pod("pending", "ns", body={"preconditions": {"uid": pod["metadata"]["uid"]}})
+    assert kube.get_pod("ns", "pending") is None
+    kube.create_pod("ns", "running", node_name="n1", phase="Running")
+    first = core.delete_namespaced_pod("running", "ns")
+    assert first.metadata.deletion_timestamp is not None and first.metadata.deletion_grace_period_seconds == 30
+    again = core.delete_namespaced_pod("running", "ns", grace_period_seconds=5)  # repeat: 200, shorter
+    assert again.metadata.deletion_grace_period_seconds == 5
+    core.delete_namespaced_pod("running", "ns", grace_period_seconds=0)
+    assert kube.get_pod("ns", "running") is None
+
+
+def test_propagation_policies(core: client.CoreV1Api, kube: Any) -> None:
+    kube.create_pod("ns", "fg")
+    core.delete_namespaced_pod("fg", "ns", propagation_policy="Foreground")
+    assert kube.get_pod("ns", "fg")["metadata"]["finalizers"] == ["foregroundDeletion"]
+    kube.create_pod("ns", "bad")
+    with pytest.raises(ApiException) as info:
+        core.delete_namespaced_pod("bad", "ns", body={"propagationPolicy": "Sideways"})
+    assert (info.value.status, body(info.value)["details"]["kind"]) == (422, "DeleteOptions")
+
+
+def test_dry_run_changes_nothing(core: client.CoreV1Api, kube: Any) -> None:
+    kube.create_pod("ns", "p")
+    core.delete_namespaced_pod("p", "ns", dry_run="All")
+    assert kube.get_pod("ns", "p") is not None
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"), [(500, "InternalError"), (503, "ServiceUnavailable"), (429, "TooManyRequests")]
+)
+def test_injected_errors_come_before_any_state_change(
+    core: client.CoreV1Api, kube: Any, code: int, reason: str
+) -> None:
+    kube.create_pod("ns", "p")
+    kube.inject("status", method="DELETE", code=code, retry_after=2 if code == 429 else None)
+    with pytest.raises(ApiException) as info:
+        core.delete_namespaced_pod("p", "ns")
+    assert (info.value.status, body(info.value)["reason"]) == (code, reason)
+    if code == 429:
+        assert info.value.headers["Retry-After"] == "2" and body(info.value)["details"]["retryAfterSeconds"] == 2
+    assert kube.get_pod("ns", "p") is not None
+
+
+def test_plain_text_429(core: client.CoreV1Api, kube: Any) -> None:
+    kube.inject("status", code=429, text=True, retry_after=1)
+    with pytest.raises(ApiException) as info:
+        core.list_namespaced_pod("ns")
+    assert info.value.status == 429 and info.value.headers["Content-Type"].startswith("text/plain")
+    assert info.value.body.strip() == "Too many requests, please try again later."
+
+
+def test_dropped_connection_and_lost_response(core: client.CoreV1Api, kube: Any) -> None:
+    kube.create_pod("ns", "p")
+    kube.inject("drop", method="DELETE")
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        core.delete_namespaced_pod("p", "ns")
+    assert kube.get_pod("ns", "p") is not None  # dropped before the change
+    kube.inject("drop_after", method="DELETE")
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        core.delete_namespaced_pod("p", "ns")
+    assert kube.get_pod("ns", "p") is None  # done, but the answer was lost
+    with pytest.raises(ApiException) as info:
+        core.delete_namespaced_pod("p", "ns")
+    assert info.value.status == 404  # what a retry sees
+
+
+def test_the_stock_client_retries_a_delete_on_429_which_the_log_shows(kube: Any) -> None:
+    configuration = client.Configuration()
+    config.load_kube_config(str(kube.kubeconfig), client_configuration=configuration)  # retries left at default
+    stock = client.CoreV1Api(client.ApiClient(configuration))
+    kube.create_pod("ns", "p")
+    kube.inject("status", method="DELETE", code=429, retry_after=1, times=1)
+    stock.delete_namespaced_pod("p", "ns")
+    assert [r.status for r in kube.deletes()] == [429, 200]
+
+
+def test_unauthenticated_requests_get_401(kube: Any, tmp_path: Any) -> None:
+    configuration = client.Configuration()
+    config.load_kube_config(
+        str(kube.write_kubeconfig(tmp_path / "k", token="wrong")), client_configuration=configuration
+    )
+    with pytest.raises(ApiException) as info:
+        client.CoreV1Api(client.ApiClient(configuration)).list_namespaced_pod("ns")
+    assert (info.value.status, body(info.value)["reason"]) == (401, "Unauthorized")
+    assert kube.requests[-1].authorization == "Bearer wrong"
