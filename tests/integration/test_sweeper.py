@@ -3,16 +3,15 @@ outcome table, the safety invariants, wakeups, leases and fencing."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
+
 from conftest import run, settings_for
 from helpers import DaemonThread, add_execution, attach_table, create_executions, row_for, wait_until
-
 from pod_sweeper import db, outbox
 from pod_sweeper.outbox import Final
 from pod_sweeper.recheck import load_attachments
