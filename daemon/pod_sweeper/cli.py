@@ -141,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             logger.warning("ignoring {variable}: no such setting", variable=name)
         return asyncio.run(handler(settings, args))
     except PodSweeperError as exc:
-        print(f"pod-sweeper: {exc}", file=sys.stderr)
+        print(f"pod-sweeper: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever the cause said
         return exc.exit_code
     except psycopg.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -65,7 +65,9 @@ def load_configuration(kubeconfig: Path | None, context: str | None, *, pool_siz
                 config.load_kube_config(context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
     except ConfigException as exc:
         raise ConfigError(f"cannot load the Kubernetes configuration: {exc}") from None
-    except (OSError, ValueError, TypeError, AttributeError) as exc:
+    except ConfigError:
+        raise
+    except Exception as exc:  # YAML errors, wrong shapes: the loader raises many kinds for a bad file
         where = kubeconfig or "the default kubeconfig"
         raise ConfigError(f"cannot read the kubeconfig {where}: {type(exc).__name__}: {exc}") from None
     configuration.retries = False  # we own the retry policy; see the module docstring

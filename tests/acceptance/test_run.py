@@ -1,0 +1,191 @@
+"""``pod-sweeper run`` as a subprocess, sent real signals: graceful stop, SIGKILL and takeover, a
+database that is not there yet, and start-up refusals with their exit codes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import run
+from helpers import attach_table, create_executions, wait_until
+
+pytestmark = pytest.mark.acceptance
+
+
+@pytest.fixture
+def execs(pg: psycopg.Connection[Any], db_url: str) -> psycopg.Connection[Any]:
+    create_executions(pg)
+    run(attach_table(db_url))
+    return pg
+
+
+def spawn(url: str, kubeconfig: Path, **env: str) -> subprocess.Popen[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}
+    environ.update(
+        {
+            "POD_SWEEPER_DATABASE_URL": url,
+            "POD_SWEEPER_KUBECONFIG": str(kubeconfig),
+            "POD_SWEEPER_HTTP_PORT": "0",
+            "POD_SWEEPER_POLL_INTERVAL": "1",
+            "POD_SWEEPER_BACKOFF_BASE": "0.1",
+            "POD_SWEEPER_BACKOFF_MAX": "0.5",
+            "POD_SWEEPER_RATE_LIMIT_QPS": "0",
+            "POD_SWEEPER_REQUEST_TIMEOUT": "3",
+            **env,
+        }
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "pod_sweeper", "run"],
+        env=environ,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def seed(conn: psycopg.Connection[Any], kube: Any, n: int) -> None:
+    with (
+        conn.cursor() as cur,
+        cur.copy("COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN") as copy,
+    ):
+        for i in range(n):
+            pod = kube.create_pod("sandboxes", f"p{i}")
+            copy.write_row((f"s{i}", 1, "sandboxes", f"p{i}", uuid.UUID(pod["metadata"]["uid"])))
+
+
+def counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    rows = conn.execute("SELECT status, count(*) AS n FROM pod_sweeper.outbox GROUP BY 1").fetchall()
+    return {r["status"]: r["n"] for r in rows}
+
+
+def test_sigterm_finishes_in_flight_hands_back_the_rest_and_exits_0(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    seed(execs, kube, 40)
+    kube.inject("delay", method="DELETE", seconds=0.5, times=None)
+    proc = spawn(
+        db_url,
+        kube.kubeconfig,
+        POD_SWEEPER_CONCURRENCY="4",
+        POD_SWEEPER_BATCH_SIZE="4",
+        POD_SWEEPER_SHUTDOWN_TIMEOUT="5",
+    )
+    execs.execute("UPDATE executions SET active = false")
+    wait_until(lambda: len(kube.deletes()) >= 4, what="deletes in flight")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "stopped cleanly" in err
+    c = counts(execs)
+    assert c.get("claimed", 0) == 0 and c.get("done", 0) >= 4
+    handed = execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'pending' AND attempts <> 0")
+    assert handed.fetchone()["n"] == 0  # nothing handed back was charged
+    # Every DELETE the server answered 200 is recorded as done: no finished work was lost.
+    assert sum(1 for d in kube.deletes() if d.status == 200) == c.get("done", 0)
+
+
+def test_sigkill_mid_batch_then_a_new_process_takes_over_the_expired_leases(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    seed(execs, kube, 30)
+    kube.inject("delay", method="DELETE", seconds=1.0, times=None)
+    first = spawn(db_url, kube.kubeconfig, POD_SWEEPER_LEASE_SECONDS="5", POD_SWEEPER_CONCURRENCY="8")
+    execs.execute("UPDATE executions SET active = false")
+    wait_until(lambda: counts(execs).get("claimed", 0) >= 8 and kube.deletes(), what="a claimed batch in flight")
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    stranded = counts(execs).get("claimed", 0)
+    assert stranded > 0
+    kube.clear_faults()
+    second = spawn(db_url, kube.kubeconfig, POD_SWEEPER_LEASE_SECONDS="5", POD_SWEEPER_REPLICA_ID="second")
+    try:
+        wait_until(lambda: counts(execs) == {"done": 30}, timeout=30, what="every row done after the takeover")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.communicate(timeout=20)
+    assert second.returncode == 0
+    outcomes = execs.execute("SELECT outcome, count(*) AS n FROM pod_sweeper.outbox GROUP BY 1").fetchall()
+    assert {r["outcome"] for r in outcomes} <= {"deleted", "absent"}  # absent: the killed one's DELETE landed
+    assert kube.pods == {}
+    taken_over = execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE attempts = 2").fetchone()["n"]
+    assert taken_over == stranded  # each lease taken over was charged once more
+
+
+def test_unreachable_database_at_start_keeps_retrying_not_crashing(kube: Any) -> None:
+    from pod_sweeper.testing.postgres import free_port
+
+    proc = spawn(
+        f"postgresql://app:s3cret@127.0.0.1:{free_port()}/x",
+        kube.kubeconfig,
+        POD_SWEEPER_CONNECT_TIMEOUT="1",
+        POD_SWEEPER_BACKOFF_BASE="0.1",
+    )
+    lines: list[str] = []
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 20
+    while len([line for line in lines if "unreachable" in line]) < 2 and time.monotonic() < deadline:
+        lines.append(proc.stderr.readline())
+    assert proc.poll() is None  # still running, not crash-looping
+    proc.send_signal(signal.SIGTERM)
+    _, rest = proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    attempts = [line for line in lines if "unreachable" in line]
+    assert "attempt 1" in attempts[0] and "attempt 2" in attempts[1]
+    assert "s3cret" not in "".join(lines) + rest
+
+
+def test_unmigrated_schema_exits_3(empty_db_url: str, kube: Any) -> None:
+    proc = spawn(empty_db_url, kube.kubeconfig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 3
+    assert err.strip().splitlines()[-1] == (
+        "pod-sweeper: schema pod_sweeper is not migrated in this database: run `pod-sweeper migrate`"
+    )
+
+
+@pytest.mark.parametrize(
+    "content", [None, "{not yaml: [", '{"apiVersion": "v1", "clusters": []}'], ids=["missing", "malformed", "empty"]
+)
+def test_bad_kubeconfig_exits_2_with_one_line(db_url: str, tmp_path: Path, content: str | None) -> None:
+    path = tmp_path / "kubeconfig"
+    if content is not None:
+        path.write_text(content)
+    proc = spawn(db_url, path)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("pod-sweeper: ") and "kube" in last.lower()
+    assert "Traceback" not in err
+
+
+def test_second_signal_exits_at_once(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    seed(execs, kube, 5)
+    kube.inject("hang", method="DELETE", seconds=60, times=None)
+    proc = spawn(
+        db_url,
+        kube.kubeconfig,
+        POD_SWEEPER_SHUTDOWN_TIMEOUT="30",
+        POD_SWEEPER_REQUEST_TIMEOUT="20",
+        POD_SWEEPER_LEASE_SECONDS="60",
+    )
+    execs.execute("UPDATE executions SET active = false")
+    wait_until(lambda: kube.deletes(), what="a hanging DELETE")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.stderr is not None
+    while "SIGTERM: stopping" not in proc.stderr.readline():  # the graceful stop has begun
+        assert proc.poll() is None
+    # It now waits on the hanging DELETE, up to its 30 s deadline; a second signal cuts that short.
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=10)
+    assert time.monotonic() - started < 5
+    assert proc.returncode == 1
