@@ -11,6 +11,8 @@ them on its own thread pool.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -20,6 +22,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from pod_sweeper.errors import (
     ConfigError,
@@ -50,19 +53,36 @@ class Answer:
     http_status: int | None
 
 
-def load_configuration(kubeconfig: Path | None, context: str | None, *, pool_size: int) -> client.Configuration:
-    """Explicit kubeconfig, else the in-cluster service account, else the usual kubeconfig lookup."""
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def load_configuration(
+    kubeconfig: Path | None,
+    context: str | None,
+    *,
+    pool_size: int,
+    service_account_dir: Path = SERVICE_ACCOUNT_DIR,
+    environ: Mapping[str, str] = os.environ,
+) -> client.Configuration:
+    """Explicit kubeconfig, else the in-cluster service account (when KUBERNETES_SERVICE_HOST is set, as
+    in every pod), else the usual kubeconfig lookup ($KUBECONFIG, then ~/.kube/config)."""
     configuration = client.Configuration()
     try:
         if kubeconfig is not None:
             if not kubeconfig.is_file():
                 raise ConfigError(f"POD_SWEEPER_KUBECONFIG: {kubeconfig} does not exist")
             config.load_kube_config(str(kubeconfig), context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
+        elif environ.get("KUBERNETES_SERVICE_HOST"):
+            loader = InClusterConfigLoader(
+                token_filename=str(service_account_dir / "token"),
+                cert_filename=str(service_account_dir / "ca.crt"),
+                environ=environ,
+            )
+            loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
         else:
-            try:
-                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            except ConfigException:
-                config.load_kube_config(context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
+            # Read $KUBECONFIG now: the client reads it once, when it is imported.
+            lookup = environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+            config.load_kube_config(lookup, context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
     except ConfigException as exc:
         raise ConfigError(f"cannot load the Kubernetes configuration: {exc}") from None
     except ConfigError:
