@@ -73,7 +73,7 @@ def load_configuration(
                 raise ConfigError(f"POD_SWEEPER_KUBECONFIG: {kubeconfig} does not exist")
             config.load_kube_config(str(kubeconfig), context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
         elif environ.get("KUBERNETES_SERVICE_HOST"):
-            loader = InClusterConfigLoader(
+            loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
                 token_filename=str(service_account_dir / "token"),
                 cert_filename=str(service_account_dir / "ca.crt"),
                 environ=environ,

@@ -49,5 +49,5 @@ def test_in_cluster_without_a_token_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_missing_explicit_kubeconfig(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="POD_SWEEPER_KUBECONFIG: .* does not exist"):
+    with pytest.raises(ConfigError, match=r"POD_SWEEPER_KUBECONFIG: .* does not exist"):
         load_configuration(tmp_path / "nope", None, pool_size=1)
