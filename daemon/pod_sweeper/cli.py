@@ -76,6 +76,13 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     return await runner.Daemon(settings).run()
 
 
+async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
+    from pod_sweeper.demo import run_demo  # the demo's stand-ins are not loaded by any other command
+
+    url = args.database_url or (settings.database_url.get_secret_value() if settings.database_url else None)
+    return await run_demo(url, args.rate, args.duration, args.seed)
+
+
 async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     print(settings_markdown())
     return EXIT_OK
@@ -122,6 +129,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("run", help="run the daemon until SIGTERM or SIGINT")
     p.set_defaults(handler=cmd_run)
+
+    p = commands.add_parser("demo", help="the whole loop on this machine: throwaway database, fake API server")
+    p.add_argument(
+        "--database-url",
+        help="a server on which to create (and drop) a demo database; "
+        "default: a throwaway cluster from the local PostgreSQL binaries",
+    )
+    p.add_argument("--rate", type=float, default=20.0, help="executions created per second (default 20)")
+    p.add_argument("--duration", type=float, help="stop after this many seconds (default: at Ctrl-C)")
+    p.add_argument("--seed", type=int, help="seed of the workload's random choices")
+    p.set_defaults(handler=cmd_demo)
 
     p = commands.add_parser("settings", help="print every setting with its default, as Markdown")
     p.set_defaults(handler=cmd_settings)
