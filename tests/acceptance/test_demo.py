@@ -48,5 +48,6 @@ def test_ctrl_c_stops_the_demo_cleanly() -> None:
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0
+    assert "everything it started is gone" in out
     root = re.search(r"started a throwaway PostgreSQL in (\S+)", "".join(lines))
     assert root and not Path(root[1]).exists()
