@@ -1,0 +1,16 @@
+"""The README's settings table is the one the settings themselves describe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pod_sweeper.cli import settings_markdown
+
+pytestmark = pytest.mark.unit
+
+
+def test_readme_settings_table_is_current() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert settings_markdown() in readme, "regenerate the README's table with `pod-sweeper settings`"
