@@ -95,6 +95,7 @@ class Sweeper:
         self._results: list[Final] = []
         self._results_ready = asyncio.Event()
         self._settled = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
         self._room = asyncio.Event()
         self._stopping = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
@@ -141,7 +142,8 @@ class Sweeper:
                         attachments=self.attachments,
                         recheck_retry_delay=self.backoff.delay(1),
                     )
-                    due = None if result.to_delete or result.skipped else await outbox.next_due(conn)
+                    full = len(result.to_delete) + result.skipped + result.unknown + result.expired_dead >= want
+                    due = None if full else await outbox.next_due(conn)
             except psycopg.Error as exc:
                 db_failures += 1
                 self.counters.db_errors += 1
@@ -278,6 +280,12 @@ class Sweeper:
                 await asyncio.sleep(delay)
 
     async def _flush(self) -> None:
+        # The finalizer task and the shutdown drain both flush; one at a time, or the same results
+        # would be written (and removed from the list) twice.
+        async with self._flush_lock:
+            await self._flush_locked()
+
+    async def _flush_locked(self) -> None:
         while self._results:
             batch = self._results[:FINALIZE_BATCH]
             async with self.pool.connection() as conn:

@@ -362,3 +362,16 @@ def test_wake_sources_are_counted(execs: psycopg.Connection[Any], db_url: str, k
         wait_until(lambda: finished(execs, "a"))
         wait_until(lambda: daemon.daemon.sweeper.counters.wakeups.get("notify", 0) >= 1)
         assert daemon.daemon.sweeper.counters.outcomes == {"deleted": 1}
+
+
+def test_claimer_wakes_at_the_next_due_time_not_the_poll(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    add_execution(execs, kube, "a")
+    retire(execs, "a")
+    execs.execute("UPDATE pod_sweeper.outbox SET next_attempt_at = now() + interval '2 s'")  # in backoff
+    with DaemonThread(daemon_settings(db_url, kube, poll_interval=30.0)):
+        started = time.monotonic()
+        row = wait_until(lambda: finished(execs, "a"), timeout=10)
+        assert time.monotonic() - started < 5  # due after 2 s; the poll would have taken 30 s
+    assert row["outcome"] == "deleted"
