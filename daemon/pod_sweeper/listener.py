@@ -24,6 +24,7 @@ from pod_sweeper import db
 from pod_sweeper.backoff import Backoff
 from pod_sweeper.db import Connection
 from pod_sweeper.errors import DatabaseUnavailable
+from pod_sweeper.metrics import Metrics
 from pod_sweeper.settings import Settings
 
 CHANNEL = "pod_sweeper"
@@ -34,10 +35,17 @@ class ListenerDeaf(Exception):
 
 
 class Listener:
-    def __init__(self, settings: Settings, pool: AsyncConnectionPool[Connection], wake: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        pool: AsyncConnectionPool[Connection],
+        wake: Callable[[str], None],
+        metrics: Metrics | None = None,
+    ) -> None:
         self.settings = settings
         self.pool = pool
         self.wake = wake
+        self.metrics = metrics or Metrics()
         self.healthy = False
         self.listening = asyncio.Event()  # set once the first LISTEN is in place
         self.reconnects = 0
@@ -62,6 +70,7 @@ class Listener:
                 self.healthy = False
                 failures += 1
                 self.reconnects += 1
+                self.metrics.listener_reconnects.inc()
                 delay = self._backoff.delay(failures)
                 logger.warning(
                     "listener lost ({error}); reconnecting in {delay:.1f} s, polling meanwhile",

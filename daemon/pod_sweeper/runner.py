@@ -29,11 +29,16 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from pod_sweeper import db, migrations
 from pod_sweeper.backoff import Backoff
 from pod_sweeper.errors import EXIT_FAILURE, EXIT_OK
+from pod_sweeper.health import Health, HealthServer, refresh_gauges
 from pod_sweeper.kube import PodDeleter, load_configuration
 from pod_sweeper.listener import Listener
+from pod_sweeper.metrics import Metrics
 from pod_sweeper.recheck import load_attachments
+from pod_sweeper.sdnotify import Notifier
 from pod_sweeper.settings import Settings
 from pod_sweeper.sweeper import Sweeper
+
+GAUGE_REFRESH_SECONDS = 5.0
 
 
 class _Stop(Exception):
@@ -57,8 +62,17 @@ class Daemon:
         self.settings = settings
         self.handle_signals = handle_signals  # off when embedded (tests, the demo) off the main thread
         self.stop_requested = asyncio.Event()
-        self.ready = False
+        self.metrics = Metrics()
+        self.health = Health(listener_ok=False if settings.listen else None)
+        self.notifier = Notifier()
+        self.http: HealthServer | None = None
+        self.sweeper: Sweeper | None = None
+        self.listener: Listener | None = None
         self._signals = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.health.readiness()[0]
 
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
@@ -81,7 +95,9 @@ class Daemon:
             try:
                 await pool.open(wait=True, timeout=self.settings.connect_timeout + 1)
                 return True
-            except PoolTimeout:
+            except PoolTimeout as exc:
+                self.health.database_ok = False
+                self.health.database_error = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreachable"
                 delay = backoff.delay(attempt, at_least=min(attempt, 5) * 0.5)
                 logger.warning(
                     "database {db} unreachable (attempt {n}); not ready, retrying in {delay:.1f} s",
@@ -106,15 +122,21 @@ class Daemon:
             )
         )
         self._pool = _make_pool(self.settings)
+        if self.settings.http_port:
+            self.http = HealthServer(self.settings.http_host, self.settings.http_port, self.health, self.metrics)
+            self.http.start()
+        heart = asyncio.create_task(self._heartbeat(), name="heartbeat")
         try:
+            self.notifier.status("connecting to the database")
             if not await self._open_pool(self._pool):
                 return EXIT_OK
             pool = self._pool
             async with pool.connection() as conn:
                 version = await migrations.check_schema(conn)
                 attachments = await load_attachments(conn)
-            sweeper = Sweeper(self.settings, pool, deleter, attachments=attachments)
-            listener = Listener(self.settings, pool, sweeper.notify) if self.settings.listen else None
+            self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True
+            sweeper = Sweeper(self.settings, pool, deleter, attachments=attachments, metrics=self.metrics)
+            listener = Listener(self.settings, pool, sweeper.notify, self.metrics) if self.settings.listen else None
             self.sweeper, self.listener = sweeper, listener
             logger.info(
                 "pod-sweeper running as {replica}, schema version {version}, {mode}",
@@ -130,6 +152,10 @@ class Daemon:
                     group.create_task(_named("sweeper", sweeper.run()), name="sweeper")
                     group.create_task(_named("readiness", self._become_ready(sweeper, listener)), name="readiness")
                     group.create_task(_named("shutdown", self._shutdown_when_asked(sweeper)), name="shutdown")
+                    group.create_task(
+                        _named("gauges", refresh_gauges(pool, self.metrics, self.health, GAUGE_REFRESH_SECONDS)),
+                        name="gauges",
+                    )
             except* _Stop:
                 pass
             except* Exception:
@@ -139,6 +165,10 @@ class Daemon:
             logger.info("stopped cleanly")
             return EXIT_OK
         finally:
+            heart.cancel()
+            self.notifier.close()
+            if self.http is not None:
+                self.http.close()
             await self._pool.close()
             deleter.close()
 
@@ -146,16 +176,59 @@ class Daemon:
         if listener is not None:
             await listener.listening.wait()
         await sweeper.caught_up.wait()
-        self.ready = True
+        self.health.started = True
+        self.notifier.ready(self._status_line())
         logger.info(
             "ready: schema checked, {listen}first catch-up claim done", listen="listening, " if listener else ""
         )
 
     async def _shutdown_when_asked(self, sweeper: Sweeper) -> None:
         await self.stop_requested.wait()
-        self.ready = False
+        self.health.stopping = True
+        self.notifier.stopping()
         await sweeper.drain(time.monotonic() + self.settings.shutdown_timeout)
         raise _Stop
+
+    def _status_line(self) -> str:
+        m = self.metrics
+        return (
+            f"backlog {m.value('pod_sweeper_outbox_rows', status='pending'):.0f} pending, "
+            f"{m.value('pod_sweeper_dead_rows'):.0f} dead, lag {m.value('pod_sweeper_lag_seconds'):.0f} s; "
+            f"{m.value('pod_sweeper_outcomes_total', outcome='deleted'):.0f} deleted"
+        )
+
+    def _loop_healthy(self) -> bool:
+        """For the systemd watchdog: the claimer is turning (or the database is down and being retried,
+        which a restart would not cure)."""
+        sweeper = self.sweeper
+        if sweeper is None or not self.health.database_ok:
+            return True
+        stall = max(self.settings.poll_interval, self.settings.request_timeout) * 2 + 10
+        return time.monotonic() - sweeper.last_turn < stall
+
+    async def _heartbeat(self) -> None:
+        """The main loop's beat: keeps /livez and the gauges of process state current, pets the systemd
+        watchdog while healthy, and refreshes the systemd STATUS line."""
+        last_pet = last_status = 0.0
+        while True:
+            now = time.monotonic()
+            self.health.heartbeat = now
+            if self.listener is not None:
+                self.health.listener_ok = self.listener.healthy
+                self.metrics.listener_healthy.set(1 if self.listener.healthy else 0)
+            if self.sweeper is not None:
+                refusing = now < self.sweeper.auth_blocked_until or self.sweeper.auth_error is not None
+                self.health.kube_error = self.sweeper.auth_error if refusing else None
+                self.metrics.kube_refusing.set(1 if refusing else 0)
+            self.metrics.ready.set(1 if self.ready else 0)
+            interval = self.notifier.watchdog_interval
+            if interval is not None and now - last_pet >= interval and self._loop_healthy():
+                self.notifier.watchdog()
+                last_pet = now
+            if self.health.started and now - last_status >= 5:
+                self.notifier.status(self._status_line())
+                last_status = now
+            await asyncio.sleep(min(1.0, interval or 1.0))
 
 
 def _make_pool(settings: Settings) -> AsyncConnectionPool[db.Connection]:

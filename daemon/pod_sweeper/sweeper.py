@@ -23,7 +23,7 @@ import contextlib
 import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import psycopg
 from loguru import logger
@@ -34,6 +34,7 @@ from pod_sweeper.backoff import Backoff, TokenBucket
 from pod_sweeper.db import Connection
 from pod_sweeper.errors import KubeRejected, KubeRetryable, KubeUnauthorized
 from pod_sweeper.kube import PodDeleter
+from pod_sweeper.metrics import Metrics
 from pod_sweeper.outbox import Claim, Final
 from pod_sweeper.recheck import Attachment
 from pod_sweeper.settings import Settings
@@ -45,20 +46,6 @@ LEASE_MARGIN_SECONDS = 2.0
 # The shortest sleep between claims when rows are due but all locked by other replicas.
 MIN_CLAIM_PAUSE = 0.05
 FINALIZE_BATCH = 500
-
-
-@dataclass
-class Counters:
-    """What the sweeper did since it started (the metrics issue exports these)."""
-
-    claimed: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
-    retried: int = 0
-    dead: int = 0
-    handed_back: int = 0
-    fenced_off: int = 0
-    wakeups: dict[str, int] = field(default_factory=dict)
-    db_errors: int = 0
 
 
 @dataclass
@@ -75,18 +62,20 @@ class Sweeper:
         deleter: PodDeleter,
         *,
         attachments: dict[int, Attachment],
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
         self.deleter = deleter
         self.attachments = attachments
-        self.counters = Counters()
+        self.metrics = metrics or Metrics()
         self.wake = asyncio.Event()
         self.wake_source = "start"
         self.backoff = Backoff(settings.backoff_base, settings.backoff_max)
         self.bucket = TokenBucket(settings.rate_limit_qps, settings.rate_limit_burst)
         self.capacity = settings.concurrency + min(settings.batch_size, settings.concurrency)
         self.auth_blocked_until = 0.0
+        self.last_turn = time.monotonic()  # the claimer's heartbeat, for the systemd watchdog
         self.auth_error: str | None = None
         self.caught_up = asyncio.Event()  # set after the first claim round that found nothing more
         self._auth_failures = 0
@@ -110,16 +99,16 @@ class Sweeper:
     async def _sleep_until_wake(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.wake.wait(), timeout)
-            self.counters.wakeups[self.wake_source] = self.counters.wakeups.get(self.wake_source, 0) + 1
+            self.metrics.wakeups.labels(self.wake_source).inc()
             return
-        self.counters.wakeups["poll"] = self.counters.wakeups.get("poll", 0) + 1
+        self.metrics.wakeups.labels("poll").inc()
 
     # --- claimer ------------------------------------------------------------------------------------
 
     async def claimer(self) -> None:
         db_failures = 0
         while not self._stopping.is_set():
-            now = time.monotonic()
+            now = self.last_turn = time.monotonic()
             if now < self.auth_blocked_until:
                 await self._sleep_until_stop(self.auth_blocked_until - now)
                 continue
@@ -146,7 +135,7 @@ class Sweeper:
                     due = None if full else await outbox.next_due(conn)
             except psycopg.Error as exc:
                 db_failures += 1
-                self.counters.db_errors += 1
+                self.metrics.db_errors.inc()
                 delay = self.backoff.delay(db_failures)
                 logger.warning("claim failed, retrying in {delay:.1f} s: {error}", delay=delay, error=_first(exc))
                 await self._sleep_until_stop(delay)
@@ -155,12 +144,10 @@ class Sweeper:
             got = len(result.to_delete) + result.skipped + result.unknown + result.expired_dead
             if result.expired_dead:
                 logger.error("{n} row(s) went dead: their leases expired with no attempts left", n=result.expired_dead)
-                self.counters.dead += result.expired_dead
+                self.metrics.dead.inc(result.expired_dead)
             if result.skipped:
-                self.counters.outcomes["skipped_active"] = (
-                    self.counters.outcomes.get("skipped_active", 0) + result.skipped
-                )
-            self.counters.claimed += got
+                self.metrics.outcomes.labels("skipped_active").inc(result.skipped)
+            self.metrics.claimed.inc(got)
             deadline = started + self.settings.lease_seconds
             for claim in result.to_delete:
                 self._inflight[claim.id] = claim
@@ -189,6 +176,8 @@ class Sweeper:
                 continue
             # resolve() may send a DELETE and then a GET: both must end before the lease does.
             timeout = min(self.settings.request_timeout, left / 2)
+            sent = time.monotonic()
+            code = "none"
             try:
                 answer = await loop.run_in_executor(
                     self._executor,
@@ -196,13 +185,17 @@ class Sweeper:
                         self.deleter.resolve, claim.pod_namespace, claim.pod_name, str(claim.pod_uid), timeout=timeout
                     ),
                 )
+                code = str(answer.http_status)
             except KubeUnauthorized as exc:
+                code = str(exc.status)
                 self._auth_refused(claim, exc)
                 continue
             except KubeRetryable as exc:
+                code = str(exc.status or "none")
                 self._record(self._retry_or_dead(claim, str(exc), exc.status, exc.retry_after))
                 continue
             except KubeRejected as exc:
+                code = str(exc.status)
                 logger.error(
                     "DELETE {ns}/{pod} rejected, row {id} is dead: {error}",
                     ns=claim.pod_namespace,
@@ -216,7 +209,11 @@ class Sweeper:
                 logger.opt(exception=exc).error("unexpected error deleting row {id}", id=claim.id)
                 self._record(self._retry_or_dead(claim, f"{type(exc).__name__}: {exc}"[:500], None, None))
                 continue
+            finally:
+                self.metrics.delete_latency.observe(time.monotonic() - sent)
+                self.metrics.kube_responses.labels(code).inc()
             self._auth_failures = 0
+            self.auth_error = None
             self._record(Final.done(claim, answer.outcome, answer.http_status))
 
     def _retry_or_dead(self, claim: Claim, error: str, status: int | None, retry_after: float | None) -> Final:
@@ -269,7 +266,7 @@ class Sweeper:
                 failures = 0
             except psycopg.Error as exc:
                 failures += 1
-                self.counters.db_errors += 1
+                self.metrics.db_errors.inc()
                 delay = self.backoff.delay(failures)
                 logger.warning(
                     "recording {n} result(s) failed, retrying in {delay:.1f} s: {error}",
@@ -294,18 +291,18 @@ class Sweeper:
             for final in batch:
                 self._inflight.pop(final.id, None)
                 if final.id not in owned:
-                    self.counters.fenced_off += 1
+                    self.metrics.fenced.inc()
                     logger.warning(
                         "row {id}: lease lost before its result was recorded; another replica owns it", id=final.id
                     )
                 elif final.status == "done" and final.outcome:
-                    self.counters.outcomes[final.outcome] = self.counters.outcomes.get(final.outcome, 0) + 1
+                    self.metrics.outcomes.labels(final.outcome).inc()
                 elif final.status == "dead":
-                    self.counters.dead += 1
+                    self.metrics.dead.inc()
                 elif final.refund:
-                    self.counters.handed_back += 1
+                    self.metrics.handed_back.inc()
                 else:
-                    self.counters.retried += 1
+                    self.metrics.retries.inc()
             self._room.set()
             if any(f.status == "pending" for f in batch):
                 # A retry's due time is likely earlier than what the claimer is sleeping towards (the

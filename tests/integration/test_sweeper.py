@@ -360,8 +360,11 @@ def test_wake_sources_are_counted(execs: psycopg.Connection[Any], db_url: str, k
     with DaemonThread(daemon_settings(db_url, kube)) as daemon:
         retire(execs, "a")
         wait_until(lambda: finished(execs, "a"))
-        wait_until(lambda: daemon.daemon.sweeper.counters.wakeups.get("notify", 0) >= 1)
-        assert daemon.daemon.sweeper.counters.outcomes == {"deleted": 1}
+        metrics = daemon.daemon.sweeper.metrics
+        wait_until(lambda: metrics.value("pod_sweeper_wakeups_total", source="notify") >= 1)
+        assert metrics.value("pod_sweeper_outcomes_total", outcome="deleted") == 1
+        assert metrics.value("pod_sweeper_kube_responses_total", code="200") == 1
+        assert metrics.value("pod_sweeper_delete_duration_seconds_count") == 1
 
 
 def test_claimer_wakes_at_the_next_due_time_not_the_poll(

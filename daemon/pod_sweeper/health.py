@@ -1,0 +1,140 @@
+"""The HTTP side of a running daemon: ``/metrics``, ``/livez`` and ``/readyz`` on one port, and the
+timer that refreshes the database gauges.
+
+The server runs on its own thread (a scrape or a probe must answer even while the event loop is busy)
+and only reads state that the loop writes: a heartbeat time and a few flags. ``/livez`` says the loop
+is turning; ``/readyz`` says the daemon can do its job right now: database reachable, schema at the
+expected version, listener healthy (or poll-only), Kubernetes not refusing us, start-up catch-up done,
+not stopping. Each answers a short JSON reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import psycopg
+from loguru import logger
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from psycopg_pool import AsyncConnectionPool
+
+from pod_sweeper import queries
+from pod_sweeper.db import Connection
+from pod_sweeper.metrics import Metrics
+
+# The loop beats every second; livez fails after this many seconds without a beat.
+LIVENESS_GRACE_SECONDS = 15.0
+
+
+@dataclass
+class Health:
+    """State the loop writes and the probes read."""
+
+    started: bool = False  # schema checked, LISTEN in place, first catch-up claim done
+    stopping: bool = False
+    database_ok: bool = False
+    database_error: str | None = "not connected yet"
+    schema_ok: bool = False
+    listener_ok: bool | None = None  # None: poll-only mode
+    kube_error: str | None = None
+    heartbeat: float = field(default_factory=time.monotonic)
+
+    def readiness(self) -> tuple[bool, str]:
+        problems = []
+        if self.stopping:
+            problems.append("stopping")
+        if not self.database_ok:
+            problems.append(f"database: {self.database_error}")
+        if not self.schema_ok:
+            problems.append("schema not checked")
+        if self.listener_ok is False:
+            problems.append("listener not hearing NOTIFY")
+        if self.kube_error:
+            problems.append(f"kubernetes refuses us: {self.kube_error}")
+        if not self.started:
+            problems.append("starting")
+        return (not problems, "; ".join(problems) or "ok")
+
+    def liveness(self) -> tuple[bool, str]:
+        age = time.monotonic() - self.heartbeat
+        if age > LIVENESS_GRACE_SECONDS:
+            return False, f"event loop stalled for {age:.0f} s"
+        return True, "ok"
+
+
+def _handler(health: Health, metrics: Metrics) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
+            elif path in ("/livez", "/readyz"):
+                ok, reason = health.liveness() if path == "/livez" else health.readiness()
+                body = json.dumps({"status": "ok" if ok else "fail", "reason": reason}).encode()
+                self._send(200 if ok else 503, body, "application/json")
+            else:
+                self._send(404, b'{"status": "fail", "reason": "no such path"}', "application/json")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler
+
+
+class HealthServer:
+    """``/metrics``, ``/livez``, ``/readyz`` on a thread of their own."""
+
+    def __init__(self, host: str, port: int, health: Health, metrics: Metrics) -> None:
+        self._server = ThreadingHTTPServer((host, port), _handler(health, metrics))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+async def refresh_gauges(
+    pool: AsyncConnectionPool[Connection], metrics: Metrics, health: Health, interval: float
+) -> None:
+    """Every ``interval`` seconds, one query (the lag view) sets the database gauges; its success or
+    failure is also the readiness probe's view of the database."""
+    while True:
+        try:
+            async with pool.connection(timeout=max(1.0, interval)) as conn:
+                row = await (await conn.execute(queries.load("status_lag"))).fetchone()
+            if row is not None:
+                for status in ("pending", "claimed", "dead"):
+                    metrics.outbox_rows.labels(status).set(row[status])
+                metrics.lag.set(row["oldest_claimable_seconds"])
+                metrics.backoff_rows.set(row["backoff"])
+                metrics.oldest_backoff.set(row["oldest_backoff_seconds"])
+                metrics.dead_rows.set(row["dead"])
+                metrics.oldest_claim.set(row["oldest_claim_seconds"])
+                metrics.gauges_refreshed.set_to_current_time()
+            health.database_ok, health.database_error = True, None
+        except psycopg.Error as exc:  # PoolTimeout included
+            if health.database_ok:
+                logger.warning("database unreachable: {error}", error=str(exc).strip().splitlines()[0] or "?")
+            health.database_ok = False
+            health.database_error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        await asyncio.sleep(interval)

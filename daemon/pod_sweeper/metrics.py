@@ -1,0 +1,78 @@
+"""Prometheus metrics: one registry per process, counters moved by the sweeper as it works, and
+gauges read from the database by one query on a timer (never on a scrape, so a scrape storm cannot
+load the database and a slow database cannot stall a scrape).
+
+Names carry the ``pod_sweeper_`` prefix DESIGN.md fixes; the README lists every one with its meaning.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from pod_sweeper import __version__
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.outbox_rows = Gauge(
+            "pod_sweeper_outbox_rows",
+            "Open and dead outbox rows by status (done rows are not counted: that would scan the history)",
+            ["status"],
+            registry=r,
+        )
+        self.lag = Gauge("pod_sweeper_lag_seconds", "Age of the oldest claimable outbox row", registry=r)
+        self.backoff_rows = Gauge("pod_sweeper_backoff_rows", "Pending rows parked in retry backoff", registry=r)
+        self.oldest_backoff = Gauge(
+            "pod_sweeper_oldest_backoff_seconds", "Age of the oldest row parked in backoff", registry=r
+        )
+        self.dead_rows = Gauge("pod_sweeper_dead_rows", "Rows that went dead and wait for an operator", registry=r)
+        self.oldest_claim = Gauge("pod_sweeper_oldest_claim_seconds", "Age of the oldest claim held", registry=r)
+        self.gauges_refreshed = Gauge(
+            "pod_sweeper_gauges_refreshed_timestamp_seconds", "When the database gauges were last read", registry=r
+        )
+        self.outcomes = Counter("pod_sweeper_outcomes", "Rows finalized done, by outcome", ["outcome"], registry=r)
+        self.retries = Counter("pod_sweeper_retries", "Rows put back in backoff after a transient failure", registry=r)
+        self.dead = Counter("pod_sweeper_dead", "Rows that went dead in this process", registry=r)
+        self.handed_back = Counter(
+            "pod_sweeper_claims_handed_back", "Claims handed back without charging an attempt", registry=r
+        )
+        self.fenced = Counter(
+            "pod_sweeper_finalize_fenced", "Results refused because the lease had been taken over", registry=r
+        )
+        self.claimed = Counter("pod_sweeper_claimed_rows", "Rows claimed", registry=r)
+        self.kube_responses = Counter(
+            "pod_sweeper_kube_responses",
+            "Kubernetes answers to DELETE by status code ('none': no answer)",
+            ["code"],
+            registry=r,
+        )
+        self.delete_latency = Histogram(
+            "pod_sweeper_delete_duration_seconds",
+            "Time of one DELETE request (and its GET after a 409)",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.wakeups = Counter("pod_sweeper_wakeups", "Claimer wakeups by source", ["source"], registry=r)
+        self.listener_healthy = Gauge(
+            "pod_sweeper_listener_healthy", "1 while the LISTEN connection hears its own pings", registry=r
+        )
+        self.db_errors = Counter(
+            "pod_sweeper_db_errors", "Database errors in the claim or finalize path (each one reconnects)", registry=r
+        )
+        self.listener_reconnects = Counter(
+            "pod_sweeper_listener_reconnects", "Times the LISTEN connection was replaced", registry=r
+        )
+        self.ready = Gauge("pod_sweeper_ready", "1 while /readyz answers 200", registry=r)
+        self.kube_refusing = Gauge(
+            "pod_sweeper_kube_refusing", "1 while Kubernetes refuses the daemon (401/403)", registry=r
+        )
+        self.build_info = Gauge("pod_sweeper_build_info", "Build information", ["version"], registry=r)
+        self.build_info.labels(__version__).set(1)
+        self.pruned = Counter("pod_sweeper_pruned_rows", "Done rows deleted by the retention pass", registry=r)
+
+    def value(self, name: str, **labels: str) -> float:
+        """A sample's current value (0 when absent): for tests and the systemd STATUS line."""
+        sample = self.registry.get_sample_value(name, labels)
+        return 0.0 if sample is None else sample
