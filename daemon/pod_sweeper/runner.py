@@ -201,8 +201,8 @@ class Daemon:
         """For the systemd watchdog: the claimer is turning (or the database is down and being retried,
         which a restart would not cure)."""
         sweeper = self.sweeper
-        if sweeper is None or not self.health.database_ok:
-            return True
+        if sweeper is None or not self.health.database_ok or self.health.stopping:
+            return sweeper is not None
         stall = max(self.settings.poll_interval, self.settings.request_timeout) * 2 + 10
         return time.monotonic() - sweeper.last_turn < stall
 
@@ -222,7 +222,8 @@ class Daemon:
                 self.metrics.kube_refusing.set(1 if refusing else 0)
             self.metrics.ready.set(1 if self.ready else 0)
             interval = self.notifier.watchdog_interval
-            if interval is not None and now - last_pet >= interval and self._loop_healthy():
+            # Petted only once READY=1 is out: before that, the unit's TimeoutStartSec governs.
+            if interval is not None and self.health.started and now - last_pet >= interval and self._loop_healthy():
                 self.notifier.watchdog()
                 last_pet = now
             if self.health.started and now - last_status >= 5:

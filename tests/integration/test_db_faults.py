@@ -97,7 +97,9 @@ def test_server_restart_mid_drain(cluster: ThrowawayCluster, seeded: str, kube: 
         wait_until(lambda: done(seeded) >= 50, timeout=30, what="the drain to be under way")
         cluster.restart(mode="fast")
         wait_until(lambda: done(seeded) == ROWS, timeout=60, what="every row done after the restart")
-        assert daemon.daemon.sweeper.metrics.value("pod_sweeper_db_errors_total") >= 1 or daemon.daemon.listener.reconnects
+        assert (
+            daemon.daemon.sweeper.metrics.value("pod_sweeper_db_errors_total") >= 1 or daemon.daemon.listener.reconnects
+        )
     assert_every_row_done_once(seeded, kube)
 
 
