@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -14,9 +15,9 @@ from typing import Any, NoReturn
 import psycopg
 from loguru import logger
 
-from pod_sweeper import __version__, attach, migrations, runner, status
+from pod_sweeper import __version__, attach, migrations, outbox, queries, runner, status
 from pod_sweeper.db import connection
-from pod_sweeper.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, PodSweeperError
+from pod_sweeper.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError
 from pod_sweeper.logs import setup_logging
 from pod_sweeper.settings import CONFIG_FILE_ENV, Settings, load_settings, unknown_environment
 
@@ -83,6 +84,43 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     return await run_demo(url, args.rate, args.duration, args.seed)
 
 
+async def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
+    if not args.dead and not args.ids:
+        raise ConfigError("retry needs --dead or one or more row ids")
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        reopened = await outbox.reopen(conn, ids=args.ids, all_dead=args.dead, who=f"{getpass.getuser()} (retry)")
+    print(f"reopened {len(reopened)} row(s)" + (f": {', '.join(map(str, reopened))}" if reopened else ""))
+    left = sorted(set(args.ids) - set(reopened))
+    if left:
+        print(f"not reopened (no such row, or pending/claimed): {', '.join(map(str, left))}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+async def cmd_prune(settings: Settings, args: argparse.Namespace) -> int:
+    retention = args.older_than if args.older_than is not None else settings.retention.total_seconds()
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        deleted = await outbox.prune(conn, retention_seconds=retention, batch=args.batch)
+    if deleted is None:
+        print("another replica is pruning right now; nothing done")
+    else:
+        print(f"deleted {deleted} done row(s) finished more than {retention:g} s ago")
+    return EXIT_OK
+
+
+async def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
+    names = queries.dba_query_names()
+    if args.name is None:
+        print("\n".join(names))
+        return EXIT_OK
+    if args.name not in names:
+        raise ConfigError(f"no shipped query {args.name!r}; there are: {', '.join(names)}")
+    print(queries.load(f"dba/{args.name}").as_string().rstrip())
+    return EXIT_OK
+
+
 async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     print(settings_markdown())
     return EXIT_OK
@@ -129,6 +167,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("run", help="run the daemon until SIGTERM or SIGINT")
     p.set_defaults(handler=cmd_run)
+
+    p = commands.add_parser("retry", help="reopen dead rows (or rows by id) with attempts reset")
+    p.add_argument("--dead", action="store_true", help="every dead row")
+    p.add_argument("ids", nargs="*", type=int, metavar="ID", help="row ids (dead or done rows)")
+    p.set_defaults(handler=cmd_retry)
+
+    p = commands.add_parser("prune", help="delete done rows older than the retention, in small batches")
+    p.add_argument("--older-than", type=float, metavar="SECONDS", help="default: POD_SWEEPER_RETENTION")
+    p.add_argument("--batch", type=int, default=1000, help="rows per transaction (default 1000)")
+    p.set_defaults(handler=cmd_prune)
+
+    p = commands.add_parser("sql", help="print a shipped DBA query (no NAME: list them)")
+    p.add_argument("name", nargs="?", metavar="NAME")
+    p.set_defaults(handler=cmd_sql)
 
     p = commands.add_parser("demo", help="the whole loop on this machine: throwaway database, fake API server")
     p.add_argument(

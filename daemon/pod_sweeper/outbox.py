@@ -153,3 +153,36 @@ async def next_due(conn: Connection) -> float | None:
     """Seconds until the next open row becomes claimable (negative: already due); None: no open row."""
     row = await (await conn.execute(queries.load("next_due"))).fetchone()
     return None if row is None or row["seconds"] is None else float(row["seconds"])
+
+
+# Transaction-scoped advisory lock key of the retention pass: one replica prunes at a time.
+PRUNE_LOCK_KEY = 0x706F647072756E  # "podprun"
+
+
+async def reopen(conn: Connection, *, ids: list[int], all_dead: bool, who: str) -> list[int]:
+    """Back to pending with attempts reset (``pod-sweeper retry``); returns the ids reopened."""
+    cur = await conn.execute(queries.load("retry"), {"ids": ids, "all_dead": all_dead, "who": who})
+    return sorted(r["id"] for r in await cur.fetchall())
+
+
+async def prune_batch(conn: Connection, *, retention_seconds: float, batch: int) -> int | None:
+    """Delete one batch of expired done rows; None when another replica holds the prune lock."""
+    async with conn.transaction():
+        cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS mine", (PRUNE_LOCK_KEY,))
+        row = await cur.fetchone()
+        if not (row and row["mine"]):
+            return None
+        cur = await conn.execute(queries.load("prune"), {"retention": f"{retention_seconds} seconds", "batch": batch})
+        return cur.rowcount
+
+
+async def prune(conn: Connection, *, retention_seconds: float, batch: int = 1000) -> int | None:
+    """Batches until no expired done row is left; the number deleted, None if another replica prunes."""
+    total = 0
+    while True:
+        deleted = await prune_batch(conn, retention_seconds=retention_seconds, batch=batch)
+        if deleted is None:
+            return None if total == 0 else total
+        total += deleted
+        if deleted < batch:
+            return total

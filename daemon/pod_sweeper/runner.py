@@ -23,10 +23,11 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
+import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pod_sweeper import db, migrations
+from pod_sweeper import db, migrations, outbox
 from pod_sweeper.backoff import Backoff
 from pod_sweeper.errors import EXIT_FAILURE, EXIT_OK
 from pod_sweeper.health import Health, HealthServer, refresh_gauges
@@ -39,6 +40,8 @@ from pod_sweeper.settings import Settings
 from pod_sweeper.sweeper import Sweeper
 
 GAUGE_REFRESH_SECONDS = 5.0
+RETENTION_INTERVAL_SECONDS = 60.0
+RETENTION_BATCH = 1000
 
 
 class _Stop(Exception):
@@ -152,6 +155,7 @@ class Daemon:
                     group.create_task(_named("sweeper", sweeper.run()), name="sweeper")
                     group.create_task(_named("readiness", self._become_ready(sweeper, listener)), name="readiness")
                     group.create_task(_named("shutdown", self._shutdown_when_asked(sweeper)), name="shutdown")
+                    group.create_task(_named("retention", self._retention(pool)), name="retention")
                     group.create_task(
                         _named("gauges", refresh_gauges(pool, self.metrics, self.health, GAUGE_REFRESH_SECONDS)),
                         name="gauges",
@@ -188,6 +192,23 @@ class Daemon:
         self.notifier.stopping()
         await sweeper.drain(time.monotonic() + self.settings.shutdown_timeout)
         raise _Stop
+
+    async def _retention(self, pool: AsyncConnectionPool[db.Connection]) -> None:
+        """Delete done rows older than POD_SWEEPER_RETENTION, a batch at a time, one replica at a time."""
+        retention = self.settings.retention.total_seconds()
+        while True:
+            try:
+                async with pool.connection() as conn:
+                    while (
+                        deleted := await outbox.prune_batch(conn, retention_seconds=retention, batch=RETENTION_BATCH)
+                    ) is not None:
+                        self.metrics.pruned.inc(deleted)
+                        if deleted < RETENTION_BATCH:
+                            break
+                        await asyncio.sleep(0.1)  # let the claim and the finalize through between batches
+            except psycopg.Error as exc:
+                logger.warning("retention pass failed: {error}", error=str(exc).strip().splitlines()[0])
+            await asyncio.sleep(RETENTION_INTERVAL_SECONDS)
 
     def _status_line(self) -> str:
         m = self.metrics

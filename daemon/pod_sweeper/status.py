@@ -14,7 +14,14 @@ async def read_status(conn: Connection) -> dict[str, Any]:
     """The lag row and the summary rows, as plain data."""
     lag = await (await conn.execute(queries.load("status_lag"))).fetchone()
     summary = await (await conn.execute(queries.load("status_summary"))).fetchall()
-    return {"lag": dict(lag or {}), "summary": [dict(row) for row in summary]}
+    failures = await (await conn.execute(queries.load("status_failures"))).fetchall()
+    stuck = await (await conn.execute(queries.load("status_stuck"))).fetchall()
+    return {
+        "lag": dict(lag or {}),
+        "summary": [dict(row) for row in summary],
+        "recent_failures": [dict(row) for row in failures],
+        "stuck_claims": [dict(row) for row in stuck],
+    }
 
 
 def _cell(value: Any) -> str:
@@ -50,14 +57,23 @@ def render_text(status: dict[str, Any]) -> str:
     summary_rows = [
         [r["status"], r["outcome"], r["rows"], r["oldest_enqueued_at"], r["last_updated_at"]] for r in status["summary"]
     ]
-    return "\n\n".join(
-        [
-            render_table(["lag", "value"], lag_rows),
-            render_table(["status", "outcome", "rows", "oldest enqueued", "last updated"], summary_rows)
-            if summary_rows
-            else "outbox is empty",
-        ]
-    )
+    parts = [
+        render_table(["lag", "value"], lag_rows),
+        render_table(["status", "outcome", "rows", "oldest enqueued", "last updated"], summary_rows)
+        if summary_rows
+        else "outbox is empty",
+    ]
+    failures = status.get("recent_failures") or []
+    if failures:
+        keys = ["id", "status", "pod_namespace", "pod_name", "attempts", "last_http_status", "last_error"]
+        parts.append("recent failures\n" + render_table(keys, [[r[k] for k in keys] for r in failures]))
+    stuck = status.get("stuck_claims") or []
+    if stuck:
+        keys = ["id", "claimed_by", "claimed_at", "lease_expires_at", "attempts", "pod_name"]
+        parts.append(
+            "expired claims (waiting for a takeover)\n" + render_table(keys, [[r[k] for k in keys] for r in stuck])
+        )
+    return "\n\n".join(parts)
 
 
 def render_json(status: dict[str, Any]) -> str:

@@ -140,3 +140,32 @@ def test_settings_command_prints_the_table() -> None:
     result = cli("settings")
     assert result.returncode == 0
     assert "| `POD_SWEEPER_LEASE_SECONDS` | `60.0` |" in result.stdout
+
+
+def test_sql_lists_and_prints_shipped_queries() -> None:
+    listing = cli("sql")
+    assert listing.returncode == 0 and {"alerts", "dead", "lag", "open"} <= set(listing.stdout.split())
+    dead = cli("sql", "dead")
+    assert dead.returncode == 0 and "WHERE status = 'dead'" in dead.stdout
+    missing = cli("sql", "nope")
+    assert missing.returncode == 2 and "no shipped query 'nope'" in missing.stderr
+
+
+def test_retry_and_prune_commands(pg: psycopg.Connection[Any], db_url: str) -> None:
+    pg.execute("INSERT INTO pod_sweeper.attachments (table_schema, table_name, column_map) VALUES ('p', 't', '{}')")
+    pg.execute(
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
+        " reason, status, last_error) SELECT 1, 's' || g, g, 'ns', 'p' || g, gen_random_uuid(), 'retired', 'dead',"
+        " 'x' FROM generate_series(1, 3) g"
+    )
+    pg.execute(
+        "UPDATE pod_sweeper.outbox SET status = 'done', outcome = 'deleted', done_at = '2000-01-01', "
+        "last_error = NULL WHERE id = 3"
+    )
+    usage = cli("retry", url=db_url)
+    assert usage.returncode == 2 and "--dead" in usage.stderr
+    retried = cli("retry", "--dead", url=db_url)
+    assert (retried.returncode, retried.stdout.strip()) == (0, "reopened 2 row(s): 1, 2")
+    pruned = cli("prune", url=db_url)
+    assert pruned.returncode == 0 and pruned.stdout.startswith("deleted 1 done row(s)")
+    assert [r["status"] for r in outbox(pg)] == ["pending", "pending"]

@@ -1,0 +1,114 @@
+"""The DBA and on-call toolkit on a real database: retry, prune (and the daemon's retention pass),
+status with failures and expired claims, and every shipped query."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import run, settings_for
+from helpers import DaemonThread, outbox, wait_until
+from pod_sweeper import db, queries, status
+from pod_sweeper import outbox as transitions
+
+pytestmark = pytest.mark.integration
+
+
+def add_rows(conn: psycopg.Connection[Any], n: int, **columns: Any) -> None:
+    conn.execute(
+        "INSERT INTO pod_sweeper.attachments (table_schema, table_name, column_map)"
+        " VALUES ('public', 'executions', '{}') ON CONFLICT DO NOTHING"
+    )
+    sets = ", ".join(f"{k} = %({k})s" for k in columns)
+    conn.execute(
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
+        " reason) SELECT 1, 's' || g, g, 'ns', 'p' || g, gen_random_uuid(), 'retired' FROM generate_series(1, %s) g",
+        (n,),
+    )
+    if columns:
+        conn.execute(f"UPDATE pod_sweeper.outbox SET {sets}", columns)  # type: ignore[arg-type]  # noqa: S608
+
+
+async def _with(url: str, fn: Any) -> Any:
+    async with db.connection(settings_for(url)) as conn:
+        return await fn(conn)
+
+
+def test_retry_reopens_dead_rows_and_says_so(pg: psycopg.Connection[Any], db_url: str) -> None:
+    add_rows(pg, 3, status="dead", attempts=10, last_error="503 ServiceUnavailable", last_http_status=503)
+    reopened = run(_with(db_url, lambda c: transitions.reopen(c, ids=[], all_dead=True, who="alice")))
+    assert len(reopened) == 3
+    for row in outbox(pg):
+        assert (row["status"], row["attempts"]) == ("pending", 0)
+        assert row["last_error"].startswith("reopened by alice at ") and "(was dead: 503" in row["last_error"]
+
+
+def test_retry_by_id_leaves_claimed_rows_alone(pg: psycopg.Connection[Any], db_url: str) -> None:
+    add_rows(pg, 2, status="claimed", claimed_by="r1")
+    pg.execute("UPDATE pod_sweeper.outbox SET status = 'done', outcome = 'replaced', done_at = now() WHERE id = 1")
+    reopened = run(_with(db_url, lambda c: transitions.reopen(c, ids=[1, 2], all_dead=False, who="bob")))
+    assert reopened == [1]
+    assert [r["status"] for r in outbox(pg)] == ["pending", "claimed"]
+
+
+def test_prune_deletes_only_old_done_rows_in_batches(pg: psycopg.Connection[Any], db_url: str) -> None:
+    add_rows(pg, 2500, status="done", outcome="deleted", done_at="2000-01-01")
+    pg.execute("UPDATE pod_sweeper.outbox SET done_at = now() WHERE id <= 10")
+    pg.execute("UPDATE pod_sweeper.outbox SET status = 'dead', outcome = NULL, done_at = NULL WHERE id > 2490")
+    deleted = run(_with(db_url, lambda c: transitions.prune(c, retention_seconds=3600, batch=1000)))
+    assert deleted == 2480
+    left = pg.execute("SELECT status, count(*) AS n FROM pod_sweeper.outbox GROUP BY 1 ORDER BY 1").fetchall()
+    assert [(r["status"], r["n"]) for r in left] == [("dead", 10), ("done", 10)]
+
+
+def test_prune_yields_to_the_replica_holding_the_lock(pg: psycopg.Connection[Any], db_url: str) -> None:
+    add_rows(pg, 5, status="done", outcome="deleted", done_at="2000-01-01")
+    with psycopg.connect(db_url) as other:
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (transitions.PRUNE_LOCK_KEY,))
+        assert run(_with(db_url, lambda c: transitions.prune(c, retention_seconds=1))) is None
+    assert run(_with(db_url, lambda c: transitions.prune(c, retention_seconds=1))) == 5
+
+
+def test_daemon_retention_pass(pg: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    add_rows(pg, 30, status="done", outcome="deleted", done_at="2000-01-01")
+    with DaemonThread(settings_for(db_url, kubeconfig=kube.kubeconfig, retention=3600)) as daemon:
+        wait_until(lambda: outbox(pg) == [], what="the retention pass")
+        assert daemon.daemon.metrics.value("pod_sweeper_pruned_rows_total") == 30
+
+
+def test_status_shows_failures_and_expired_claims(pg: psycopg.Connection[Any], db_url: str) -> None:
+    add_rows(
+        pg,
+        1,
+        status="claimed",
+        claimed_by="gone-replica",
+        claimed_at="2000-01-01",
+        next_attempt_at="2000-01-01 00:01",
+        last_error="503 ServiceUnavailable: injected",
+    )
+    current = run(_with(db_url, status.read_status))
+    assert current["stuck_claims"][0]["claimed_by"] == "gone-replica"
+    assert current["recent_failures"][0]["last_error"].startswith("503")
+    text = status.render_text(current)
+    assert "recent failures" in text and "expired claims" in text and "gone-replica" in text
+
+
+@pytest.mark.parametrize("name", queries.dba_query_names())
+def test_every_shipped_dba_query_runs(pg: psycopg.Connection[Any], name: str) -> None:
+    add_rows(pg, 3, status="dead", last_error="x")
+    pg.execute(queries.load(f"dba/{name}"))
+
+
+def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) -> None:
+    assert pg.execute(queries.load("dba/alerts")).fetchall() == []
+    add_rows(pg, 1, status="dead", last_error="x")
+    add_rows_more = (
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name,"
+        " pod_uid, reason, enqueued_at) VALUES (1, 'late', 1, 'ns', 'late', gen_random_uuid(), 'retired',"
+        " now() - interval '1 hour')"
+    )
+    pg.execute(add_rows_more)
+    alerts = {r["alert"] for r in pg.execute(queries.load("dba/alerts")).fetchall()}
+    assert alerts == {"dead_rows", "lag_high", "no_progress"}

@@ -1,0 +1,106 @@
+"""The shipped service file and manifests: they parse, they are least-privilege, and the alerts name
+metrics the daemon really exports."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml  # type: ignore[import-untyped]
+
+from pod_sweeper.metrics import Metrics
+from pod_sweeper.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def manifests() -> dict[str, Any]:
+    docs = {}
+    for path in sorted((ROOT / "deploy").glob("*.yaml")):
+        [doc] = list(yaml.safe_load_all(path.read_text()))
+        docs[doc["kind"]] = doc
+    return docs
+
+
+def unit_file() -> dict[str, list[str]]:
+    entries: dict[str, list[str]] = {}
+    for line in (ROOT / "systemd" / "pod-sweeper.service").read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            entries.setdefault(key.strip(), []).append(value.strip())
+    return entries
+
+
+def test_every_manifest_parses_and_is_namespaced() -> None:
+    docs = manifests()
+    assert set(docs) == {"ServiceAccount", "Role", "RoleBinding", "Deployment", "PrometheusRule", "Kustomization"}
+    for kind, doc in docs.items():
+        if kind != "Kustomization":
+            assert doc["metadata"]["namespace"] == "sandboxes", kind
+
+
+def test_role_grants_only_what_the_daemon_uses() -> None:
+    role = manifests()["Role"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]}]
+    binding = manifests()["RoleBinding"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-sweeper"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pod-sweeper", "namespace": "sandboxes"}]
+
+
+def test_deployment_probes_replicas_and_grace_period() -> None:
+    deployment = manifests()["Deployment"]
+    spec = deployment["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    assert deployment["spec"]["replicas"] == 2
+    assert spec["serviceAccountName"] == "pod-sweeper"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}["http"]
+    env = {e["name"]: e for e in container["env"]}
+    assert int(env["POD_SWEEPER_HTTP_PORT"]["value"]) == port
+    shutdown = Settings.model_fields["shutdown_timeout"].default
+    assert spec["terminationGracePeriodSeconds"] > shutdown + 10
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "valueFrom" in env["POD_SWEEPER_DATABASE_URL"]  # the password lives in a Secret
+
+
+def test_alerts_use_exported_metrics() -> None:
+    exported = {m.name for m in Metrics().registry.collect()}
+    exported |= {f"{name}_total" for name in exported}
+    rules = manifests()["PrometheusRule"]["spec"]["groups"][0]["rules"]
+    assert {r["alert"] for r in rules} == {
+        "PodSweeperLagHigh",
+        "PodSweeperDeadRows",
+        "PodSweeperNotReady",
+        "PodSweeperNoProgress",
+    }
+    for rule in rules:
+        for name in re.findall(r"pod_sweeper_[a-z_]+", rule["expr"]):
+            assert name in exported, (rule["alert"], name)
+
+
+def test_systemd_unit() -> None:
+    unit = unit_file()
+    assert unit["Type"] == ["notify"]
+    assert unit["ExecStart"][0].endswith("pod-sweeper run")
+    assert unit["Restart"] == ["on-failure"] and unit["WatchdogSec"] == ["30s"]
+    assert unit["EnvironmentFile"] == ["/etc/pod-sweeper/pod-sweeper.env"]
+    for key in ("DynamicUser", "NoNewPrivileges", "PrivateTmp", "ProtectHome", "RestrictNamespaces"):
+        assert unit[key] == ["yes"], key
+    assert unit["ProtectSystem"] == ["strict"]
+    assert unit["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
+    assert unit["CapabilityBoundingSet"] == [""]
+    stop = int(unit["TimeoutStopSec"][0].rstrip("s"))
+    assert stop > Settings.model_fields["shutdown_timeout"].default
+    assert unit["RestartPreventExitStatus"] == ["2 3"]
+
+
+def test_example_environment_file_names_real_settings() -> None:
+    known = {f"POD_SWEEPER_{name.upper()}" for name in Settings.model_fields}
+    lines = (ROOT / "systemd" / "pod-sweeper.env.example").read_text().splitlines()
+    names = [line.split("=", 1)[0] for line in lines if line and not line.startswith("#")]
+    assert names and set(names) <= known
