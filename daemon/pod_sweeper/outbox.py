@@ -8,6 +8,7 @@ finalize is fenced on (id, claim_epoch), so a replica that lost its lease change
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 from pod_sweeper import queries
@@ -33,6 +34,15 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """One request to the API server: when, how long, and the answer's reason."""
+
+    started_at: datetime
+    duration_ms: float
+    reason: str | None
+
+
+@dataclass(frozen=True)
 class Final:
     """How one claimed row ends this round."""
 
@@ -44,25 +54,44 @@ class Final:
     error: str | None = None
     http_status: int | None = None
     refund: int = 0
+    attempt: Attempt | None = None  # the request behind this result, for the attempt history
 
     @classmethod
-    def done(cls, claim: Claim, outcome: Outcome, http_status: int | None = None) -> Final:
-        return cls(claim.id, claim.epoch, "done", outcome.value, http_status=http_status)
+    def done(
+        cls, claim: Claim, outcome: Outcome, http_status: int | None = None, attempt: Attempt | None = None
+    ) -> Final:
+        return cls(claim.id, claim.epoch, "done", outcome.value, http_status=http_status, attempt=attempt)
 
     @classmethod
-    def retry(cls, claim: Claim, delay: float, error: str, http_status: int | None = None) -> Final:
-        return cls(claim.id, claim.epoch, "pending", delay=delay, error=error, http_status=http_status)
+    def retry(
+        cls, claim: Claim, delay: float, error: str, http_status: int | None = None, attempt: Attempt | None = None
+    ) -> Final:
+        return cls(claim.id, claim.epoch, "pending", delay=delay, error=error, http_status=http_status, attempt=attempt)
 
     @classmethod
-    def dead(cls, claim: Claim, error: str, http_status: int | None = None) -> Final:
-        return cls(claim.id, claim.epoch, "dead", error=error, http_status=http_status)
+    def dead(cls, claim: Claim, error: str, http_status: int | None = None, attempt: Attempt | None = None) -> Final:
+        return cls(claim.id, claim.epoch, "dead", error=error, http_status=http_status, attempt=attempt)
 
     @classmethod
     def hand_back(
-        cls, claim: Claim, error: str | None = None, delay: float = 0.0, http_status: int | None = None
+        cls,
+        claim: Claim,
+        error: str | None = None,
+        delay: float = 0.0,
+        http_status: int | None = None,
+        attempt: Attempt | None = None,
     ) -> Final:
         """Back to pending without charging the attempt (shutdown, or a fault of the daemon)."""
-        return cls(claim.id, claim.epoch, "pending", delay=delay, error=error, http_status=http_status, refund=1)
+        return cls(
+            claim.id,
+            claim.epoch,
+            "pending",
+            delay=delay,
+            error=error,
+            http_status=http_status,
+            refund=1,
+            attempt=attempt,
+        )
 
 
 @dataclass
@@ -119,15 +148,19 @@ async def claim(
             if c.id in verdict.unknown
         ]
         if finals:
-            await _finalize(conn, finals)
+            await _finalize(conn, finals, owner)
         to_delete = [c for c in claims if c.id not in verdict.active and c.id not in verdict.unknown]
         return ClaimResult(to_delete, len(verdict.active), len(verdict.unknown), expired_dead)
 
 
-async def _finalize(conn: Connection, finals: list[Final]) -> set[int]:
+async def _finalize(conn: Connection, finals: list[Final], replica: str) -> set[int]:
     cur = await conn.execute(
         queries.load("finalize"),
         {
+            "replica": replica,
+            "started": [f.attempt.started_at if f.attempt else None for f in finals],
+            "durations": [f.attempt.duration_ms if f.attempt else None for f in finals],
+            "reasons": [f.attempt.reason if f.attempt else None for f in finals],
             "ids": [f.id for f in finals],
             "epochs": [f.epoch for f in finals],
             "statuses": [f.status for f in finals],
@@ -141,12 +174,12 @@ async def _finalize(conn: Connection, finals: list[Final]) -> set[int]:
     return {r["id"] for r in await cur.fetchall()}
 
 
-async def finalize(conn: Connection, finals: list[Final]) -> set[int]:
-    """Record ``finals`` in one statement; returns the ids this replica still owned (the rest were
-    taken over after a lease expiry and are left as the other replica recorded them)."""
+async def finalize(conn: Connection, finals: list[Final], replica: str) -> set[int]:
+    """Record ``finals`` (and their attempts) in one statement; returns the ids this replica still owned
+    (the rest were taken over after a lease expiry and are left as the other replica recorded them)."""
     if not finals:
         return set()
-    return await _finalize(conn, finals)
+    return await _finalize(conn, finals, replica)
 
 
 async def next_due(conn: Connection) -> float | None:

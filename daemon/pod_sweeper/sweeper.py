@@ -24,6 +24,7 @@ import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import psycopg
 from loguru import logger
@@ -35,7 +36,7 @@ from pod_sweeper.db import Connection
 from pod_sweeper.errors import KubeRejected, KubeRetryable, KubeUnauthorized
 from pod_sweeper.kube import PodDeleter
 from pod_sweeper.metrics import Metrics
-from pod_sweeper.outbox import Claim, Final
+from pod_sweeper.outbox import Attempt, Claim, Final
 from pod_sweeper.recheck import Attachment
 from pod_sweeper.settings import Settings
 
@@ -177,7 +178,12 @@ class Sweeper:
             # resolve() may send a DELETE and then a GET: both must end before the lease does.
             timeout = min(self.settings.request_timeout, left / 2)
             sent = time.monotonic()
+            started_at = datetime.now(UTC)
             code = "none"
+
+            def attempt(reason: str | None, sent: float = sent, started_at: datetime = started_at) -> Attempt:
+                return Attempt(started_at, (time.monotonic() - sent) * 1000, reason)
+
             try:
                 answer = await loop.run_in_executor(
                     self._executor,
@@ -188,11 +194,12 @@ class Sweeper:
                 code = str(answer.http_status)
             except KubeUnauthorized as exc:
                 code = str(exc.status)
-                self._auth_refused(claim, exc)
+                self._auth_refused(claim, exc, attempt(exc.reason))
                 continue
             except KubeRetryable as exc:
                 code = str(exc.status or "none")
-                self._record(self._retry_or_dead(claim, str(exc), exc.status, exc.retry_after))
+                reason = exc.reason or (type(exc.__cause__).__name__ if exc.__cause__ else None)
+                self._record(self._retry_or_dead(claim, str(exc), exc.status, exc.retry_after, attempt(reason)))
                 continue
             except KubeRejected as exc:
                 code = str(exc.status)
@@ -203,20 +210,23 @@ class Sweeper:
                     id=claim.id,
                     error=str(exc),
                 )
-                self._record(Final.dead(claim, str(exc), exc.status))
+                self._record(Final.dead(claim, str(exc), exc.status, attempt(exc.reason)))
                 continue
             except Exception as exc:  # a bug or an unforeseen answer: uncertain, so keep the row
                 logger.opt(exception=exc).error("unexpected error deleting row {id}", id=claim.id)
-                self._record(self._retry_or_dead(claim, f"{type(exc).__name__}: {exc}"[:500], None, None))
+                error = f"{type(exc).__name__}: {exc}"[:500]
+                self._record(self._retry_or_dead(claim, error, None, None, attempt(type(exc).__name__)))
                 continue
             finally:
                 self.metrics.delete_latency.observe(time.monotonic() - sent)
                 self.metrics.kube_responses.labels(code).inc()
             self._auth_failures = 0
             self.auth_error = None
-            self._record(Final.done(claim, answer.outcome, answer.http_status))
+            self._record(Final.done(claim, answer.outcome, answer.http_status, attempt(None)))
 
-    def _retry_or_dead(self, claim: Claim, error: str, status: int | None, retry_after: float | None) -> Final:
+    def _retry_or_dead(
+        self, claim: Claim, error: str, status: int | None, retry_after: float | None, attempt: Attempt
+    ) -> Final:
         if claim.attempts >= self.settings.max_attempts:
             logger.error(
                 "row {id} ({ns}/{pod}) is dead after {n} attempts: {error}",
@@ -226,12 +236,12 @@ class Sweeper:
                 n=claim.attempts,
                 error=error,
             )
-            return Final.dead(claim, error, status)
+            return Final.dead(claim, error, status, attempt)
         delay = self.backoff.delay(claim.attempts, at_least=retry_after)
         logger.info("row {id} will be retried in {delay:.1f} s: {error}", id=claim.id, delay=delay, error=error)
-        return Final.retry(claim, delay, error, status)
+        return Final.retry(claim, delay, error, status, attempt)
 
-    def _auth_refused(self, claim: Claim, exc: KubeUnauthorized) -> None:
+    def _auth_refused(self, claim: Claim, exc: KubeUnauthorized, attempt: Attempt) -> None:
         # A fault of the daemon, not of the row: charge nothing, stop claiming for a while, say why.
         self._auth_failures += 1
         delay = self.backoff.delay(self._auth_failures, at_least=self.settings.backoff_base)
@@ -248,7 +258,9 @@ class Sweeper:
             delay=delay,
             need=need,
         )
-        self._record(Final.hand_back(claim, error=self.auth_error, delay=delay, http_status=exc.status))
+        self._record(
+            Final.hand_back(claim, error=self.auth_error, delay=delay, http_status=exc.status, attempt=attempt)
+        )
 
     def _record(self, final: Final) -> None:
         self._results.append(final)
@@ -286,7 +298,7 @@ class Sweeper:
         while self._results:
             batch = self._results[:FINALIZE_BATCH]
             async with self.pool.connection() as conn:
-                owned = await outbox.finalize(conn, batch)
+                owned = await outbox.finalize(conn, batch, self.settings.replica_id)
             del self._results[: len(batch)]
             for final in batch:
                 self._inflight.pop(final.id, None)

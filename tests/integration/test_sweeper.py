@@ -158,6 +158,20 @@ def test_transient_answers_are_retried_then_succeed(
         row = wait_until(lambda: finished(execs, "a"), timeout=20)
     assert (row["outcome"], row["attempts"]) == ("deleted", 3)
     assert len(kube.deletes()) == 3  # exactly ours: the client itself retried nothing
+    history = execs.execute(
+        "SELECT claim_epoch, replica, result, http_status, reason, recorded, duration_ms"
+        " FROM pod_sweeper.attempts WHERE outbox_id = %s ORDER BY id",
+        (row["id"],),
+    ).fetchall()
+    assert [(h["claim_epoch"], h["result"], h["recorded"]) for h in history] == [
+        (1, "retry", True),
+        (2, "retry", True),
+        (3, "deleted", True),
+    ]
+    assert history[-1]["http_status"] == 200 and all(h["replica"] == "test-replica" for h in history)
+    expected_status = fault.get("code")
+    assert all(h["http_status"] == expected_status for h in history[:2])
+    assert all(h["reason"] for h in history[:2])  # the API's reason, or the transport error's kind
     if fault.get("retry_after"):
         first, second = kube.deletes()[:2]
         assert second.at - first.at >= 0.95  # Retry-After honoured over the 0.2 s backoff cap
@@ -285,8 +299,8 @@ def test_stale_replica_cannot_overwrite_the_new_owners_outcome(
             assert fresh.epoch == stale.epoch + 1 and fresh.attempts == 2
             from pod_sweeper.kube import Outcome
 
-            took = await outbox.finalize(conn, [Final.done(fresh, Outcome.ABSENT, 404)])
-            refused = await outbox.finalize(conn, [Final.dead(stale, "woke up late")])
+            took = await outbox.finalize(conn, [Final.done(fresh, Outcome.ABSENT, 404)], "alive")
+            refused = await outbox.finalize(conn, [Final.dead(stale, "woke up late")], "frozen")
             return took, refused
 
     took, refused = run(scenario())
