@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import psycopg
 from loguru import logger
 
-from pod_sweeper import __version__, attach, migrations, outbox, queries, runner, status
+from pod_sweeper import __version__, attach, check, migrations, outbox, queries, runner, status
 from pod_sweeper.db import connection
 from pod_sweeper.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError
 from pod_sweeper.logs import setup_logging
@@ -121,6 +121,14 @@ async def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
+    settings.require_database_url()
+    checks = await check.run_checks(settings, args.namespace)
+    for item in checks:
+        print(item)
+    return EXIT_OK if all(c.ok for c in checks) else EXIT_FAILURE
+
+
 async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     print(settings_markdown())
     return EXIT_OK
@@ -181,6 +189,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("sql", help="print a shipped DBA query (no NAME: list them)")
     p.add_argument("name", nargs="?", metavar="NAME")
     p.set_defaults(handler=cmd_sql)
+
+    p = commands.add_parser("check", help="verify settings, database, schema and Kubernetes permissions")
+    p.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="namespace to check (repeatable); default: every namespace the outbox names",
+    )
+    p.set_defaults(handler=cmd_check)
 
     p = commands.add_parser("demo", help="the whole loop on this machine: throwaway database, fake API server")
     p.add_argument(

@@ -183,6 +183,24 @@ class PodDeleter:
         uid: str | None = (data.get("metadata") or {}).get("uid")
         return uid
 
+    def may(self, verb: str, namespace: str, *, timeout: float) -> bool:
+        """Whether the API server lets us ``verb`` pods in ``namespace`` (a SelfSubjectAccessReview)."""
+        review: dict[str, Any] = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"namespace": namespace, "verb": verb, "resource": "pods", "group": ""}},
+        }
+        try:
+            authorization: Any = client.AuthorizationV1Api(self._api_client)
+            response = authorization.create_self_subject_access_review(
+                review, _request_timeout=timeout, _preload_content=False
+            )
+        except ApiException as exc:
+            raise classify(exc) from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
+        return bool((json.loads(response.data).get("status") or {}).get("allowed"))
+
     def resolve(self, namespace: str, name: str, uid: str, *, timeout: float) -> Answer:
         """Delete under the UID and say how the row ends; raises for answers that are not an end
         (KubeRetryable, KubeUnauthorized, KubeRejected)."""

@@ -170,3 +170,29 @@ def test_retry_and_prune_commands(pg: psycopg.Connection[Any], db_url: str) -> N
     pruned = cli("prune", url=db_url)
     assert pruned.returncode == 0 and pruned.stdout.startswith("deleted 1 done row(s)")
     assert [r["status"] for r in outbox(pg)] == ["pending", "pending"]
+
+
+def test_check_reports_each_check_and_a_missing_verb(db_url: str, kube: Any) -> None:
+    ok = cli("check", "--namespace", "sandboxes", url=db_url, POD_SWEEPER_KUBECONFIG=str(kube.kubeconfig))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    lines = ok.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "ok    settings",
+        "ok    database",
+        "ok    schema",
+        "ok    kubernetes",
+        "ok    get pods in sandboxes",
+        "ok    delete pods in sandboxes",
+    ]
+    kube.denied.add(("delete", "sandboxes"))
+    missing = cli("check", "--namespace", "sandboxes", url=db_url, POD_SWEEPER_KUBECONFIG=str(kube.kubeconfig))
+    assert missing.returncode == 1
+    assert "FAIL  delete pods in sandboxes: missing: the daemon needs 'delete' on pods in sandboxes" in missing.stdout
+    reviews = [r for r in kube.requests if r.path.endswith("selfsubjectaccessreviews")]
+    assert reviews and reviews[-1].body["spec"]["resourceAttributes"]["verb"] == "delete"
+
+
+def test_check_on_an_unmigrated_database_fails_the_schema_line(empty_db_url: str, kube: Any) -> None:
+    result = cli("check", "--namespace", "x", url=empty_db_url, POD_SWEEPER_KUBECONFIG=str(kube.kubeconfig))
+    assert result.returncode == 1
+    assert "FAIL  schema: schema pod_sweeper is not migrated" in result.stdout

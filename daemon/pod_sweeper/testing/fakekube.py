@@ -438,9 +438,20 @@ class FakeKube:
             return self._list(pods_match[1], query)
         if method == "GET" and path == "/api/v1/pods":
             return self._list(None, query)
+        if method == "POST" and path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":
+            return self._access_review(body if isinstance(body, dict) else {})
         if method == "POST" and pods_match:
             return self._create(pods_match[1], body if isinstance(body, dict) else {})
         return 404, status_body(404, "NotFound", "the server could not find the requested resource", {})
+
+    def _access_review(self, review: dict[str, Any]) -> tuple[int, Any]:
+        """SelfSubjectAccessReview: pods are allowed except what ``denied`` names; nothing else is."""
+        attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+        verb, namespace = attributes.get("verb"), attributes.get("namespace")
+        allowed = attributes.get("resource") == "pods" and (verb, namespace) not in self.denied
+        review = dict(review, apiVersion="authorization.k8s.io/v1", kind="SelfSubjectAccessReview")
+        review["status"] = {"allowed": allowed} if allowed else {"allowed": False, "reason": "no RBAC rule allows it"}
+        return 201, review
 
     def _forbidden(self, verb: str, namespace: str, name: str) -> tuple[int, Any]:
         return 403, status_body(

@@ -1,0 +1,66 @@
+"""``pod-sweeper check``: a preflight an operator runs before (or beside) the daemon. One line per
+check (settings, database, schema, Kubernetes configuration, and each permission the daemon needs in
+each namespace), exit 0 when all pass and 1 otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from pod_sweeper import db, migrations
+from pod_sweeper.errors import PodSweeperError
+from pod_sweeper.kube import PodDeleter, load_configuration
+from pod_sweeper.settings import Settings
+
+VERBS = ("get", "delete")  # what the daemon sends; deploy/role.yaml grants list and watch too
+
+
+@dataclass(frozen=True)
+class Check:
+    ok: bool
+    name: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+
+
+async def _namespaces(settings: Settings) -> list[str]:
+    async with db.connection(settings) as conn:
+        cur = await conn.execute("SELECT DISTINCT pod_namespace FROM pod_sweeper.outbox ORDER BY 1 LIMIT 50")
+        return [r["pod_namespace"] for r in await cur.fetchall()]
+
+
+async def run_checks(settings: Settings, namespaces: list[str]) -> list[Check]:
+    checks = [Check(True, "settings", f"valid; database {settings.redacted_database_url()}")]
+    schema_ok = False
+    try:
+        async with db.connection(settings) as conn:
+            checks.append(Check(True, "database", "connected"))
+            version = await migrations.check_schema(conn)
+            checks.append(Check(True, "schema", f"at version {version}"))
+            schema_ok = True
+    except PodSweeperError as exc:
+        checks.append(Check(False, "database" if len(checks) == 1 else "schema", str(exc)))
+    try:
+        deleter = PodDeleter(load_configuration(settings.kubeconfig, settings.kube_context, pool_size=1))
+    except PodSweeperError as exc:
+        return [*checks, Check(False, "kubernetes", str(exc))]
+    checks.append(Check(True, "kubernetes", "configuration loaded"))
+    try:
+        if not namespaces:
+            namespaces = (await _namespaces(settings)) if schema_ok else []
+        if not namespaces:
+            checks.append(Check(False, "permissions", "no namespace to check: pass --namespace NS"))
+        for namespace in namespaces:
+            for verb in VERBS:
+                try:
+                    allowed = await asyncio.to_thread(deleter.may, verb, namespace, timeout=settings.request_timeout)
+                except PodSweeperError as exc:
+                    checks.append(Check(False, f"{verb} pods in {namespace}", str(exc)))
+                    continue
+                detail = "allowed" if allowed else f"missing: the daemon needs '{verb}' on pods in {namespace}"
+                checks.append(Check(allowed, f"{verb} pods in {namespace}", detail))
+    finally:
+        deleter.close()
+    return checks
