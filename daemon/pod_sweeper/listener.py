@@ -20,7 +20,7 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper import db
+from pod_sweeper import db, failpoints
 from pod_sweeper.backoff import Backoff
 from pod_sweeper.db import Connection
 from pod_sweeper.errors import DatabaseUnavailable
@@ -92,6 +92,7 @@ class Listener:
         while True:
             timeout = max(0.05, min(next_ping, expected_by if expected else next_ping) - time.monotonic())
             async for notify in conn.notifies(timeout=timeout):
+                failpoints.hit("listener")
                 if expected is not None and notify.payload == expected:
                     expected = None
                     continue

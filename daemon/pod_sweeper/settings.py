@@ -29,8 +29,14 @@ from pod_sweeper.errors import ConfigError
 
 ENV_PREFIX = "POD_SWEEPER_"
 CONFIG_FILE_ENV = "POD_SWEEPER_CONFIG_FILE"
-# Read by the test suite, not by the daemon; listed so that it is not reported as a typo.
-_FOREIGN_ENV = {CONFIG_FILE_ENV, "POD_SWEEPER_TEST_DATABASE_URL", "POD_SWEEPER_TEST_KUBECONFIG"}
+# Read by the test suite or the failpoints, not settings; listed so that they are not reported as typos.
+_FOREIGN_ENV = {
+    CONFIG_FILE_ENV,
+    "POD_SWEEPER_TEST_DATABASE_URL",
+    "POD_SWEEPER_TEST_KUBECONFIG",
+    "POD_SWEEPER_FAILPOINTS",  # the chaos suite's, read by pod_sweeper.failpoints
+    "POD_SWEEPER_UPDATE_REFERENCE",
+}
 
 Seconds = Annotated[float, Field(gt=0)]
 

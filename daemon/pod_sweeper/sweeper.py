@@ -30,11 +30,11 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper import outbox
+from pod_sweeper import failpoints, outbox
 from pod_sweeper.backoff import Backoff, TokenBucket
 from pod_sweeper.db import Connection
 from pod_sweeper.errors import KubeRejected, KubeRetryable, KubeUnauthorized
-from pod_sweeper.kube import PodDeleter
+from pod_sweeper.kube import PodDeleter, invalid_name
 from pod_sweeper.metrics import Metrics
 from pod_sweeper.outbox import Attempt, Claim, Final
 from pod_sweeper.recheck import Attachment
@@ -149,6 +149,8 @@ class Sweeper:
             if result.skipped:
                 self.metrics.outcomes.labels("skipped_active").inc(result.skipped)
             self.metrics.claimed.inc(got)
+            if result.to_delete:
+                failpoints.hit("after_claim")
             deadline = started + self.settings.lease_seconds
             for claim in result.to_delete:
                 self._inflight[claim.id] = claim
@@ -170,6 +172,11 @@ class Sweeper:
         while True:
             work = await self._queue.get()
             claim = work.claim
+            bad_name = invalid_name(claim.pod_namespace, claim.pod_name)
+            if bad_name is not None:
+                logger.error("row {id} is dead: {why}", id=claim.id, why=bad_name)
+                self._record(Final.dead(claim, bad_name))
+                continue
             await self.bucket.acquire()
             left = work.lease_deadline - time.monotonic() - LEASE_MARGIN_SECONDS
             if left < MIN_REQUEST_SECONDS or time.monotonic() < self.auth_blocked_until:
@@ -263,6 +270,8 @@ class Sweeper:
         )
 
     def _record(self, final: Final) -> None:
+        if final.attempt is not None:
+            failpoints.hit("after_answer")
         self._results.append(final)
         self._results_ready.set()
         self._settled.set()
@@ -297,8 +306,9 @@ class Sweeper:
     async def _flush_locked(self) -> None:
         while self._results:
             batch = self._results[:FINALIZE_BATCH]
-            async with self.pool.connection() as conn:
+            async with self.pool.connection() as conn, conn.transaction():
                 owned = await outbox.finalize(conn, batch, self.settings.replica_id)
+                failpoints.hit("during_finalize")
             del self._results[: len(batch)]
             for final in batch:
                 self._inflight.pop(final.id, None)

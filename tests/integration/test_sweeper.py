@@ -392,3 +392,28 @@ def test_claimer_wakes_at_the_next_due_time_not_the_poll(
         row = wait_until(lambda: finished(execs, "a"), timeout=10)
         assert time.monotonic() - started < 5  # due after 2 s; the poll would have taken 30 s
     assert row["outcome"] == "deleted"
+
+
+def test_names_kubernetes_would_reject_go_dead_without_blocking_others(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    add_execution(execs, kube, "good")
+    for sid, namespace, name in (
+        ("bad-ns", "Bad_NS", "p"),
+        ("bad-name", "sandboxes", "Pod;drop"),
+        ("long", "sandboxes", "p" * 300),
+    ):
+        execs.execute(
+            "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+            " VALUES (%s, 1, %s, %s, gen_random_uuid(), false)",
+            (sid, namespace, name),
+        )
+    with DaemonThread(daemon_settings(db_url, kube)):
+        retire(execs, "good")
+        good = wait_until(lambda: finished(execs, "good"))
+        bad = [wait_until(lambda s=s: finished(execs, s)) for s in ("bad-ns", "bad-name", "long")]
+    assert good["outcome"] == "deleted"
+    assert [b["status"] for b in bad] == ["dead", "dead", "dead"]
+    assert "not a valid Kubernetes namespace" in bad[0]["last_error"]
+    assert "not a valid Kubernetes object name" in bad[1]["last_error"]
+    assert [d.path for d in kube.deletes()] == ["/api/v1/namespaces/sandboxes/pods/pod-good-1"]
