@@ -186,7 +186,7 @@ class FakeKube:
         self._lock = threading.RLock()
         self._rv = itertools.count(1000)
         self._release = threading.Event()
-        self._server = ThreadingHTTPServer((host, 0), _make_handler(self))
+        self._server = _QuietServer((host, 0), _make_handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="fakekube", daemon=True)
 
@@ -469,6 +469,12 @@ class FakeKube:
                     fault.used += 1
                     return fault
         return None
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that was killed, or timed out, resets its connection: that is a scenario, not an error.
+        pass
 
 
 def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:

@@ -18,7 +18,7 @@ from helpers import DaemonThread, attach_table, create_executions, wait_until
 from pod_sweeper import db, migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 ROWS = 400
 
@@ -77,11 +77,20 @@ def done(url: str) -> int:
         return -1
 
 
-def assert_every_row_done_once(url: str, kube: Any) -> None:
+def assert_every_row_done_once(url: str, kube: Any, label: str) -> None:
     with psycopg.connect(url, row_factory=dict_row) as conn:
         rows = conn.execute("SELECT outcome, count(*) AS n FROM pod_sweeper.outbox GROUP BY 1").fetchall()
         deleted = sum(r["n"] for r in rows if r["outcome"] == "deleted")
-        assert {r["outcome"] for r in rows} <= {"deleted", "absent"}, rows
+        terminal = conn.execute(
+            "SELECT count(*) AS n FROM (SELECT outbox_id FROM pod_sweeper.attempts WHERE recorded"
+            " AND result IN ('deleted', 'absent', 'replaced', 'dead') GROUP BY 1 HAVING count(*) > 1) twice"
+        ).fetchone()
+    print(
+        f"\nchaos {label}: rows {sum(r['n'] for r in rows)}, outcomes { {r['outcome']: r['n'] for r in rows} }, "
+        f"deletes seen {len(kube.deletes())}"
+    )
+    assert terminal is not None and terminal["n"] == 0  # no row finalized twice
+    assert {r["outcome"] for r in rows} <= {"deleted", "absent"}, rows
     accepted = Counter(d.path for d in kube.deletes() if d.status == 200)
     assert max(accepted.values()) == 1  # no pod was deleted twice
     assert len(accepted) == ROWS and kube.pods == {}
@@ -100,7 +109,7 @@ def test_server_restart_mid_drain(cluster: ThrowawayCluster, seeded: str, kube: 
         assert (
             daemon.daemon.sweeper.metrics.value("pod_sweeper_db_errors_total") >= 1 or daemon.daemon.listener.reconnects
         )
-    assert_every_row_done_once(seeded, kube)
+    assert_every_row_done_once(seeded, kube, "database restart mid-drain")
 
 
 def test_every_sweeper_backend_terminated(seeded: str, kube: Any) -> None:
@@ -115,4 +124,4 @@ def test_every_sweeper_backend_terminated(seeded: str, kube: Any) -> None:
         assert killed is not None and killed[0] >= 2
         wait_until(lambda: done(seeded) == ROWS, timeout=60, what="every row done after the kills")
         wait_until(lambda: daemon.daemon.listener.healthy, what="the listener to reconnect")
-    assert_every_row_done_once(seeded, kube)
+    assert_every_row_done_once(seeded, kube, "every sweeper backend terminated")

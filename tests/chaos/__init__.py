@@ -1,0 +1,1 @@
+"""The chaos tier: fault-injection scenarios (see harness.py)."""

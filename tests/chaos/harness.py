@@ -1,0 +1,162 @@
+"""The chaos harness: a workload of executions with pods, replicas run as real processes, and one
+check of every invariant of DESIGN.md at the end of a scenario, with the counts it printed.
+
+Invariants checked by ``Workload.verify``:
+- every retired pod was deleted under its UID, or recorded absent or replaced;
+- no pod of an active generation and no replacement pod was deleted (each survives with its UID);
+- no outbox row was lost (one per retired pod UID) and every row is done;
+- every row was finalized once: exactly one recorded terminal attempt per row, and no pod answered
+  200 to more than one DELETE.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+NAMESPACE = "sandboxes"
+
+
+def spawn_replica(url: str, kubeconfig: Path, name: str, **env: str) -> subprocess.Popen[bytes]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}
+    environ.update(
+        {
+            "POD_SWEEPER_DATABASE_URL": url,
+            "POD_SWEEPER_KUBECONFIG": str(kubeconfig),
+            "POD_SWEEPER_HTTP_PORT": "0",
+            "POD_SWEEPER_REPLICA_ID": name,
+            "POD_SWEEPER_LEASE_SECONDS": "5",
+            "POD_SWEEPER_REQUEST_TIMEOUT": "1",
+            "POD_SWEEPER_POLL_INTERVAL": "0.5",
+            "POD_SWEEPER_BACKOFF_BASE": "0.1",
+            "POD_SWEEPER_BACKOFF_MAX": "1",
+            "POD_SWEEPER_MAX_ATTEMPTS": "50",
+            "POD_SWEEPER_RATE_LIMIT_QPS": "0",
+            "POD_SWEEPER_LOG_LEVEL": "WARNING",
+            **env,
+        }
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "pod_sweeper", "run"], env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def stop_replica(proc: subprocess.Popen[bytes]) -> int | None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.returncode
+
+
+@dataclass
+class Workload:
+    url: str
+    kube: Any
+    retired: dict[str, str] = field(default_factory=dict)  # pod name -> the UID that must go
+    survivors: dict[str, str] = field(default_factory=dict)  # pod name -> a UID that must stay
+    started: float = field(default_factory=time.monotonic)
+
+    def conn(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.url, autocommit=True, row_factory=dict_row)
+
+    def seed(self, n: int, *, prefix: str = "s", active_share: float = 0.0) -> list[str]:
+        """``n`` executions with pods; a share stays active (their pods must survive)."""
+        sids = []
+        with (
+            self.conn() as conn,
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active) FROM STDIN"
+            ) as copy,
+        ):
+            for i in range(n):
+                sid = f"{prefix}{i}"
+                pod = self.kube.create_pod(NAMESPACE, sid)
+                uid = pod["metadata"]["uid"]
+                stays = i < n * active_share
+                (self.survivors if stays else self.retired)[sid] = uid
+                copy.write_row((sid, 1, NAMESPACE, sid, uuid.UUID(uid), True))
+                if not stays:
+                    sids.append(sid)
+        return sids
+
+    def retire(self, sids: list[str]) -> None:
+        with self.conn() as conn:
+            conn.execute("UPDATE executions SET active = false WHERE sandbox_id = ANY(%s)", (sids,))
+        self.started = time.monotonic()
+
+    def listeners(self) -> int:
+        """Replicas whose LISTEN connection is up (so a retire now reaches them by NOTIFY)."""
+        with self.conn() as conn:
+            row = conn.execute(
+                "SELECT count(*) AS n FROM pg_stat_activity"
+                " WHERE application_name = 'pod-sweeper-listener' AND datname = current_database()"
+            ).fetchone()
+        return int(row["n"]) if row else 0
+
+    def outbox_done(self) -> bool:
+        with self.conn() as conn:
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE status <> 'done') AS open, count(*) AS n FROM pod_sweeper.outbox"
+            ).fetchone()
+        return bool(row and row["open"] == 0 and row["n"] == len(self.retired))
+
+    def verify(self, label: str) -> dict[str, Any]:
+        drained = time.monotonic() - self.started
+        with self.conn() as conn:
+            rows = conn.execute(
+                "SELECT pod_name, pod_uid, status, outcome, attempts FROM pod_sweeper.outbox"
+            ).fetchall()
+            terminal = conn.execute(
+                "SELECT outbox_id, count(*) AS n FROM pod_sweeper.attempts WHERE recorded"
+                " AND result IN ('deleted', 'absent', 'replaced', 'dead') GROUP BY 1"
+            ).fetchall()
+        deletes = self.kube.deletes()
+        accepted = Counter(d.path for d in deletes if d.status == 200)
+        counts = {
+            "scenario": label,
+            "rows": len(rows),
+            "deletes_seen": len(deletes),
+            "deletes_200": sum(accepted.values()),
+            "duplicate_deletes": sum(n - 1 for n in accepted.values() if n > 1),
+            "outcomes": dict(Counter(r["outcome"] for r in rows)),
+            "max_attempts": max((r["attempts"] for r in rows), default=0),
+            "drain_s": round(drained, 2),
+        }
+        print(f"\nchaos {counts}")
+        # No outbox row lost: one per retired pod UID, each done.
+        assert {(r["pod_name"], str(r["pod_uid"])) for r in rows} == set(self.retired.items()), "rows lost or extra"
+        assert all(r["status"] == "done" for r in rows), [r for r in rows if r["status"] != "done"][:5]
+        # Each row finalized once.
+        assert all(t["n"] == 1 for t in terminal), [t for t in terminal if t["n"] != 1][:5]
+        assert counts["duplicate_deletes"] == 0
+        # Every DELETE was fenced by the UID of a retired pod; every retired pod is gone.
+        for delete in deletes:
+            name = delete.path.rsplit("/", 1)[1]
+            assert delete.body["preconditions"]["uid"] == self.retired.get(name), delete
+        for name in self.retired:
+            pod = self.kube.get_pod(NAMESPACE, name)
+            assert (
+                pod is None or pod["metadata"]["uid"] != self.retired[name] or pod["metadata"].get("deletionTimestamp")
+            ), name
+        # No active pod and no replacement was deleted.
+        for name, uid in self.survivors.items():
+            pod = self.kube.get_pod(NAMESPACE, name)
+            assert pod is not None and pod["metadata"]["uid"] == uid and "deletionTimestamp" not in pod["metadata"], (
+                name
+            )
+        return counts

@@ -1,0 +1,155 @@
+"""Chaos scenarios on real PostgreSQL and the fake API server, replicas as real processes. Each one
+ends with ``Workload.verify`` (every invariant) and prints what it counted."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from chaos.harness import NAMESPACE, Workload, spawn_replica, stop_replica
+from helpers import wait_until
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("point", ["after_claim", "after_answer", "during_finalize", "listener"])
+def test_sigkill_at_each_failpoint_then_restart(workload: Workload, kube: Any, point: str) -> None:
+    sids = workload.seed(200, active_share=0.1)
+    kube.inject("delay", method="DELETE", seconds=0.005, times=None)
+    # The listener hears one NOTIFY per retire transaction: it dies at the first; the others at their second
+    # hit, with some work already done.
+    nth = 1 if point == "listener" else 2
+    victim = spawn_replica(workload.url, kube.kubeconfig, "victim", POD_SWEEPER_FAILPOINTS=f"{point}=kill@{nth}")
+    wait_until(lambda: workload.listeners() == 1, timeout=30, what="the victim to listen")
+    workload.retire(sids)
+    assert victim.wait(30) == -9  # it killed itself at the failpoint
+    survivor = spawn_replica(workload.url, kube.kubeconfig, "survivor")
+    try:
+        wait_until(lambda: workload.listeners() == 1, timeout=30, what="the survivor to listen")
+        wait_until(workload.outbox_done, timeout=60, what="the survivor to drain")
+    finally:
+        assert stop_replica(survivor) == 0
+    workload.verify(f"sigkill at {point}")
+
+
+@pytest.mark.parametrize(
+    ("fault", "seconds"),
+    [
+        ({"action": "drop"}, 20.0),  # the API server is down for 20 s
+        ({"action": "status", "code": 500}, 5.0),
+        ({"action": "status", "code": 429, "retry_after": 1}, 5.0),
+        ({"action": "status", "code": 429, "retry_after": 1, "text": True}, 5.0),
+        ({"action": "hang", "seconds": 3}, 6.0),  # half-open: no answer until the request timeout
+    ],
+    ids=["down-20s", "500s", "429-storm", "429-text-storm", "hanging"],
+)
+def test_api_outages(workload: Workload, kube: Any, fault: dict[str, Any], seconds: float) -> None:
+    sids = workload.seed(150, active_share=0.1)
+    kube.inject(method="DELETE", times=None, **fault)
+    replica = spawn_replica(workload.url, kube.kubeconfig, "r1", POD_SWEEPER_CONCURRENCY="8")
+    try:
+        workload.retire(sids)
+        threading.Event().wait(seconds)  # the outage lasts this long, by design of the scenario
+        with workload.conn() as conn:
+            done = conn.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done'").fetchone()
+        assert done is not None and done["n"] == 0  # nothing finished while the API was failing
+        kube.clear_faults()
+        wait_until(workload.outbox_done, timeout=60, what="the drain after the outage")
+    finally:
+        assert stop_replica(replica) == 0
+    workload.verify(f"api {fault}")
+
+
+def test_three_replicas_on_10000_rows_with_random_kills(workload: Workload, kube: Any) -> None:
+    sids = workload.seed(10_000, active_share=0.02)
+    rng = random.Random(11)
+    replicas = {f"r{i}": spawn_replica(workload.url, kube.kubeconfig, f"r{i}") for i in range(3)}
+    generation = 3
+    kills = 0
+    try:
+        workload.retire(sids)
+        deadline = time.monotonic() + 240
+        while not workload.outbox_done():
+            assert time.monotonic() < deadline, "the backlog did not drain"
+            threading.Event().wait(1.5)  # the pace of the chaos monkey, not a wait for a condition
+            if kills < 6:
+                name = rng.choice(sorted(replicas))
+                replicas[name].kill()  # SIGKILL: no hand-back, leases must expire
+                replicas[name].wait(10)
+                kills += 1
+                del replicas[name]
+                replicas[f"r{generation}"] = spawn_replica(workload.url, kube.kubeconfig, f"r{generation}")
+                generation += 1
+    finally:
+        for proc in replicas.values():
+            stop_replica(proc)
+    counts = workload.verify("3 replicas, 10k rows, 6 SIGKILLs")
+    assert counts["rows"] == len(sids)
+
+
+def test_retire_rerecord_and_delete_in_quick_succession(workload: Workload, kube: Any) -> None:
+    replica = spawn_replica(workload.url, kube.kubeconfig, "r1")
+    try:
+        with workload.conn() as conn:
+            for i in range(100):
+                sid = f"q{i}"
+                first = kube.create_pod(NAMESPACE, sid)
+                conn.execute(
+                    "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid)"
+                    " VALUES (%s, 1, %s, %s, %s)",
+                    (sid, NAMESPACE, sid, first["metadata"]["uid"]),
+                )
+                conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (sid,))
+                # The create is retried: a new pod under the same name, its UID recorded on the retired row.
+                kube.remove_pod(NAMESPACE, sid)
+                second = kube.create_pod(NAMESPACE, sid)
+                conn.execute(
+                    "UPDATE executions SET pod_uid = %s WHERE sandbox_id = %s", (second["metadata"]["uid"], sid)
+                )
+                conn.execute("DELETE FROM executions WHERE sandbox_id = %s", (sid,))
+                workload.retired[sid] = second["metadata"]["uid"]
+                workload.retired[f"{sid}#first"] = first["metadata"]["uid"]
+        # Two rows per execution (one per UID); the harness keys by pod name, so compare by hand.
+        wait_until(lambda: _all_done(workload, 200), timeout=60, what="200 rows done")
+    finally:
+        assert stop_replica(replica) == 0
+    with workload.conn() as conn:
+        rows = conn.execute("SELECT pod_name, pod_uid::text AS uid, outcome FROM pod_sweeper.outbox").fetchall()
+    by_uid = {r["uid"]: r["outcome"] for r in rows}
+    for i in range(100):
+        assert by_uid[workload.retired[f"q{i}#first"]] in ("replaced", "absent")
+        assert by_uid[workload.retired[f"q{i}"]] == "deleted"
+    assert kube.pods == {}
+    print(f"\nchaos quick succession: rows {len(rows)}, deletes {len(kube.deletes())}")
+
+
+def _all_done(workload: Workload, n: int) -> bool:
+    with workload.conn() as conn:
+        row = conn.execute("SELECT count(*) FILTER (WHERE status = 'done') AS done FROM pod_sweeper.outbox").fetchone()
+    return bool(row and row["done"] == n)
+
+
+def test_replacement_created_between_claim_and_delete(workload: Workload, kube: Any) -> None:
+    sids = workload.seed(60)
+    replaced: dict[str, str] = {}
+
+    def swap(namespace: str, name: str) -> None:
+        # Just before the API server handles the DELETE, someone recreates the pod under its name.
+        if int(name[1:]) % 3 == 0 and name not in replaced:
+            kube.remove_pod(namespace, name)
+            replaced[name] = kube.create_pod(namespace, name)["metadata"]["uid"]
+
+    kube.on_delete = swap
+    replica = spawn_replica(workload.url, kube.kubeconfig, "r1")
+    try:
+        workload.retire(sids)
+        wait_until(workload.outbox_done, timeout=60)
+    finally:
+        assert stop_replica(replica) == 0
+    workload.survivors.update(replaced)
+    counts = workload.verify("replacement between claim and delete")
+    assert counts["outcomes"].get("replaced") == len(replaced) == 20
