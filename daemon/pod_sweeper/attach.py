@@ -174,9 +174,11 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str]) -> i
             "BEGIN\n  IF TG_OP = 'DELETE' THEN\n    {}\n    RETURN OLD;\n  END IF;\n  {}\n  RETURN NEW;\nEND;"
         ).format(call("OLD", "row_deleted"), call("NEW", "retired"))
         await conn.execute(
-            sql.SQL("CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS {}").format(
-                _function_name(attachment_id), sql.Literal(body.as_string(conn))
-            )
+            # SECURITY DEFINER: the host's writers need no right on our schema (see migration 0003).
+            sql.SQL(
+                "CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql"
+                " SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS {}"
+            ).format(_function_name(attachment_id), sql.Literal(body.as_string(conn)))
         )
         new_uid, old_uid = v("pod_uid", "NEW"), v("pod_uid", "OLD")
         new_active, old_active = v("active", "NEW"), v("active", "OLD")

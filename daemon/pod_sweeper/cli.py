@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import psycopg
 from loguru import logger
 
-from pod_sweeper import __version__, attach, check, migrations, outbox, queries, runner, status
+from pod_sweeper import __version__, attach, check, migrations, outbox, queries, roles, runner, status
 from pod_sweeper.db import connection
 from pod_sweeper.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError
 from pod_sweeper.logs import setup_logging
@@ -129,6 +129,22 @@ async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK if all(c.ok for c in checks) else EXIT_FAILURE
 
 
+async def cmd_grant(settings: Settings, args: argparse.Namespace) -> int:
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        if args.apply:
+            statements = await roles.runtime_grants(conn, args.role, create=args.create, password=args.password)
+            async with conn.transaction():
+                for statement in statements:
+                    await conn.execute(statement)
+            print(f"granted the runtime privileges to {args.role}")
+        else:
+            shown = "..." if args.password else None  # never print the password itself
+            for statement in await roles.runtime_grants(conn, args.role, create=args.create, password=shown):
+                print(statement.as_string(conn) + ";")
+    return EXIT_OK
+
+
 async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     print(settings_markdown())
     return EXIT_OK
@@ -199,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="namespace to check (repeatable); default: every namespace the outbox names",
     )
     p.set_defaults(handler=cmd_check)
+
+    p = commands.add_parser("grant", help="print (or --apply) the privileges of a migration-free runtime role")
+    p.add_argument("role", metavar="ROLE")
+    p.add_argument("--create", action="store_true", help="also CREATE ROLE ... LOGIN")
+    p.add_argument("--password", help="with --create: the role's password (never printed)")
+    p.add_argument("--apply", action="store_true", help="run the statements instead of printing them")
+    p.set_defaults(handler=cmd_grant)
 
     p = commands.add_parser("demo", help="the whole loop on this machine: throwaway database, fake API server")
     p.add_argument(

@@ -22,6 +22,7 @@ from pod_sweeper.db import Connection
 @dataclass(frozen=True)
 class Attachment:
     id: int
+    schema: str
     table: sql.Identifier
     columns: dict[str, str]
     sandbox_id_type: str | None
@@ -37,6 +38,7 @@ async def load_attachments(conn: Connection) -> dict[int, Attachment]:
     return {
         r["id"]: Attachment(
             r["id"],
+            r["table_schema"],
             sql.Identifier(r["table_schema"], r["table_name"]),
             r["column_map"],
             r["sandbox_id_type"],

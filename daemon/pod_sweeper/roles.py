@@ -1,0 +1,41 @@
+"""``pod-sweeper grant ROLE``: the privileges a migration-free runtime role needs, and nothing more.
+
+The daemon never runs DDL: ``migrate`` and ``attach`` are run by an owner role, ``run`` (and ``status``,
+``retry``, ``prune``, ``check``) can run as a role that may only read the attached tables' mapped columns
+and read and write the rows of our schema. The statements are built from the attachments, with every
+name through ``psycopg.sql.Identifier``.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from pod_sweeper.db import Connection
+from pod_sweeper.recheck import load_attachments
+
+
+async def runtime_grants(
+    conn: Connection, role: str, *, create: bool = False, password: bool = False
+) -> list[sql.Composed]:
+    """The statements that make ``role`` a runtime role for this database's attachments."""
+    who = sql.Identifier(role)
+    ours = sql.Identifier("pod_sweeper")
+    statements: list[sql.Composed] = []
+    if create:
+        # A literal: CREATE ROLE takes no bind parameters. Callers that print pass a placeholder.
+        login = sql.SQL(" PASSWORD {}").format(sql.Literal(password)) if password else sql.SQL("")
+        statements.append(sql.SQL("CREATE ROLE {} LOGIN{}").format(who, login))
+    statements += [
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(ours, who),
+        sql.SQL("GRANT SELECT ON {}.schema_migrations, {}.attachments, {}.lag, {}.summary TO {}").format(
+            ours, ours, ours, ours, who
+        ),
+        # claim and finalize (UPDATE), retention (DELETE); rows are only ever inserted by the trigger
+        sql.SQL("GRANT SELECT, UPDATE, DELETE ON {}.outbox TO {}").format(ours, who),
+        sql.SQL("GRANT SELECT, INSERT, DELETE ON {}.attempts TO {}").format(ours, who),
+    ]
+    for attachment in (await load_attachments(conn)).values():
+        columns = sql.SQL(", ").join(sql.Identifier(c) for c in sorted(set(attachment.columns.values())))
+        statements.append(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(attachment.schema), who))
+        statements.append(sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(columns, attachment.table, who))
+    return statements

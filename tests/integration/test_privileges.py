@@ -1,0 +1,109 @@
+"""Least privilege: writers of the host table need no right on our schema and cannot enqueue by hand;
+the daemon runs end to end as a migration-free runtime role that can do no DDL."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from conftest import run, settings_for
+from helpers import DaemonThread, add_execution, attach_table, create_executions, outbox, wait_until
+from pod_sweeper import db, migrations, roles
+
+pytestmark = pytest.mark.integration
+
+
+def as_role(url: str, role: str, password: str = "pw") -> str:
+    params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
+    params.update(user=role, password=password)
+    return make_conninfo("", **params)
+
+
+@pytest.fixture
+def role_names(pg: psycopg.Connection[Any]) -> Any:
+    suffix = uuid.uuid4().hex[:8]
+    names = {"writer": f"writer_{suffix}", "runtime": f"runtime_{suffix}"}
+    yield names
+    for name in names.values():
+        if not pg.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone():
+            continue
+        pg.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(name)))
+        pg.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def test_writers_need_no_rights_on_our_schema_and_cannot_enqueue(
+    pg: psycopg.Connection[Any], db_url: str, role_names: dict[str, str]
+) -> None:
+    create_executions(pg)
+    run(attach_table(db_url))
+    writer = role_names["writer"]
+    pg.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'pw'").format(sql.Identifier(writer)))
+    pg.execute(
+        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON public.executions TO {}").format(sql.Identifier(writer))
+    )
+    with psycopg.connect(as_role(db_url, writer), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid)"
+            " VALUES ('s', 1, 'ns', 'p', gen_random_uuid())"
+        )
+        conn.execute("UPDATE executions SET active = false")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT pod_sweeper.enqueue(1, 'x', 1, 'ns', 'victim', gen_random_uuid(), 'retired')")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM pod_sweeper.outbox")
+    assert [r["sandbox_id"] for r in outbox(pg)] == ["s"]
+
+
+def test_daemon_runs_as_the_runtime_role(
+    pg: psycopg.Connection[Any], db_url: str, kube: Any, role_names: dict[str, str]
+) -> None:
+    create_executions(pg)
+    run(attach_table(db_url))
+    runtime = role_names["runtime"]
+
+    async def grant() -> None:
+        async with db.connection(settings_for(db_url)) as conn:
+            for statement in await roles.runtime_grants(conn, runtime, create=True, password="pw"):
+                await conn.execute(statement)
+
+    run(grant())
+    runtime_url = as_role(db_url, runtime)
+    add_execution(pg, kube, "a")
+    add_execution(pg, kube, "b")
+    pg.execute(
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name,"
+        " pod_uid, reason, status, outcome, done_at) VALUES (1, 'old', 1, 'ns', 'old', gen_random_uuid(),"
+        " 'retired', 'done', 'deleted', '2000-01-01')"
+    )
+    settings = settings_for(runtime_url, kubeconfig=kube.kubeconfig, poll_interval=30, rate_limit_qps=0, retention=3600)
+    with DaemonThread(settings):
+        started = time.monotonic()
+        pg.execute("UPDATE executions SET active = false WHERE sandbox_id = 'a'")
+        wait_until(lambda: any(r["sandbox_id"] == "a" and r["status"] == "done" for r in outbox(pg)))
+        assert time.monotonic() - started < 2  # NOTIFY reaches the runtime role's listener too
+        pg.execute("UPDATE executions SET active = true WHERE sandbox_id = 'b'")
+        wait_until(lambda: all(r["sandbox_id"] != "old" for r in outbox(pg)), what="retention as runtime role")
+    assert kube.get_pod("sandboxes", "pod-a-1") is None
+    attempts = pg.execute("SELECT count(*) AS n FROM pod_sweeper.attempts").fetchone()
+    assert attempts is not None and attempts["n"] == 1
+
+    async def try_ddl() -> None:
+        async with db.connection(settings_for(runtime_url)) as conn:
+            await conn.execute("CREATE TABLE pod_sweeper.sneaky (x int)")
+
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        run(try_ddl())
+    with psycopg.connect(runtime_url) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("SELECT state FROM executions")  # only the mapped columns are readable
+
+    async def migrate_as_runtime() -> Any:
+        async with db.connection(settings_for(runtime_url)) as conn:
+            return await migrations.check_schema(conn)
+
+    assert run(migrate_as_runtime()) == migrations.expected_version()  # it can check, not change
