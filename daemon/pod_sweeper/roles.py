@@ -15,13 +15,14 @@ from pod_sweeper.recheck import load_attachments
 
 
 async def runtime_grants(
-    conn: Connection, role: str, *, create: bool = False, password: bool = False
+    conn: Connection, role: str, *, create: bool = False, password: str | None = None
 ) -> list[sql.Composed]:
     """The statements that make ``role`` a runtime role for this database's attachments."""
     who = sql.Identifier(role)
     ours = sql.Identifier("pod_sweeper")
     statements: list[sql.Composed] = []
     if create:
+        # A literal: CREATE ROLE takes no bind parameters. Callers that print pass a placeholder.
         # A literal: CREATE ROLE takes no bind parameters. Callers that print pass a placeholder.
         login = sql.SQL(" PASSWORD {}").format(sql.Literal(password)) if password else sql.SQL("")
         statements.append(sql.SQL("CREATE ROLE {} LOGIN{}").format(who, login))

@@ -1,0 +1,93 @@
+"""Passwords and tokens never appear in logs or errors: the captured output of every command is
+searched for them, at DEBUG, through failures that print connection details."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from conftest import with_dbname
+from pod_sweeper.testing.postgres import free_port
+
+pytestmark = pytest.mark.acceptance
+
+DB_PASSWORD = "db-s3cret-pw"
+TOKEN = "bearer-s3cret-token"
+
+
+def with_password(url: str, password: str) -> str:
+    params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
+    params["password"] = password
+    return make_conninfo("", **params)
+
+
+def env_for(url: str, kubeconfig: Path, **extra: str) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}
+    environ.update(
+        {
+            "POD_SWEEPER_DATABASE_URL": url,
+            "POD_SWEEPER_KUBECONFIG": str(kubeconfig),
+            "POD_SWEEPER_HTTP_PORT": "0",
+            "POD_SWEEPER_LOG_LEVEL": "DEBUG",
+            "POD_SWEEPER_BACKOFF_BASE": "0.1",
+            "POD_SWEEPER_BACKOFF_MAX": "0.3",
+            "POD_SWEEPER_CONNECT_TIMEOUT": "1",
+            **extra,
+        }
+    )
+    return environ
+
+
+def test_no_secret_in_any_output(db_url: str, kube: Any, tmp_path: Path) -> None:
+    kube.token = TOKEN
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig", token=TOKEN)
+    good = with_password(db_url, DB_PASSWORD)  # trust auth ignores it, but every layer sees it
+    unreachable = with_password(f"postgresql://app@127.0.0.1:{free_port()}/x", DB_PASSWORD)
+    missing_db = with_password(with_dbname(db_url, "no_such_db"), DB_PASSWORD)
+    outputs: list[str] = []
+    for args, url in (
+        (["status"], good),
+        (["status"], missing_db),
+        (["migrate"], unreachable),
+        (["check", "--namespace", "sandboxes"], good),
+        (["settings"], good),
+        (["status", "--json"], good),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "pod_sweeper", *args],
+            env=env_for(url, kubeconfig),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        outputs += [done.stdout, done.stderr]
+    # The daemon: a start against an unreachable database, then a run with Kubernetes refusing us.
+    for url, json_logs in ((unreachable, "text"), (good, "json")):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pod_sweeper", "run"],
+            env=env_for(url, kubeconfig, POD_SWEEPER_LOG_FORMAT=json_logs),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stderr is not None
+        line = ""
+        while "unreachable" not in line and "ready" not in line:
+            line = proc.stderr.readline()
+            outputs.append(line)
+            assert line, "the daemon ended early"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        outputs += [out, err]
+    text = "".join(outputs)
+    assert "password=***" in text  # connection details were shown, masked
+    assert DB_PASSWORD not in text
+    assert TOKEN not in text
