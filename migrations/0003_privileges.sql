@@ -8,3 +8,18 @@ REVOKE ALL ON FUNCTION pod_sweeper.enqueue(integer, text, bigint, text, text, uu
 ALTER FUNCTION pod_sweeper.enqueue(integer, text, bigint, text, text, uuid, text)
     SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION pod_sweeper.try_uuid(text) SET search_path = pg_catalog, pg_temp;
+
+-- Tables attached before this migration carry trigger functions that run as the writer; make them
+-- definer functions too, in this same transaction, or those writers' retires would fail from now on.
+DO $$
+DECLARE
+    fn regprocedure;
+BEGIN
+    FOR fn IN
+        SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = 'pod_sweeper' AND p.proname ~ '^enqueue_[0-9]+$'
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', fn);
+    END LOOP;
+END;
+$$;

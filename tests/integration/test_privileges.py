@@ -107,3 +107,43 @@ def test_daemon_runs_as_the_runtime_role(
             return await migrations.check_schema(conn)
 
     assert run(migrate_as_runtime()) == migrations.expected_version()  # it can check, not change
+
+
+def test_migration_0003_converts_functions_attached_before_it(empty_db_url: str, role_names: dict[str, str]) -> None:
+    from pod_sweeper.migrations import shipped
+
+    first_two = [m for m in shipped() if m.version <= 2]
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA pod_sweeper")
+        for migration in first_two:
+            conn.execute(migration.text)  # type: ignore[call-overload]
+        create_executions(conn)
+        # An attach of that era: the function runs as the writer.
+        conn.execute(
+            "INSERT INTO pod_sweeper.attachments (table_schema, table_name, column_map)"
+            " VALUES ('public', 'executions', '{}')"
+        )
+        conn.execute(
+            "CREATE FUNCTION pod_sweeper.enqueue_1() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$BEGIN PERFORM pod_sweeper.enqueue(1, NEW.sandbox_id, NEW.generation, NEW.pod_namespace,"
+            " NEW.pod_name, NEW.pod_uid, 'retired'); RETURN NEW; END$$"
+        )
+        conn.execute(
+            "CREATE TRIGGER t AFTER UPDATE ON executions FOR EACH ROW WHEN (NOT NEW.active)"
+            " EXECUTE FUNCTION pod_sweeper.enqueue_1()"
+        )
+        conn.execute(migrations.shipped()[2].text)  # type: ignore[call-overload]
+        definer = conn.execute("SELECT prosecdef FROM pg_proc WHERE proname = 'enqueue_1'").fetchone()
+        assert definer == (True,)
+        writer = role_names["writer"]
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(writer)))
+        conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE ON executions TO {}").format(sql.Identifier(writer)))
+        conn.execute(
+            "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid)"
+            " VALUES ('s', 1, 'ns', 'p', gen_random_uuid())"
+        )
+    with psycopg.connect(as_role(empty_db_url, writer), autocommit=True) as conn:
+        conn.execute("UPDATE executions SET active = false")  # would fail without the conversion
+    with psycopg.connect(empty_db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pod_sweeper.outbox").fetchone() == (1,)
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(writer)))
