@@ -7,6 +7,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from conftest import run
 from helpers import attach_table, create_executions, outbox
@@ -142,3 +144,36 @@ def test_two_attachments_record_their_source(pg: psycopg.Connection[Any], db_url
             (uuid.UUID(int=i + 1),),
         )
     assert [r["attachment_id"] for r in outbox(pg)] == ids
+
+
+_names = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=30)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(table=_names, columns=st.lists(_names, min_size=6, max_size=6, unique=True))
+def test_any_identifiers_attach_and_enqueue(
+    pg: psycopg.Connection[Any], db_url: str, table: str, columns: list[str]
+) -> None:
+    # PostgreSQL truncates names to 63 bytes; a longer name is another name (attach then says the
+    # column is missing, which test_a_table_that_does_not_fit covers).
+    assume(all(len(n.encode()) <= 63 for n in [table, *columns]) and len(set(columns)) == 6)
+    ident = psycopg.sql.Identifier
+    pg.execute(psycopg.sql.SQL("DROP TABLE IF EXISTS {}").format(ident("public", table)))
+    types = ["text", "bigint", "text", "text", "uuid", "boolean"]
+    pg.execute(
+        psycopg.sql.SQL("CREATE TABLE {} ({})").format(
+            ident("public", table),
+            psycopg.sql.SQL(", ").join(
+                psycopg.sql.SQL("{} {}").format(ident(c), psycopg.sql.SQL(t))
+                for c, t in zip(columns, types, strict=True)
+            ),
+        )
+    )
+    roles = ["sandbox_id", "generation", "pod_namespace", "pod_name", "pod_uid", "active"]
+    quoted = '"public"."' + table.replace('"', '""') + '"'
+    run(attach_table(db_url, quoted, [f"{r}={c}" for r, c in zip(roles, columns, strict=True)]))
+    uid = uuid.uuid4()
+    pg.execute(
+        psycopg.sql.SQL("INSERT INTO {} VALUES ('s', 1, 'ns', 'p', %s, false)").format(ident("public", table)), (uid,)
+    )
+    assert uid in [r["pod_uid"] for r in outbox(pg)]
