@@ -153,3 +153,35 @@ def test_replacement_created_between_claim_and_delete(workload: Workload, kube: 
     workload.survivors.update(replaced)
     counts = workload.verify("replacement between claim and delete")
     assert counts["outcomes"].get("replaced") == len(replaced) == 20
+
+
+def test_notify_lost_silently_while_retires_keep_arriving(workload: Workload, kube: Any) -> None:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from chaos.proxy import FreezingProxy
+
+    params = {k: str(v) for k, v in conninfo_to_dict(workload.url).items() if v is not None}
+    sids = workload.seed(120)
+    with FreezingProxy(int(params["port"])) as proxy:
+        via_proxy = make_conninfo("", **{**params, "port": str(proxy.port), "sslmode": "disable"})
+        replica = spawn_replica(
+            via_proxy, kube.kubeconfig, "r1", POD_SWEEPER_NOTIFY_CHECK_INTERVAL="1", POD_SWEEPER_POLL_INTERVAL="2"
+        )
+        try:
+            wait_until(lambda: workload.listeners() == 1, timeout=30, what="the replica to listen")
+            workload.retire(sids[:20])
+            wait_until(lambda: _all_done(workload, 20), timeout=10, what="the first retires, by NOTIFY")
+            assert proxy.freeze(b"pod-sweeper-listener") == 1  # the listener now hears nothing, and nobody says so
+            for i in range(20, 120, 10):  # retires keep arriving
+                workload.retire(sids[i : i + 10])
+                threading.Event().wait(0.2)  # the pace of the writers
+            wait_until(workload.outbox_done, timeout=30, what="the drain with the listener frozen")
+            wait_until(
+                lambda: workload.listeners() >= 2,
+                timeout=15,
+                what="a fresh listener (the frozen one is still open, unanswered)",
+            )
+        finally:
+            assert stop_replica(replica) == 0
+    counts = workload.verify("NOTIFY lost silently")
+    assert counts["rows"] == 120
