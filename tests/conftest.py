@@ -138,3 +138,13 @@ def kube(tmp_path: Any) -> Iterator[Any]:
     with FakeKube() as server:
         server.kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
         yield server
+
+
+@pytest.fixture
+def execs(pg: psycopg.Connection[Any], db_url: str) -> psycopg.Connection[Any]:
+    """``pg``, with the reference executions table created and attached."""
+    from helpers import attach_table, create_executions
+
+    create_executions(pg)
+    run(attach_table(db_url))
+    return pg

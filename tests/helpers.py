@@ -8,24 +8,12 @@ import psycopg
 
 from pod_sweeper import attach, db
 from pod_sweeper.settings import Settings
-
-EXECUTIONS_DDL = """
-CREATE TABLE {table} (
-  sandbox_id         text    NOT NULL,
-  generation         bigint  NOT NULL,
-  activation_attempt integer NOT NULL DEFAULT 1,
-  pod_namespace      text    NOT NULL,
-  pod_name           text    NOT NULL,
-  pod_uid            uuid,
-  active             boolean NOT NULL DEFAULT true,
-  state              text    NOT NULL DEFAULT 'starting',
-  PRIMARY KEY (sandbox_id, generation)
-)
-"""
+from pod_sweeper.testing.reference import executions_ddl
 
 
 def create_executions(conn: psycopg.Connection[Any], table: str = "public.executions") -> None:
-    conn.execute(EXECUTIONS_DDL.format(table=table))  # type: ignore[arg-type]
+    schema, name = table.split(".")
+    conn.execute(executions_ddl(schema, name))
 
 
 async def attach_table(url: str, table: str = "public.executions", columns: list[str] | None = None) -> int:
@@ -57,6 +45,27 @@ def threading_event_wait(seconds: float) -> None:
     import threading
 
     threading.Event().wait(seconds)
+
+
+def daemon_env(url: str, kubeconfig: Any, **overrides: str) -> dict[str, str]:
+    """The environment of a ``pod-sweeper run`` subprocess in a test: the caller's environment without
+    its POD_SWEEPER_* (and systemd) variables, fast test pacing, and ``overrides`` on top."""
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("POD_SWEEPER_", "NOTIFY_", "WATCHDOG_"))}
+    environ.update(
+        {
+            "POD_SWEEPER_DATABASE_URL": url,
+            "POD_SWEEPER_KUBECONFIG": str(kubeconfig),
+            "POD_SWEEPER_HTTP_PORT": "0",
+            "POD_SWEEPER_POLL_INTERVAL": "1",
+            "POD_SWEEPER_BACKOFF_BASE": "0.1",
+            "POD_SWEEPER_BACKOFF_MAX": "0.5",
+            "POD_SWEEPER_RATE_LIMIT_QPS": "0",
+            **overrides,
+        }
+    )
+    return environ
 
 
 class DaemonThread:

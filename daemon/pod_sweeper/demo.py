@@ -32,21 +32,9 @@ from pod_sweeper.runner import Daemon
 from pod_sweeper.settings import Settings
 from pod_sweeper.testing.fakekube import FakeKube
 from pod_sweeper.testing.postgres import ThrowawayCluster
+from pod_sweeper.testing.reference import executions_ddl
 
 NAMESPACE = "sandboxes"
-EXECUTIONS_DDL = """
-CREATE TABLE public.executions (
-  sandbox_id         text    NOT NULL,
-  generation         bigint  NOT NULL,
-  activation_attempt integer NOT NULL DEFAULT 1,
-  pod_namespace      text    NOT NULL,
-  pod_name           text    NOT NULL,
-  pod_uid            uuid,
-  active             boolean NOT NULL DEFAULT true,
-  state              text    NOT NULL DEFAULT 'starting',
-  PRIMARY KEY (sandbox_id, generation)
-)
-"""
 
 
 @contextlib.asynccontextmanager
@@ -152,7 +140,7 @@ async def run_demo(database_url: str | None, rate: float, duration: float | None
             )
             async with await db.connect(settings) as conn:
                 await migrations.migrate(conn)
-                await conn.execute(EXECUTIONS_DDL)
+                await conn.execute(executions_ddl())
                 await attach.attach(conn, attach.parse_table("public.executions"), attach.parse_mapping([]))
                 daemon = Daemon(settings, handle_signals=False)
                 sweeping = asyncio.create_task(daemon.run(), name="daemon")

@@ -4,7 +4,6 @@ the database, and systemd's notify protocol on a socket the test owns."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -20,7 +19,7 @@ import psycopg
 import pytest
 
 from conftest import run, settings_for
-from helpers import attach_table, create_executions, wait_until
+from helpers import daemon_env, wait_until
 from pod_sweeper import db, migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
 
@@ -28,20 +27,13 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 
 def spawn(url: str, kubeconfig: Path, port: int, **env: str) -> subprocess.Popen[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("POD_SWEEPER_", "NOTIFY_", "WATCHDOG_"))}
-    environ.update(
-        {
-            "POD_SWEEPER_DATABASE_URL": url,
-            "POD_SWEEPER_KUBECONFIG": str(kubeconfig),
-            "POD_SWEEPER_HTTP_HOST": "127.0.0.1",
-            "POD_SWEEPER_HTTP_PORT": str(port),
-            "POD_SWEEPER_POLL_INTERVAL": "1",
-            "POD_SWEEPER_RATE_LIMIT_QPS": "0",
-            "POD_SWEEPER_BACKOFF_BASE": "0.1",
-            "POD_SWEEPER_BACKOFF_MAX": "0.5",
-            "POD_SWEEPER_CONNECT_TIMEOUT": "1",
-            **env,
-        }
+    environ = daemon_env(
+        url,
+        kubeconfig,
+        POD_SWEEPER_HTTP_HOST="127.0.0.1",
+        POD_SWEEPER_HTTP_PORT=str(port),
+        POD_SWEEPER_CONNECT_TIMEOUT="1",
+        **env,
     )
     return subprocess.Popen(
         [sys.executable, "-m", "pod_sweeper", "run"],
@@ -74,13 +66,6 @@ def stop(proc: subprocess.Popen[str]) -> str:
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     return err
-
-
-@pytest.fixture
-def execs(pg: psycopg.Connection[Any], db_url: str) -> psycopg.Connection[Any]:
-    create_executions(pg)
-    run(attach_table(db_url))
-    return pg
 
 
 def seed(conn: psycopg.Connection[Any], kube: Any, n: int) -> None:

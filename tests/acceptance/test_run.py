@@ -3,7 +3,6 @@ database that is not there yet, and start-up refusals with their exit codes."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,37 +14,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import run
-from helpers import attach_table, create_executions, wait_until
+from helpers import daemon_env, wait_until
 
 pytestmark = pytest.mark.acceptance
 
 
-@pytest.fixture
-def execs(pg: psycopg.Connection[Any], db_url: str) -> psycopg.Connection[Any]:
-    create_executions(pg)
-    run(attach_table(db_url))
-    return pg
-
-
 def spawn(url: str, kubeconfig: Path, **env: str) -> subprocess.Popen[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}
-    environ.update(
-        {
-            "POD_SWEEPER_DATABASE_URL": url,
-            "POD_SWEEPER_KUBECONFIG": str(kubeconfig),
-            "POD_SWEEPER_HTTP_PORT": "0",
-            "POD_SWEEPER_POLL_INTERVAL": "1",
-            "POD_SWEEPER_BACKOFF_BASE": "0.1",
-            "POD_SWEEPER_BACKOFF_MAX": "0.5",
-            "POD_SWEEPER_RATE_LIMIT_QPS": "0",
-            "POD_SWEEPER_REQUEST_TIMEOUT": "3",
-            **env,
-        }
-    )
     return subprocess.Popen(
         [sys.executable, "-m", "pod_sweeper", "run"],
-        env=environ,
+        env=daemon_env(url, kubeconfig, **{"POD_SWEEPER_REQUEST_TIMEOUT": "3", **env}),
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -9,20 +9,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import run
-from helpers import attach_table, create_executions, outbox, wait_until
+from helpers import outbox, wait_until
 
 pytestmark = pytest.mark.integration
 
 UID1 = uuid.UUID("11111111-1111-4111-8111-111111111111")
 UID2 = uuid.UUID("22222222-2222-4222-8222-222222222222")
-
-
-@pytest.fixture
-def execs(pg: psycopg.Connection[Any], db_url: str) -> psycopg.Connection[Any]:
-    create_executions(pg)
-    run(attach_table(db_url))
-    return pg
 
 
 def insert(

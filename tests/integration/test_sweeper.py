@@ -11,19 +11,12 @@ import psycopg
 import pytest
 
 from conftest import run, settings_for
-from helpers import DaemonThread, add_execution, attach_table, create_executions, row_for, wait_until
+from helpers import DaemonThread, add_execution, row_for, wait_until
 from pod_sweeper import db, outbox
 from pod_sweeper.outbox import Final
 from pod_sweeper.recheck import load_attachments
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def execs(pg: psycopg.Connection[Any], db_url: str) -> psycopg.Connection[Any]:
-    create_executions(pg)
-    run(attach_table(db_url))
-    return pg
 
 
 def daemon_settings(db_url: str, kube: Any, **overrides: Any) -> Any:
