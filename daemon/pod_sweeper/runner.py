@@ -179,7 +179,7 @@ class Daemon:
     async def _become_ready(self, sweeper: Sweeper, listener: Listener | None) -> None:
         if listener is not None:
             await listener.listening.wait()
-        await sweeper.caught_up.wait()
+        await sweeper.first_claim_done.wait()
         self.health.started = True
         self.notifier.ready(self._status_line())
         logger.info(

@@ -78,7 +78,7 @@ class Sweeper:
         self.auth_blocked_until = 0.0
         self.last_turn = time.monotonic()  # the claimer's heartbeat, for the systemd watchdog
         self.auth_error: str | None = None
-        self.caught_up = asyncio.Event()  # set after the first claim round that found nothing more
+        self.first_claim_done = asyncio.Event()  # the start-up catch-up claim ran (readiness waits on it)
         self._auth_failures = 0
         self._queue: asyncio.Queue[_Work] = asyncio.Queue()
         self._inflight: dict[int, Claim] = {}
@@ -142,6 +142,7 @@ class Sweeper:
                 await self._sleep_until_stop(delay)
                 continue
             db_failures = 0
+            self.first_claim_done.set()
             got = len(result.to_delete) + result.skipped + result.unknown + result.expired_dead
             if result.expired_dead:
                 logger.error("{n} row(s) went dead: their leases expired with no attempts left", n=result.expired_dead)
@@ -157,7 +158,6 @@ class Sweeper:
                 self._queue.put_nowait(_Work(claim, deadline))
             if got >= want:
                 continue  # a full batch: there may be more right now
-            self.caught_up.set()
             pause = self.settings.poll_interval if due is None else min(self.settings.poll_interval, max(due, 0.0))
             await self._sleep_until_wake(max(pause, MIN_CLAIM_PAUSE))
 

@@ -410,3 +410,16 @@ def test_names_kubernetes_would_reject_go_dead_without_blocking_others(
     assert "not a valid Kubernetes namespace" in bad[0]["last_error"]
     assert "not a valid Kubernetes object name" in bad[1]["last_error"]
     assert [d.path for d in kube.deletes()] == ["/api/v1/namespaces/sandboxes/pods/pod-good-1"]
+
+
+def test_ready_after_the_first_catch_up_claim_not_after_the_whole_backlog(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    for i in range(100):
+        add_execution(execs, kube, f"b{i}")
+    execs.execute("UPDATE executions SET active = false")
+    kube.inject("delay", method="DELETE", seconds=0.05, times=None)
+    with DaemonThread(daemon_settings(db_url, kube, concurrency=2, batch_size=10)) as daemon:
+        assert daemon.daemon.ready
+        left = execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status <> 'done'").fetchone()["n"]
+        assert left > 50  # ready long before the backlog is drained

@@ -1,0 +1,327 @@
+"""pod-sweeper's benchmarks: figures side by side with this machine's limits, as ratios.
+
+Starts its own throwaway PostgreSQL and fake API server, runs every benchmark, prints a table and
+(with --json FILE) writes the figures under the keys bench/README.md names. Benchmarks print numbers;
+they never fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import urllib3
+
+from pod_sweeper import attach, db, migrations, outbox
+from pod_sweeper.kube import Outcome, PodDeleter, load_configuration
+from pod_sweeper.outbox import Final
+from pod_sweeper.recheck import load_attachments
+from pod_sweeper.runner import Daemon
+from pod_sweeper.settings import Settings
+from pod_sweeper.testing.fakekube import FakeKube
+from pod_sweeper.testing.postgres import ThrowawayCluster, find_bindir
+from pod_sweeper.testing.reference import executions_ddl
+
+NS = "sandboxes"
+
+
+class Bench:
+    def __init__(self, cluster: ThrowawayCluster, kube: FakeKube, kubeconfig: Path, quick: bool) -> None:
+        self.cluster, self.kube, self.kubeconfig, self.quick = cluster, kube, kubeconfig, quick
+        self.results: dict[str, Any] = {}
+        self._n = 0
+
+    # --- fixtures -------------------------------------------------------------------------------------
+
+    def fresh_db(self) -> str:
+        self._n += 1
+        name = f"bench_{self._n}"
+        with psycopg.connect(self.cluster.url(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        url = self.cluster.url(name)
+        asyncio.run(self._prepare(url))
+        return url
+
+    async def _prepare(self, url: str) -> None:
+        async with db.connection(self.settings(url)) as conn:
+            await migrations.migrate(conn)
+            await conn.execute(executions_ddl())
+            await attach.attach(conn, attach.parse_table("public.executions"), attach.parse_mapping([]))
+
+    def settings(self, url: str, **overrides: Any) -> Settings:
+        values: dict[str, Any] = {"database_url": url, "kubeconfig": self.kubeconfig, "http_port": 0,
+                                  "rate_limit_qps": 0, "log_level": "WARNING", "poll_interval": 30}
+        values.update(overrides)
+        return Settings(**values)
+
+    def backlog(self, url: str, n: int, *, retire: bool = True) -> None:
+        """``n`` executions with real pods on the fake server; retired at once when ``retire``."""
+        self.kube.pods.clear()
+        with psycopg.connect(url, autocommit=True) as conn:
+            with conn.cursor() as cur, cur.copy(
+                "COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN"
+            ) as copy:
+                for i in range(n):
+                    pod = self.kube.create_pod(NS, f"p{i}")
+                    copy.write_row((f"s{i}", 1, NS, f"p{i}", uuid.UUID(pod["metadata"]["uid"])))
+            if retire:
+                conn.execute("UPDATE executions SET active = false")
+        self.kube.requests.clear()
+
+    def done(self, url: str) -> int:
+        with psycopg.connect(url) as conn:
+            row = conn.execute("SELECT count(*) FROM pod_sweeper.outbox WHERE status = 'done'").fetchone()
+        return int(row[0]) if row else 0
+
+    def drain_with_daemon(self, url: str, n: int, **overrides: Any) -> float:
+        """Rows per second from the daemon's start to the last finalize."""
+        daemon_box: dict[str, Any] = {}
+
+        def main() -> None:
+            async def body() -> int:
+                daemon_box["loop"] = asyncio.get_running_loop()
+                daemon_box["d"] = Daemon(self.settings(url, **overrides), handle_signals=False)
+                return await daemon_box["d"].run()
+
+            asyncio.run(body())
+
+        started = time.monotonic()
+        thread = threading.Thread(target=main, daemon=True)
+        thread.start()
+        while self.done(url) < n:
+            time.sleep(0.02)
+        elapsed = time.monotonic() - started
+        daemon_box["loop"].call_soon_threadsafe(daemon_box["d"].stop_requested.set)
+        thread.join(30)
+        return n / elapsed
+
+    # --- benchmarks -----------------------------------------------------------------------------------
+
+    def trigger_ratio(self) -> None:
+        """8 concurrent writers, one retire per transaction (pgbench), with and without the trigger,
+        interleaved."""
+        url = self.fresh_db()
+        rows = 100_000
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid)"
+                         " SELECT 's' || g, 1, 'ns', 'p' || g, gen_random_uuid() FROM generate_series(1, %s) g",
+                         (rows,))
+            conn.execute("CREATE TABLE plain (LIKE executions INCLUDING ALL)")
+            conn.execute("INSERT INTO plain SELECT * FROM executions")
+            conn.execute("VACUUM ANALYZE")
+        script = Path(tempfile.mkdtemp()) / "retire.sql"
+        rounds = 2 if self.quick else 4
+        seconds = 3 if self.quick else 8
+        figures: dict[str, list[float]] = {"executions": [], "plain": []}
+        pgbench = str(find_bindir() / "pgbench")
+        for _ in range(rounds):
+            for table in ("executions", "plain"):
+                # A retire that names a fresh UID each time, so every transaction enqueues one row.
+                script.write_text(
+                    f"\\set id random(1, {rows})\n"
+                    f"UPDATE {table} SET active = false, pod_uid = gen_random_uuid() "
+                    "WHERE sandbox_id = 's' || :id AND generation = 1;\n"
+                )
+                out = subprocess.run(
+                    [pgbench, "-n", "-c", "8", "-j", "2", "-T", str(seconds), "-f", str(script), url],
+                    capture_output=True, text=True, check=True,
+                ).stdout
+                tps = next(float(line.split("=")[1].split()[0]) for line in out.splitlines() if line.startswith("tps"))
+                figures[table].append(tps)
+        with_trigger, without = statistics.median(figures["executions"]), statistics.median(figures["plain"])
+        self.results.update(trigger_tps=round(with_trigger), no_trigger_tps=round(without),
+                            trigger_ratio=round(with_trigger / without, 3))
+
+    def client_ceiling(self, n: int) -> None:
+        """The same DELETE calls through the same client, no database; and the fake server's own rate."""
+        self.backlog(self.fresh_db(), n, retire=False)
+        deleter = PodDeleter(load_configuration(self.kubeconfig, None, pool_size=16))
+        pods = [(name, pod["metadata"]["uid"]) for (_, name), pod in list(self.kube.pods.items())]
+        started = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda p: deleter.resolve(NS, p[0], p[1], timeout=5), pods))
+        self.results["client_ceiling_rows_per_s"] = round(n / (time.monotonic() - started))
+        # The fake server alone: raw keep-alive requests, no client model layer (404s: nothing to delete).
+        http = urllib3.PoolManager(maxsize=16, headers={"Authorization": "Bearer fake-token"})
+        started = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda i: http.request("DELETE", f"{self.kube.url}/api/v1/namespaces/{NS}/pods/x{i}").status,
+                          range(n)))
+        self.results["fake_server_rows_per_s"] = round(n / (time.monotonic() - started))
+
+    def sql_ceiling(self, n: int) -> None:
+        """The same backlog through claim and finalize SQL alone, no API calls."""
+        url = self.fresh_db()
+        self.backlog(url, n)
+
+        async def run() -> float:
+            async with db.connection(self.settings(url)) as conn:
+                attachments = await load_attachments(conn)
+                started = time.monotonic()
+                total = 0
+                while total < n:
+                    result = await outbox.claim(conn, owner="bench", batch=100, lease_seconds=60, max_attempts=10,
+                                                attachments=attachments, recheck_retry_delay=1)
+                    await outbox.finalize(conn, [Final.done(c, Outcome.DELETED, 200) for c in result.to_delete],
+                                          "bench")
+                    total += len(result.to_delete)
+                return n / (time.monotonic() - started)
+
+        self.results["sql_ceiling_rows_per_s"] = round(asyncio.run(run()))
+
+    def drain(self, n: int) -> None:
+        url = self.fresh_db()
+        self.backlog(url, n)
+        rate = self.drain_with_daemon(url, n, concurrency=16, batch_size=100)
+        self.results["drain_rows_per_s"] = round(rate)
+        self.results["drain_vs_client_ceiling"] = round(rate / self.results["client_ceiling_rows_per_s"], 3)
+        self.results["drain_vs_sql_ceiling"] = round(rate / self.results["sql_ceiling_rows_per_s"], 3)
+
+    def slow_api(self, n: int) -> None:
+        url = self.fresh_db()
+        self.backlog(url, n)
+        fault = self.kube.inject("delay", method="DELETE", seconds=0.05, times=None)
+        self.results["slow_api_rows_per_s"] = round(self.drain_with_daemon(url, n, concurrency=64, batch_size=100))
+        self.kube.faults.remove(fault)
+
+    def wake_latency(self, n: int) -> None:
+        """An idle daemon, single retires with random 10-30 ms gaps: commit to the DELETE's arrival."""
+        url = self.fresh_db()
+        self.backlog(url, n, retire=False)
+        box: dict[str, Any] = {}
+
+        def main() -> None:
+            async def body() -> int:
+                box["loop"] = asyncio.get_running_loop()
+                box["d"] = Daemon(self.settings(url), handle_signals=False)
+                return await box["d"].run()
+
+            asyncio.run(body())
+
+        thread = threading.Thread(target=main, daemon=True)
+        thread.start()
+        while not (box.get("d") and box["d"].ready):
+            time.sleep(0.01)
+        rng = random.Random(5)
+        committed: dict[str, float] = {}
+        with psycopg.connect(url, autocommit=True) as conn:
+            for i in range(n):
+                conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (f"s{i}",))
+                committed[f"p{i}"] = time.monotonic()
+                time.sleep(rng.uniform(0.010, 0.030))
+        deadline = time.monotonic() + 30
+        while len(self.kube.deletes()) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        box["loop"].call_soon_threadsafe(box["d"].stop_requested.set)
+        thread.join(30)
+        arrived = {r.path.rsplit("/", 1)[1]: r.at for r in self.kube.deletes()}
+        latencies = sorted((arrived[k] - t) * 1000 for k, t in committed.items() if k in arrived)
+        self.results.update(
+            wake_p50_ms=round(statistics.median(latencies), 2),
+            wake_p99_ms=round(latencies[int(len(latencies) * 0.99) - 1], 2),
+            wake_max_ms=round(latencies[-1], 2),
+        )
+
+    def claim_scaling(self, done_rows: int) -> None:
+        """The claim query's latency with ``done_rows`` done rows over its latency with none."""
+        url = self.fresh_db()
+
+        def claim_ms() -> float:
+            with psycopg.connect(url) as conn:
+                times = []
+                for _ in range(200):
+                    started = time.perf_counter()
+                    conn.execute(psycopg.sql.SQL("{}").format(
+                        __import__("pod_sweeper.queries", fromlist=["load"]).load("claim")),
+                        {"batch": 100, "max_attempts": 10, "owner": "b", "lease_seconds": 60}).fetchall()
+                    times.append(time.perf_counter() - started)
+                    conn.rollback()
+                return statistics.median(times) * 1000
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace,"
+                         " pod_name, pod_uid, reason) SELECT 1, 'o' || g, g, 'ns', 'o' || g, gen_random_uuid(),"
+                         " 'retired' FROM generate_series(1, 100) g")
+            conn.execute("ANALYZE pod_sweeper.outbox")
+        empty = claim_ms()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace,"
+                         " pod_name, pod_uid, reason, status, outcome, done_at) SELECT 1, 'd' || g, g, 'ns',"
+                         " 'd' || g, gen_random_uuid(), 'retired', 'done', 'deleted', now()"
+                         " FROM generate_series(1, %s) g", (done_rows,))
+            conn.execute("VACUUM ANALYZE pod_sweeper.outbox")
+        full = claim_ms()
+        key = "claim_ratio_10m"
+        self.results.update({key: round(full / empty, 3), "claim_done_rows": done_rows,
+                             "claim_ms_empty": round(empty, 3), "claim_ms_full": round(full, 3)})
+
+    def rss(self, n: int) -> None:
+        """Peak memory of a daemon process draining an ``n``-row backlog."""
+        url = self.fresh_db()
+        self.backlog(url, n)
+        env = {**os.environ, "POD_SWEEPER_DATABASE_URL": url, "POD_SWEEPER_KUBECONFIG": str(self.kubeconfig),
+               "POD_SWEEPER_HTTP_PORT": "0", "POD_SWEEPER_RATE_LIMIT_QPS": "0", "POD_SWEEPER_LOG_LEVEL": "WARNING"}
+        proc = subprocess.Popen([sys.executable, "-m", "pod_sweeper", "run"], env=env)
+        peak = 0
+        while self.done(url) < n:
+            try:
+                status = Path(f"/proc/{proc.pid}/status").read_text()
+                peak = max(peak, int(next(x for x in status.splitlines() if x.startswith("VmHWM")).split()[1]))
+            except (OSError, StopIteration):
+                pass
+            time.sleep(0.2)
+        proc.terminate()
+        proc.wait(30)
+        self.results.update(rss_mb=round(peak / 1024, 1), rss_backlog_rows=n)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="bench/run")
+    parser.add_argument("--quick", action="store_true", help="small sizes, about two minutes on 2 cores")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args()
+    quick = args.quick
+    started = time.monotonic()
+    with ThrowawayCluster() as cluster, FakeKube() as kube, tempfile.TemporaryDirectory() as tmp:
+        bench = Bench(cluster, kube, kube.write_kubeconfig(Path(tmp) / "kubeconfig"), quick)
+        steps = [
+            ("trigger cost", bench.trigger_ratio),
+            ("client ceiling", lambda: bench.client_ceiling(5_000 if quick else 20_000)),
+            ("SQL ceiling", lambda: bench.sql_ceiling(10_000 if quick else 20_000)),
+            ("drain", lambda: bench.drain(10_000 if quick else 20_000)),
+            ("slow API", lambda: bench.slow_api(2_000 if quick else 5_000)),
+            ("wake latency", lambda: bench.wake_latency(200 if quick else 500)),
+            ("claim scaling", lambda: bench.claim_scaling(1_000_000 if quick else 10_000_000)),
+            ("memory", lambda: bench.rss(20_000 if quick else 200_000)),
+        ]
+        for label, step in steps:
+            t = time.monotonic()
+            step()
+            print(f"  {label}: {time.monotonic() - t:.1f} s", file=sys.stderr, flush=True)
+    results = {**bench.results, "quick": quick, "seconds": round(time.monotonic() - started, 1),
+               "cpus": os.cpu_count(), "maxrss_bench_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+    width = max(len(k) for k in results)
+    for key, value in results.items():
+        print(f"{key.ljust(width)}  {value}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
