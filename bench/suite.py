@@ -33,15 +33,54 @@ from pod_sweeper.outbox import Final
 from pod_sweeper.recheck import load_attachments
 from pod_sweeper.runner import Daemon
 from pod_sweeper.settings import Settings
-from pod_sweeper.testing.fakekube import FakeKube
 from pod_sweeper.testing.postgres import ThrowawayCluster, find_bindir
 from pod_sweeper.testing.reference import executions_ddl
 
 NS = "sandboxes"
 
 
+class RemoteFake:
+    """The fake API server in a process of its own, driven through its /_fake/ control API."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pod_sweeper.testing.fakekube", "--kubeconfig", str(kubeconfig)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        self._http = urllib3.PoolManager(maxsize=2)
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        response = self._http.request(method, f"{self.url}{path}", json=body)
+        return json.loads(response.data) if response.data else {}
+
+    def create_pods(self, names: list[str]) -> list[str]:
+        uids: list[str] = []
+        for start in range(0, len(names), 5000):
+            uids += self._call("POST", "/_fake/pods", {"namespace": NS, "names": names[start : start + 5000]})["uids"]
+        return uids
+
+    def reset(self) -> None:
+        self._call("POST", "/_fake/reset")
+
+    def deletes(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/_fake/deletes")["deletes"])
+
+    def inject(self, action: str, **kwargs: Any) -> None:
+        self._call("POST", "/_fake/faults", {"action": action, **kwargs})
+
+    def clear_faults(self) -> None:
+        self._call("DELETE", "/_fake/faults")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
 class Bench:
-    def __init__(self, cluster: ThrowawayCluster, kube: FakeKube, kubeconfig: Path, quick: bool) -> None:
+    def __init__(self, cluster: ThrowawayCluster, kube: RemoteFake, kubeconfig: Path, quick: bool) -> None:
         self.cluster, self.kube, self.kubeconfig, self.quick = cluster, kube, kubeconfig, quick
         self.results: dict[str, Any] = {}
         self._n = 0
@@ -64,24 +103,33 @@ class Bench:
             await attach.attach(conn, attach.parse_table("public.executions"), attach.parse_mapping([]))
 
     def settings(self, url: str, **overrides: Any) -> Settings:
-        values: dict[str, Any] = {"database_url": url, "kubeconfig": self.kubeconfig, "http_port": 0,
-                                  "rate_limit_qps": 0, "log_level": "WARNING", "poll_interval": 30}
+        values: dict[str, Any] = {
+            "database_url": url,
+            "kubeconfig": self.kubeconfig,
+            "http_port": 0,
+            "rate_limit_qps": 0,
+            "log_level": "WARNING",
+            "poll_interval": 30,
+        }
         values.update(overrides)
         return Settings(**values)
 
     def backlog(self, url: str, n: int, *, retire: bool = True) -> None:
         """``n`` executions with real pods on the fake server; retired at once when ``retire``."""
-        self.kube.pods.clear()
+        self.kube.reset()
+        uids = self.kube.create_pods([f"p{i}" for i in range(n)])
         with psycopg.connect(url, autocommit=True) as conn:
-            with conn.cursor() as cur, cur.copy(
-                "COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN"
-            ) as copy:
-                for i in range(n):
-                    pod = self.kube.create_pod(NS, f"p{i}")
-                    copy.write_row((f"s{i}", 1, NS, f"p{i}", uuid.UUID(pod["metadata"]["uid"])))
+            with (
+                conn.cursor() as cur,
+                cur.copy(
+                    "COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN"
+                ) as copy,
+            ):
+                for i, uid in enumerate(uids):
+                    copy.write_row((f"s{i}", 1, NS, f"p{i}", uuid.UUID(uid)))
             if retire:
                 conn.execute("UPDATE executions SET active = false")
-        self.kube.requests.clear()
+        self.pods = list(zip([f"p{i}" for i in range(n)], uids, strict=True))
 
     def done(self, url: str) -> int:
         with psycopg.connect(url) as conn:
@@ -104,7 +152,7 @@ class Bench:
         thread = threading.Thread(target=main, daemon=True)
         thread.start()
         while self.done(url) < n:
-            time.sleep(0.02)
+            time.sleep(0.02)  # the benchmark's own sampling interval
         elapsed = time.monotonic() - started
         daemon_box["loop"].call_soon_threadsafe(daemon_box["d"].stop_requested.set)
         thread.join(30)
@@ -118,9 +166,11 @@ class Bench:
         url = self.fresh_db()
         rows = 100_000
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid)"
-                         " SELECT 's' || g, 1, 'ns', 'p' || g, gen_random_uuid() FROM generate_series(1, %s) g",
-                         (rows,))
+            conn.execute(
+                "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid)"
+                " SELECT 's' || g, 1, 'ns', 'p' || g, gen_random_uuid() FROM generate_series(1, %s) g",
+                (rows,),
+            )
             conn.execute("CREATE TABLE plain (LIKE executions INCLUDING ALL)")
             conn.execute("INSERT INTO plain SELECT * FROM executions")
             conn.execute("VACUUM ANALYZE")
@@ -139,19 +189,24 @@ class Bench:
                 )
                 out = subprocess.run(
                     [pgbench, "-n", "-c", "8", "-j", "2", "-T", str(seconds), "-f", str(script), url],
-                    capture_output=True, text=True, check=True,
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 ).stdout
                 tps = next(float(line.split("=")[1].split()[0]) for line in out.splitlines() if line.startswith("tps"))
                 figures[table].append(tps)
         with_trigger, without = statistics.median(figures["executions"]), statistics.median(figures["plain"])
-        self.results.update(trigger_tps=round(with_trigger), no_trigger_tps=round(without),
-                            trigger_ratio=round(with_trigger / without, 3))
+        self.results.update(
+            trigger_tps=round(with_trigger),
+            no_trigger_tps=round(without),
+            trigger_ratio=round(with_trigger / without, 3),
+        )
 
     def client_ceiling(self, n: int) -> None:
         """The same DELETE calls through the same client, no database; and the fake server's own rate."""
         self.backlog(self.fresh_db(), n, retire=False)
         deleter = PodDeleter(load_configuration(self.kubeconfig, None, pool_size=16))
-        pods = [(name, pod["metadata"]["uid"]) for (_, name), pod in list(self.kube.pods.items())]
+        pods = self.pods
         started = time.monotonic()
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda p: deleter.resolve(NS, p[0], p[1], timeout=5), pods))
@@ -160,8 +215,12 @@ class Bench:
         http = urllib3.PoolManager(maxsize=16, headers={"Authorization": "Bearer fake-token"})
         started = time.monotonic()
         with ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda i: http.request("DELETE", f"{self.kube.url}/api/v1/namespaces/{NS}/pods/x{i}").status,
-                          range(n)))
+            list(
+                pool.map(
+                    lambda i: http.request("DELETE", f"{self.kube.url}/api/v1/namespaces/{NS}/pods/x{i}").status,
+                    range(n),
+                )
+            )
         self.results["fake_server_rows_per_s"] = round(n / (time.monotonic() - started))
 
     def sql_ceiling(self, n: int) -> None:
@@ -175,10 +234,18 @@ class Bench:
                 started = time.monotonic()
                 total = 0
                 while total < n:
-                    result = await outbox.claim(conn, owner="bench", batch=100, lease_seconds=60, max_attempts=10,
-                                                attachments=attachments, recheck_retry_delay=1)
-                    await outbox.finalize(conn, [Final.done(c, Outcome.DELETED, 200) for c in result.to_delete],
-                                          "bench")
+                    result = await outbox.claim(
+                        conn,
+                        owner="bench",
+                        batch=100,
+                        lease_seconds=60,
+                        max_attempts=10,
+                        attachments=attachments,
+                        recheck_retry_delay=1,
+                    )
+                    await outbox.finalize(
+                        conn, [Final.done(c, Outcome.DELETED, 200) for c in result.to_delete], "bench"
+                    )
                     total += len(result.to_delete)
                 return n / (time.monotonic() - started)
 
@@ -195,9 +262,9 @@ class Bench:
     def slow_api(self, n: int) -> None:
         url = self.fresh_db()
         self.backlog(url, n)
-        fault = self.kube.inject("delay", method="DELETE", seconds=0.05, times=None)
+        self.kube.inject("delay", method="DELETE", seconds=0.05, times=None)
         self.results["slow_api_rows_per_s"] = round(self.drain_with_daemon(url, n, concurrency=64, batch_size=100))
-        self.kube.faults.remove(fault)
+        self.kube.clear_faults()
 
     def wake_latency(self, n: int) -> None:
         """An idle daemon, single retires with random 10-30 ms gaps: commit to the DELETE's arrival."""
@@ -229,7 +296,7 @@ class Bench:
             time.sleep(0.05)
         box["loop"].call_soon_threadsafe(box["d"].stop_requested.set)
         thread.join(30)
-        arrived = {r.path.rsplit("/", 1)[1]: r.at for r in self.kube.deletes()}
+        arrived = {r["path"].rsplit("/", 1)[1]: r["at"] for r in self.kube.deletes()}
         latencies = sorted((arrived[k] - t) * 1000 for k, t in committed.items() if k in arrived)
         self.results.update(
             wake_p50_ms=round(statistics.median(latencies), 2),
@@ -246,36 +313,56 @@ class Bench:
                 times = []
                 for _ in range(200):
                     started = time.perf_counter()
-                    conn.execute(psycopg.sql.SQL("{}").format(
-                        __import__("pod_sweeper.queries", fromlist=["load"]).load("claim")),
-                        {"batch": 100, "max_attempts": 10, "owner": "b", "lease_seconds": 60}).fetchall()
+                    conn.execute(
+                        psycopg.sql.SQL("{}").format(
+                            __import__("pod_sweeper.queries", fromlist=["load"]).load("claim")
+                        ),
+                        {"batch": 100, "max_attempts": 10, "owner": "b", "lease_seconds": 60},
+                    ).fetchall()
                     times.append(time.perf_counter() - started)
                     conn.rollback()
                 return statistics.median(times) * 1000
 
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace,"
-                         " pod_name, pod_uid, reason) SELECT 1, 'o' || g, g, 'ns', 'o' || g, gen_random_uuid(),"
-                         " 'retired' FROM generate_series(1, 100) g")
+            conn.execute(
+                "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace,"
+                " pod_name, pod_uid, reason) SELECT 1, 'o' || g, g, 'ns', 'o' || g, gen_random_uuid(),"
+                " 'retired' FROM generate_series(1, 100) g"
+            )
             conn.execute("ANALYZE pod_sweeper.outbox")
         empty = claim_ms()
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace,"
-                         " pod_name, pod_uid, reason, status, outcome, done_at) SELECT 1, 'd' || g, g, 'ns',"
-                         " 'd' || g, gen_random_uuid(), 'retired', 'done', 'deleted', now()"
-                         " FROM generate_series(1, %s) g", (done_rows,))
+            conn.execute(
+                "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace,"
+                " pod_name, pod_uid, reason, status, outcome, done_at) SELECT 1, 'd' || g, g, 'ns',"
+                " 'd' || g, gen_random_uuid(), 'retired', 'done', 'deleted', now()"
+                " FROM generate_series(1, %s) g",
+                (done_rows,),
+            )
             conn.execute("VACUUM ANALYZE pod_sweeper.outbox")
         full = claim_ms()
         key = "claim_ratio_10m"
-        self.results.update({key: round(full / empty, 3), "claim_done_rows": done_rows,
-                             "claim_ms_empty": round(empty, 3), "claim_ms_full": round(full, 3)})
+        self.results.update(
+            {
+                key: round(full / empty, 3),
+                "claim_done_rows": done_rows,
+                "claim_ms_empty": round(empty, 3),
+                "claim_ms_full": round(full, 3),
+            }
+        )
 
     def rss(self, n: int) -> None:
         """Peak memory of a daemon process draining an ``n``-row backlog."""
         url = self.fresh_db()
         self.backlog(url, n)
-        env = {**os.environ, "POD_SWEEPER_DATABASE_URL": url, "POD_SWEEPER_KUBECONFIG": str(self.kubeconfig),
-               "POD_SWEEPER_HTTP_PORT": "0", "POD_SWEEPER_RATE_LIMIT_QPS": "0", "POD_SWEEPER_LOG_LEVEL": "WARNING"}
+        env = {
+            **os.environ,
+            "POD_SWEEPER_DATABASE_URL": url,
+            "POD_SWEEPER_KUBECONFIG": str(self.kubeconfig),
+            "POD_SWEEPER_HTTP_PORT": "0",
+            "POD_SWEEPER_RATE_LIMIT_QPS": "0",
+            "POD_SWEEPER_LOG_LEVEL": "WARNING",
+        }
         proc = subprocess.Popen([sys.executable, "-m", "pod_sweeper", "run"], env=env)
         peak = 0
         while self.done(url) < n:
@@ -297,8 +384,10 @@ def main() -> int:
     args = parser.parse_args()
     quick = args.quick
     started = time.monotonic()
-    with ThrowawayCluster() as cluster, FakeKube() as kube, tempfile.TemporaryDirectory() as tmp:
-        bench = Bench(cluster, kube, kube.write_kubeconfig(Path(tmp) / "kubeconfig"), quick)
+    with ThrowawayCluster() as cluster, tempfile.TemporaryDirectory() as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        kube = RemoteFake(kubeconfig)  # its own process: it must not share the client's interpreter
+        bench = Bench(cluster, kube, kubeconfig, quick)
         steps = [
             ("trigger cost", bench.trigger_ratio),
             ("client ceiling", lambda: bench.client_ceiling(5_000 if quick else 20_000)),
@@ -309,12 +398,20 @@ def main() -> int:
             ("claim scaling", lambda: bench.claim_scaling(1_000_000 if quick else 10_000_000)),
             ("memory", lambda: bench.rss(20_000 if quick else 200_000)),
         ]
-        for label, step in steps:
-            t = time.monotonic()
-            step()
-            print(f"  {label}: {time.monotonic() - t:.1f} s", file=sys.stderr, flush=True)
-    results = {**bench.results, "quick": quick, "seconds": round(time.monotonic() - started, 1),
-               "cpus": os.cpu_count(), "maxrss_bench_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+        try:
+            for label, step in steps:
+                t = time.monotonic()
+                step()
+                print(f"  {label}: {time.monotonic() - t:.1f} s", file=sys.stderr, flush=True)
+        finally:
+            kube.close()
+    results = {
+        **bench.results,
+        "quick": quick,
+        "seconds": round(time.monotonic() - started, 1),
+        "cpus": os.cpu_count(),
+        "maxrss_bench_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
     width = max(len(k) for k in results)
     for key, value in results.items():
         print(f"{key.ljust(width)}  {value}")

@@ -205,3 +205,33 @@ def test_unauthenticated_requests_get_401(kube: Any, tmp_path: Any) -> None:
         client.CoreV1Api(client.ApiClient(configuration)).list_namespaced_pod("ns")
     assert (info.value.status, body(info.value)["reason"]) == (401, "Unauthorized")
     assert kube.requests[-1].authorization == "Bearer wrong"
+
+
+def test_served_in_its_own_process_with_a_control_api(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    kubeconfig = tmp_path / "kubeconfig"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pod_sweeper.testing.fakekube", "--kubeconfig", str(kubeconfig)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        http = urllib3.PoolManager()
+        uids = json.loads(http.request("POST", f"{url}/_fake/pods", json={"namespace": "ns", "names": ["a", "b"]}).data)
+        configuration = client.Configuration()
+        config.load_kube_config(str(kubeconfig), client_configuration=configuration)
+        core = client.CoreV1Api(client.ApiClient(configuration))
+        assert core.read_namespaced_pod("a", "ns").metadata.uid == uids["uids"][0]
+        http.request("POST", f"{url}/_fake/faults", json={"action": "status", "method": "DELETE", "code": 503})
+        with pytest.raises(ApiException):
+            core.delete_namespaced_pod("b", "ns")
+        core.delete_namespaced_pod("b", "ns")
+        deletes = json.loads(http.request("GET", f"{url}/_fake/deletes").data)["deletes"]
+        assert [d["status"] for d in deletes] == [503, 200]
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -419,6 +419,28 @@ class FakeKube:
             code = 202 if orphan is False else 200
             return code, json.loads(json.dumps(pod))
 
+    def control(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        """``/_fake/...``: drive a server that runs in another process (the benchmarks do)."""
+        body = body if isinstance(body, dict) else {}
+        if method == "POST" and path == "/_fake/pods":
+            uids = [self.create_pod(body["namespace"], name)["metadata"]["uid"] for name in body["names"]]
+            return 200, {"uids": uids}
+        if method == "POST" and path == "/_fake/reset":
+            with self._lock:
+                self.pods.clear()
+                self.requests.clear()
+                self.faults.clear()
+            return 200, {}
+        if method == "GET" and path == "/_fake/deletes":
+            return 200, {"deletes": [{"path": r.path, "status": r.status, "at": r.at} for r in self.deletes()]}
+        if method == "POST" and path == "/_fake/faults":
+            self.inject(body.pop("action"), **body)
+            return 200, {}
+        if method == "DELETE" and path == "/_fake/faults":
+            self.clear_faults()
+            return 200, {}
+        return 404, status_body(404, "NotFound", f"no control endpoint {method} {path}", {})
+
     def handle(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
         """Route one request past authentication and faults; returns (status, JSON body)."""
         pod_match = _POD_PATH.match(path)
@@ -499,6 +521,9 @@ def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
                 body: Any = json.loads(raw) if raw else None
             except ValueError:
                 body = None
+            if parts.path.startswith("/_fake/"):  # the control API: not logged, not faulted
+                self._send(*kube.control(self.command, parts.path, body))
+                return
             record = RequestRecord(
                 self.command, parts.path, query, body, None, authorization=self.headers.get("Authorization")
             )
@@ -580,3 +605,21 @@ def running(tmp_dir: Path, **kwargs: Any) -> Iterator[tuple[FakeKube, Path]]:
     """A started server and the kubeconfig that points at it."""
     with FakeKube(**kwargs) as kube:
         yield kube, kube.write_kubeconfig(tmp_dir / "kubeconfig")
+
+
+def serve(argv: list[str] | None = None) -> None:
+    """``python -m pod_sweeper.testing.fakekube --kubeconfig PATH``: run the server in a process of its
+    own (so a benchmark's client does not share its interpreter); prints its URL, serves until killed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m pod_sweeper.testing.fakekube")
+    parser.add_argument("--kubeconfig", required=True, type=Path, help="where to write the kubeconfig")
+    args = parser.parse_args(argv)
+    kube = FakeKube().start()
+    kube.write_kubeconfig(args.kubeconfig)
+    print(kube.url, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    serve()
