@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import psycopg
 from loguru import logger
 
-from pod_sweeper import __version__, attach, check, migrations, outbox, queries, roles, runner, status
+from pod_sweeper import __version__, attach, backfill, check, migrations, outbox, queries, roles, runner, status
 from pod_sweeper.db import connection
 from pod_sweeper.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError
 from pod_sweeper.logs import setup_logging
@@ -145,6 +145,22 @@ async def cmd_grant(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        results = await backfill.backfill(conn, batch=args.batch, dry_run=args.dry_run)
+    for result in results:
+        if args.dry_run:
+            print(f"{result.table}: would enqueue {result.seen} retired row(s)")
+            for sandbox_id, generation, namespace, pod, uid in result.sample:
+                print(f"  {sandbox_id} generation {generation}: {namespace}/{pod} uid {uid}")
+        else:
+            print(f"{result.table}: enqueued {result.enqueued} retired row(s) the outbox did not have")
+    if not results:
+        print("no attached table")
+    return EXIT_OK
+
+
 async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     print(settings_markdown())
     return EXIT_OK
@@ -222,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--password", help="with --create: the role's password (never printed)")
     p.add_argument("--apply", action="store_true", help="run the statements instead of printing them")
     p.set_defaults(handler=cmd_grant)
+
+    p = commands.add_parser("backfill", help="enqueue rows retired before attach (idempotent)")
+    p.add_argument("--dry-run", action="store_true", help="count and list, write nothing")
+    p.add_argument("--batch", type=int, default=1000, help="rows per insert (default 1000)")
+    p.set_defaults(handler=cmd_backfill)
 
     p = commands.add_parser("demo", help="the whole loop on this machine: throwaway database, fake API server")
     p.add_argument(

@@ -206,3 +206,17 @@ def test_wrong_credentials_are_one_line_without_the_password(db_url: str) -> Non
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert "nobody_here" in line and "wrong-s3cret" not in line
+
+
+def test_backfill_command(pg: psycopg.Connection[Any], db_url: str) -> None:
+    create_executions(pg)
+    pg.execute(
+        "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+        " SELECT 's' || g, 1, 'ns', 'p' || g, gen_random_uuid(), false FROM generate_series(1, 3) g"
+    )
+    assert cli("attach", "--table", "public.executions", url=db_url).returncode == 0
+    dry = cli("backfill", "--dry-run", url=db_url)
+    assert dry.returncode == 0 and "would enqueue 3 retired row(s)" in dry.stdout
+    real = cli("backfill", url=db_url)
+    assert real.returncode == 0 and "enqueued 3 retired row(s)" in real.stdout
+    assert len(outbox(pg)) == 3
