@@ -155,7 +155,8 @@ _TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 class PodDeleter:
     """Deletes pods under their UID; one instance per process, safe to call from many threads."""
 
-    def __init__(self, configuration: client.Configuration) -> None:
+    def __init__(self, configuration: client.Configuration, *, dry_run: bool = False) -> None:
+        self.dry_run = dry_run  # DELETE with dryRun=All: the API server validates and changes nothing
         self._api_client: Any = client.ApiClient(configuration)
         # Typed as Any: with _preload_content=False the client returns the raw urllib3 response, which
         # its annotations do not say.
@@ -167,6 +168,8 @@ class PodDeleter:
     def delete(self, namespace: str, name: str, uid: str, *, timeout: float) -> int:
         """DELETE the pod if it still has ``uid``; returns the HTTP status, raises a KubeError."""
         body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        if self.dry_run:
+            body["dryRun"] = ["All"]
         try:
             response = self._core.delete_namespaced_pod(
                 name,
@@ -231,4 +234,4 @@ class PodDeleter:
             if holder != uid:
                 return Answer(Outcome.REPLACED, exc.status)
             raise KubeRetryable(f"409 Conflict but the pod still has uid {uid}", status=409) from exc
-        return Answer(Outcome.DELETED, status)
+        return Answer(Outcome.WOULD_DELETE if self.dry_run else Outcome.DELETED, status)

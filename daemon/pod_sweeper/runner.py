@@ -27,7 +27,7 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pod_sweeper import db, migrations, outbox
+from pod_sweeper import db, migrations, outbox, queries
 from pod_sweeper.backoff import Backoff
 from pod_sweeper.errors import EXIT_FAILURE, EXIT_OK
 from pod_sweeper.health import Health, HealthServer, refresh_gauges
@@ -122,7 +122,8 @@ class Daemon:
         deleter = PodDeleter(
             load_configuration(
                 self.settings.kubeconfig, self.settings.kube_context, pool_size=self.settings.concurrency
-            )
+            ),
+            dry_run=self.settings.dry_run,
         )
         self._pool = _make_pool(self.settings)
         if self.settings.http_port:
@@ -137,6 +138,10 @@ class Daemon:
             async with pool.connection() as conn:
                 version = await migrations.check_schema(conn)
                 attachments = await load_attachments(conn)
+                if not self.settings.dry_run:
+                    reopened = (await conn.execute(queries.load("reopen_dry_run"))).rowcount
+                    if reopened:
+                        logger.info("reopened {n} row(s) a dry run left as would_delete", n=reopened)
             self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True
             sweeper = Sweeper(self.settings, pool, deleter, attachments=attachments, metrics=self.metrics)
             listener = Listener(self.settings, pool, sweeper.notify, self.metrics) if self.settings.listen else None
@@ -145,7 +150,8 @@ class Daemon:
                 "pod-sweeper running as {replica}, schema version {version}, {mode}",
                 replica=self.settings.replica_id,
                 version=version,
-                mode="LISTEN/NOTIFY with poll backstop" if listener else "poll only (listen=false)",
+                mode=("LISTEN/NOTIFY with poll backstop" if listener else "poll only (listen=false)")
+                + (", DRY RUN: nothing is deleted" if self.settings.dry_run else ""),
             )
             failed = False
             try:

@@ -158,6 +158,12 @@ class Settings(BaseSettings):
         default=5,
         description="Seconds to wait for a database connection. Default 5.",
     )
+    dry_run: bool = Field(
+        default=False,
+        description="Run the whole pipeline (claims, re-check, fencing) but send every DELETE with "
+        "dryRun=All: nothing is deleted and rows end `would_delete`, which the next real run reopens. "
+        "Default false. Do not mix dry-run and real replicas on one outbox.",
+    )
     replica_id: str = Field(
         default_factory=_default_replica_id,
         min_length=1,

@@ -1,0 +1,47 @@
+"""Dry-run mode: the whole pipeline, fencing included, DELETE with dryRun=All, nothing deleted; rows end
+``would_delete``, retention keeps them, and the next real run reopens and finishes them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import run, settings_for
+from helpers import DaemonThread, add_execution, outbox, wait_until
+from pod_sweeper import db
+from pod_sweeper import outbox as transitions
+
+pytestmark = pytest.mark.integration
+
+
+def test_dry_run_deletes_nothing_and_a_real_run_finishes(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    for i in range(10):
+        add_execution(execs, kube, f"d{i}")
+    add_execution(execs, kube, "gone")
+    kube.remove_pod("sandboxes", "pod-gone-1")
+    common = {"kubeconfig": kube.kubeconfig, "rate_limit_qps": 0, "poll_interval": 30}
+    with DaemonThread(settings_for(db_url, dry_run=True, **common)):
+        execs.execute("UPDATE executions SET active = false")
+        wait_until(lambda: len(outbox(execs)) == 11 and all(r["status"] == "done" for r in outbox(execs)))
+    outcomes = {r["sandbox_id"]: r["outcome"] for r in outbox(execs)}
+    assert outcomes.pop("gone") == "absent"  # true in a dry run too
+    assert set(outcomes.values()) == {"would_delete"}
+    assert len(kube.pods) == 10  # nothing deleted
+    assert all(d.body["dryRun"] == ["All"] and d.body["preconditions"]["uid"] for d in kube.deletes())
+
+    execs.execute("UPDATE pod_sweeper.outbox SET done_at = '2000-01-01'")
+
+    async def prune() -> int | None:
+        async with db.connection(settings_for(db_url)) as conn:
+            return await transitions.prune(conn, retention_seconds=60)
+
+    assert run(prune()) == 1  # only the absent row: would_delete rows are still work to do
+    kube.requests.clear()
+    with DaemonThread(settings_for(db_url, **common)):
+        wait_until(lambda: {r["outcome"] for r in outbox(execs)} == {"deleted"}, what="the real run")
+    assert kube.pods == {}
+    assert all("dryRun" not in d.body for d in kube.deletes())
