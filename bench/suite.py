@@ -108,6 +108,7 @@ class Bench:
             "kubeconfig": self.kubeconfig,
             "http_port": 0,
             "rate_limit_qps": 0,
+            "max_deletes_per_minute": 0,
             "log_level": "WARNING",
             "poll_interval": 30,
         }
@@ -361,6 +362,7 @@ class Bench:
             "POD_SWEEPER_KUBECONFIG": str(self.kubeconfig),
             "POD_SWEEPER_HTTP_PORT": "0",
             "POD_SWEEPER_RATE_LIMIT_QPS": "0",
+            "POD_SWEEPER_MAX_DELETES_PER_MINUTE": "0",
             "POD_SWEEPER_LOG_LEVEL": "WARNING",
         }
         proc = subprocess.Popen([sys.executable, "-m", "pod_sweeper", "run"], env=env)

@@ -62,6 +62,7 @@ def daemon_env(url: str, kubeconfig: Any, **overrides: str) -> dict[str, str]:
             "POD_SWEEPER_BACKOFF_BASE": "0.1",
             "POD_SWEEPER_BACKOFF_MAX": "0.5",
             "POD_SWEEPER_RATE_LIMIT_QPS": "0",
+            "POD_SWEEPER_MAX_DELETES_PER_MINUTE": "0",
             **overrides,
         }
     )
@@ -97,12 +98,17 @@ class DaemonThread:
         finally:
             self._started.set()
 
-    def start(self) -> DaemonThread:
+    def start(self, *, ready: bool = True) -> DaemonThread:
+        """Start it and wait until it is ready (or, with ``ready=False``, until it is running: a
+        daemon held back by a tripped breaker is running but, rightly, not ready)."""
         self._thread.start()
         self._started.wait(10)
         wait_until(
-            lambda: (self.daemon is not None and self.daemon.ready) or self.rc is not None,
-            what="the daemon to become ready",
+            lambda: (
+                self.rc is not None
+                or (self.daemon is not None and (self.daemon.ready if ready else self.daemon.sweeper is not None))
+            ),
+            what="the daemon to become ready" if ready else "the daemon to run",
         )
         return self
 

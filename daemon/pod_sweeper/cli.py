@@ -161,6 +161,14 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_resume(settings: Settings, args: argparse.Namespace) -> int:
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        was = await outbox.resume_breaker(conn, f"{getpass.getuser()} (resume)")
+    print("breaker closed: deletes resume" if was else "the breaker was not tripped")
+    return EXIT_OK
+
+
 async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     print(settings_markdown())
     return EXIT_OK
@@ -243,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="count and list, write nothing")
     p.add_argument("--batch", type=int, default=1000, help="rows per insert (default 1000)")
     p.set_defaults(handler=cmd_backfill)
+
+    p = commands.add_parser("resume", help="close the blast-radius breaker after a trip")
+    p.set_defaults(handler=cmd_resume)
 
     p = commands.add_parser("demo", help="the whole loop on this machine: throwaway database, fake API server")
     p.add_argument(

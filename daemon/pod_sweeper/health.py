@@ -42,6 +42,7 @@ class Health:
     schema_ok: bool = False
     listener_ok: bool | None = None  # None: poll-only mode
     kube_error: str | None = None
+    breaker: str | None = None  # the blast-radius breaker's reason while tripped
     heartbeat: float = field(default_factory=time.monotonic)
 
     def readiness(self) -> tuple[bool, str]:
@@ -56,6 +57,8 @@ class Health:
             problems.append("listener not hearing NOTIFY")
         if self.kube_error:
             problems.append(f"kubernetes refuses us: {self.kube_error}")
+        if self.breaker:
+            problems.append(f"blast-radius breaker tripped: {self.breaker}")
         if not self.started:
             problems.append("starting")
         return (not problems, "; ".join(problems) or "ok")

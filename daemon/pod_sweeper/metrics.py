@@ -68,6 +68,9 @@ class Metrics:
         self.kube_refusing = Gauge(
             "pod_sweeper_kube_refusing", "1 while Kubernetes refuses the daemon (401/403)", registry=r
         )
+        self.breaker_tripped = Gauge(
+            "pod_sweeper_breaker_tripped", "1 while the blast-radius breaker holds every delete back", registry=r
+        )
         self.build_info = Gauge("pod_sweeper_build_info", "Build information", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
         self.pruned = Counter("pod_sweeper_pruned_rows", "Done rows deleted by the retention pass", registry=r)

@@ -219,3 +219,36 @@ async def prune(conn: Connection, *, retention_seconds: float, batch: int = 1000
         total += deleted
         if deleted < batch:
             return total
+
+
+@dataclass(frozen=True)
+class BreakerWindow:
+    tripped_reason: str | None  # None: closed
+    deletes: dict[str, int]  # per namespace, since the later of a minute ago and the last resume
+    claimed: int  # rows any replica holds right now: deletes that may still happen
+
+    @property
+    def total(self) -> int:
+        return sum(self.deletes.values())
+
+
+async def breaker_window(conn: Connection) -> BreakerWindow:
+    rows = await (await conn.execute(queries.load("breaker_window"))).fetchall()
+    tripped = rows[0]["reason"] or "tripped" if rows and rows[0]["tripped_at"] else None
+    claimed = int(rows[0]["claimed"]) if rows else 0
+    return BreakerWindow(tripped, {r["pod_namespace"]: r["deletes"] for r in rows if r["pod_namespace"]}, claimed)
+
+
+# Transaction-scoped advisory lock key: the breaker's budget and the claim that spends it, one replica
+# at a time, so that two replicas cannot spend the same budget.
+BREAKER_LOCK_KEY = 0x706F64627265616B  # "podbreak"
+
+
+async def trip_breaker(conn: Connection, reason: str, who: str) -> None:
+    await conn.execute(queries.load("breaker_trip"), {"reason": reason, "who": who})
+
+
+async def resume_breaker(conn: Connection, who: str) -> bool:
+    """Close the breaker; True when it had been tripped."""
+    row = await (await conn.execute(queries.load("breaker_resume"), {"who": who})).fetchone()
+    return bool(row and row["was_tripped_at"])

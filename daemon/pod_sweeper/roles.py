@@ -34,6 +34,7 @@ async def runtime_grants(
         # claim and finalize (UPDATE), retention (DELETE); rows are only ever inserted by the trigger
         sql.SQL("GRANT SELECT, UPDATE, DELETE ON {}.outbox TO {}").format(ours, who),
         sql.SQL("GRANT SELECT, INSERT, DELETE ON {}.attempts TO {}").format(ours, who),
+        sql.SQL("GRANT SELECT, UPDATE ON {}.breaker TO {}").format(ours, who),
     ]
     for attachment in (await load_attachments(conn)).values():
         columns = sql.SQL(", ").join(sql.Identifier(c) for c in sorted(set(attachment.columns.values())))

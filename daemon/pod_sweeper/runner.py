@@ -247,6 +247,8 @@ class Daemon:
                 refusing = now < self.sweeper.auth_blocked_until or self.sweeper.auth_error is not None
                 self.health.kube_error = self.sweeper.auth_error if refusing else None
                 self.metrics.kube_refusing.set(1 if refusing else 0)
+                self.health.breaker = self.sweeper.breaker_reason
+                self.metrics.breaker_tripped.set(1 if self.sweeper.breaker_reason else 0)
             self.metrics.ready.set(1 if self.ready else 0)
             interval = self.notifier.watchdog_interval
             # Petted only once READY=1 is out: before that, the unit's TimeoutStartSec governs.

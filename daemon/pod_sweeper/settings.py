@@ -158,6 +158,13 @@ class Settings(BaseSettings):
         default=5,
         description="Seconds to wait for a database connection. Default 5.",
     )
+    max_deletes_per_minute: Annotated[int, Field(ge=0)] = Field(
+        default=1000,
+        description="Blast-radius breaker: deletes allowed per minute in one namespace and in total, "
+        "counted across all replicas; a burst beyond it stops all deletes until `pod-sweeper resume`. "
+        "0 turns it off. Default 1000: far above steady churn, far below 'a bad migration retired "
+        "everything'.",
+    )
     dry_run: bool = Field(
         default=False,
         description="Run the whole pipeline (claims, re-check, fencing) but send every DELETE with "

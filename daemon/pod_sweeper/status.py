@@ -16,7 +16,9 @@ async def read_status(conn: Connection) -> dict[str, Any]:
     summary = await (await conn.execute(queries.load("status_summary"))).fetchall()
     failures = await (await conn.execute(queries.load("status_failures"))).fetchall()
     stuck = await (await conn.execute(queries.load("status_stuck"))).fetchall()
+    breaker = await (await conn.execute(queries.load("status_breaker"))).fetchone()
     return {
+        "breaker": dict(breaker or {}),
         "lag": dict(lag or {}),
         "summary": [dict(row) for row in summary],
         "recent_failures": [dict(row) for row in failures],
@@ -57,6 +59,7 @@ def render_text(status: dict[str, Any]) -> str:
     summary_rows = [
         [r["status"], r["outcome"], r["rows"], r["oldest_enqueued_at"], r["last_updated_at"]] for r in status["summary"]
     ]
+    breaker = status.get("breaker") or {}
     parts = [
         render_table(["lag", "value"], lag_rows),
         render_table(["status", "outcome", "rows", "oldest enqueued", "last updated"], summary_rows)
@@ -72,6 +75,12 @@ def render_text(status: dict[str, Any]) -> str:
         keys = ["id", "claimed_by", "claimed_at", "lease_expires_at", "attempts", "pod_name"]
         parts.append(
             "expired claims (waiting for a takeover)\n" + render_table(keys, [[r[k] for k in keys] for r in stuck])
+        )
+    if breaker.get("tripped_at"):
+        parts.insert(
+            0,
+            f"BREAKER TRIPPED at {_cell(breaker['tripped_at'])} by {breaker['tripped_by']}: "
+            f"{breaker['reason']}\nno pod is deleted until `pod-sweeper resume`",
         )
     return "\n\n".join(parts)
 

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import functools
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -77,6 +78,7 @@ class Sweeper:
         self.capacity = settings.concurrency + min(settings.batch_size, settings.concurrency)
         self.auth_blocked_until = 0.0
         self.last_turn = time.monotonic()  # the claimer's heartbeat, for the systemd watchdog
+        self.breaker_reason: str | None = None  # set while the blast-radius breaker is tripped
         self.auth_error: str | None = None
         self.first_claim_done = asyncio.Event()  # the start-up catch-up claim ran (readiness waits on it)
         self._auth_failures = 0
@@ -122,18 +124,22 @@ class Sweeper:
             self.wake.clear()  # before the claim: a NOTIFY during it must wake the next sleep
             started = time.monotonic()
             try:
-                async with self.pool.connection() as conn:
-                    result = await outbox.claim(
-                        conn,
-                        owner=self.settings.replica_id,
-                        batch=want,
-                        lease_seconds=self.settings.lease_seconds,
-                        max_attempts=self.settings.max_attempts,
-                        attachments=self.attachments,
-                        recheck_retry_delay=self.backoff.delay(1),
-                    )
-                    full = len(result.to_delete) + result.skipped + result.unknown + result.expired_dead >= want
-                    due = None if full else await outbox.next_due(conn)
+                async with self.pool.connection() as conn, self._breaker_section(conn):
+                    want = await self._breaker_budget(conn, want)
+                    if want == 0:
+                        result = None
+                    else:
+                        result = await outbox.claim(
+                            conn,
+                            owner=self.settings.replica_id,
+                            batch=want,
+                            lease_seconds=self.settings.lease_seconds,
+                            max_attempts=self.settings.max_attempts,
+                            attachments=self.attachments,
+                            recheck_retry_delay=self.backoff.delay(1),
+                        )
+                        full = len(result.to_delete) + result.skipped + result.unknown + result.expired_dead >= want
+                        due = None if full else await outbox.next_due(conn)
             except psycopg.Error as exc:
                 db_failures += 1
                 self.metrics.db_errors.inc()
@@ -143,6 +149,9 @@ class Sweeper:
                 continue
             db_failures = 0
             self.first_claim_done.set()
+            if result is None:  # the breaker holds deletes back: look again at the next wake or poll
+                await self._sleep_until_wake(self.settings.poll_interval)
+                continue
             got = len(result.to_delete) + result.skipped + result.unknown + result.expired_dead
             if result.expired_dead:
                 logger.error("{n} row(s) went dead: their leases expired with no attempts left", n=result.expired_dead)
@@ -160,6 +169,43 @@ class Sweeper:
                 continue  # a full batch: there may be more right now
             pause = self.settings.poll_interval if due is None else min(self.settings.poll_interval, max(due, 0.0))
             await self._sleep_until_wake(max(pause, MIN_CLAIM_PAUSE))
+
+    @contextlib.asynccontextmanager
+    async def _breaker_section(self, conn: Connection) -> AsyncIterator[None]:
+        """With the breaker on, the budget and the claim run in one transaction under an advisory
+        lock (the claim's own transaction becomes a savepoint); with it off, nothing."""
+        if not self.settings.max_deletes_per_minute:
+            yield
+            return
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (outbox.BREAKER_LOCK_KEY,))
+            yield
+
+    async def _breaker_budget(self, conn: Connection, want: int) -> int:
+        """How many rows this claim may take under the blast-radius breaker (0: none; tripped or
+        the minute's budget spent). Counts every replica's deletes, from the attempt history."""
+        limit = self.settings.max_deletes_per_minute
+        if not limit:
+            return want
+        window = await outbox.breaker_window(conn)
+        self.breaker_reason = window.tripped_reason
+        if window.tripped_reason is not None:
+            return 0
+        budget = limit - window.total - window.claimed
+        if budget > 0:
+            return min(want, budget)
+        due = await outbox.next_due(conn)
+        if due is not None and due <= 0:  # work is waiting, and the minute's deletes are spent: trip
+            busiest = max(window.deletes, key=lambda ns: window.deletes[ns], default="-")
+            reason = (
+                f"{window.total} deletes within a minute reached POD_SWEEPER_MAX_DELETES_PER_MINUTE={limit} "
+                f"(most in namespace {busiest}: {window.deletes.get(busiest, 0)}) with more rows waiting; "
+                "check what retired them, then run `pod-sweeper resume`"
+            )
+            await outbox.trip_breaker(conn, reason, self.settings.replica_id)
+            self.breaker_reason = reason
+            logger.critical("blast-radius breaker tripped, no more deletes: {reason}", reason=reason)
+        return 0
 
     async def _sleep_until_stop(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -179,8 +225,8 @@ class Sweeper:
                 continue
             await self.bucket.acquire()
             left = work.lease_deadline - time.monotonic() - LEASE_MARGIN_SECONDS
-            if left < MIN_REQUEST_SECONDS or time.monotonic() < self.auth_blocked_until:
-                self._record(Final.hand_back(claim, error=self.auth_error))
+            if left < MIN_REQUEST_SECONDS or time.monotonic() < self.auth_blocked_until or self.breaker_reason:
+                self._record(Final.hand_back(claim, error=self.auth_error or self.breaker_reason))
                 continue
             # resolve() may send a DELETE and then a GET: both must end before the lease does.
             timeout = min(self.settings.request_timeout, left / 2)

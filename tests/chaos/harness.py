@@ -43,6 +43,7 @@ def spawn_replica(url: str, kubeconfig: Path, name: str, **env: str) -> subproce
             "POD_SWEEPER_BACKOFF_MAX": "1",
             "POD_SWEEPER_MAX_ATTEMPTS": "50",
             "POD_SWEEPER_RATE_LIMIT_QPS": "0",
+            "POD_SWEEPER_MAX_DELETES_PER_MINUTE": "0",
             "POD_SWEEPER_LOG_LEVEL": "WARNING",
             **env,
         }
@@ -147,6 +148,7 @@ class Workload:
         # Every DELETE was fenced by the UID of a retired pod; every retired pod is gone.
         for delete in deletes:
             name = delete.path.rsplit("/", 1)[1]
+            assert delete.body is not None, delete  # every DELETE the server saw carried its options
             assert delete.body["preconditions"]["uid"] == self.retired.get(name), delete
         for name in self.retired:
             pod = self.kube.get_pod(NAMESPACE, name)

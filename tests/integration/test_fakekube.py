@@ -235,3 +235,23 @@ def test_served_in_its_own_process_with_a_control_api(tmp_path: Any) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_request_cut_off_mid_body_changes_nothing(kube: Any) -> None:
+    import socket as sockets
+    from urllib.parse import urlsplit
+
+    kube.create_pod("ns", "p")
+    target = urlsplit(kube.url)
+    with sockets.create_connection((target.hostname, target.port)) as conn:
+        conn.sendall(
+            b"DELETE /api/v1/namespaces/ns/pods/p HTTP/1.1\r\nHost: x\r\n"
+            b"Authorization: Bearer fake-token\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 200\r\n\r\n{"preconditions": '
+        )
+        conn.shutdown(sockets.SHUT_WR)  # the body ends early, as when the client is killed
+        conn.settimeout(10)
+        while conn.recv(4096):  # EOF: the server is done with this request
+            pass
+    assert kube.get_pod("ns", "p") is not None
+    assert kube.deletes() == []

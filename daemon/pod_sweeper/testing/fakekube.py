@@ -517,6 +517,11 @@ def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
             query = parse_qs(parts.query)
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
+            if len(raw) < length:
+                # The client died mid-request (a SIGKILLed replica): like a real API server, which
+                # fails reading the body, act on nothing.
+                self.close_connection = True
+                return
             try:
                 body: Any = json.loads(raw) if raw else None
             except ValueError:

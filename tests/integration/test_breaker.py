@@ -1,0 +1,110 @@
+"""The blast-radius breaker: a burst of retires trips it at the configured rate, across replicas; it
+holds across a restart and lifts only with `resume`."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import run, settings_for
+from helpers import DaemonThread, wait_until
+from pod_sweeper import db, outbox, status
+
+pytestmark = pytest.mark.integration
+
+LIMIT = 30
+
+
+def seed(conn: psycopg.Connection[Any], kube: Any, n: int) -> None:
+    with (
+        conn.cursor() as cur,
+        cur.copy("COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN") as copy,
+    ):
+        for i in range(n):
+            pod = kube.create_pod("sandboxes", f"p{i}")
+            copy.write_row((f"s{i}", 1, "sandboxes", f"p{i}", uuid.UUID(pod["metadata"]["uid"])))
+
+
+def accepted(kube: Any) -> int:
+    return sum(1 for d in kube.deletes() if d.status == 200)
+
+
+def test_burst_trips_the_breaker_which_holds_across_restarts_until_resume(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    seed(execs, kube, 10_000)
+    settings = settings_for(
+        db_url,
+        kubeconfig=kube.kubeconfig,
+        rate_limit_qps=0,
+        poll_interval=0.3,
+        max_deletes_per_minute=LIMIT,
+        concurrency=8,
+        batch_size=10,
+    )
+    # Two replicas share the budget: it is counted from the database, not per process.
+    first, second = (
+        DaemonThread(settings).start(),
+        DaemonThread(
+            settings_for(
+                db_url,
+                kubeconfig=kube.kubeconfig,
+                rate_limit_qps=0,
+                poll_interval=0.3,
+                max_deletes_per_minute=LIMIT,
+                concurrency=8,
+                batch_size=10,
+                replica_id="second",
+            )
+        ).start(),
+    )
+    try:
+        execs.execute("UPDATE executions SET active = false")  # a bad migration retires everything
+        wait_until(
+            lambda: first.daemon.sweeper.breaker_reason and second.daemon.sweeper.breaker_reason,
+            timeout=30,
+            what="both replicas to see the breaker trip",
+        )
+        wait_until(lambda: not first.daemon.ready, what="readiness to follow the trip")
+        assert "blast-radius breaker tripped" in first.daemon.health.readiness()[1]
+        assert first.daemon.metrics.value("pod_sweeper_breaker_tripped") == 1
+        held = accepted(kube)
+        assert held == LIMIT  # exactly the budget: the rest waits
+    finally:
+        assert first.stop() == 0 and second.stop() == 0
+    row = execs.execute("SELECT reason, tripped_by FROM pod_sweeper.breaker").fetchone()
+    assert f"POD_SWEEPER_MAX_DELETES_PER_MINUTE={LIMIT}" in row["reason"]
+
+    async def read() -> Any:
+        async with db.connection(settings_for(db_url)) as conn:
+            return await status.read_status(conn)
+
+    assert "BREAKER TRIPPED" in status.render_text(run(read()))
+
+    again = DaemonThread(settings).start(ready=False)  # a restart does not reset it
+    try:
+        wait_until(lambda: again.daemon.sweeper.breaker_reason, what="the restarted daemon to see the trip")
+        assert accepted(kube) == held
+
+        async def resume() -> bool:
+            async with db.connection(settings_for(db_url)) as conn:
+                return await outbox.resume_breaker(conn, "test")
+
+        assert run(resume()) is True
+        wait_until(lambda: accepted(kube) >= held + LIMIT, timeout=30, what="deletes to resume")
+        wait_until(lambda: again.daemon.sweeper.breaker_reason, timeout=30, what="the next trip")
+    finally:
+        assert again.stop() == 0
+    assert accepted(kube) == 2 * LIMIT
+    pending = execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'pending'").fetchone()["n"]
+    assert pending == 10_000 - 2 * LIMIT  # nothing lost, nothing charged: the rest simply waits
+
+
+def test_breaker_off_with_zero(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    seed(execs, kube, 50)
+    with DaemonThread(settings_for(db_url, kubeconfig=kube.kubeconfig, rate_limit_qps=0, max_deletes_per_minute=0)):
+        execs.execute("UPDATE executions SET active = false")
+        wait_until(lambda: accepted(kube) == 50)
