@@ -11,8 +11,10 @@ WITH f AS (
     SELECT *
     FROM unnest(%(ids)s::bigint[], %(epochs)s::bigint[], %(statuses)s::text[], %(outcomes)s::text[],
                 %(delays)s::float8[], %(errors)s::text[], %(http_statuses)s::int[], %(refunds)s::int[],
-                %(started)s::timestamptz[], %(durations)s::float8[], %(reasons)s::text[])
-         AS f(id, epoch, status, outcome, delay, error, http_status, refund, started, duration_ms, reason)
+                %(started)s::timestamptz[], %(durations)s::float8[], %(reasons)s::text[],
+                %(confirm_in)s::float8[])
+         AS f(id, epoch, status, outcome, delay, error, http_status, refund, started, duration_ms, reason,
+              confirm_in)
 ),
 updated AS (
     UPDATE pod_sweeper.outbox AS o
@@ -25,6 +27,9 @@ updated AS (
         last_error = coalesce(f.error, o.last_error),
         last_http_status = coalesce(f.http_status, o.last_http_status),
         done_at = CASE WHEN f.status = 'done' THEN now() END,
+        -- a pod left terminating (a grace period) is looked at again once the grace has passed
+        confirm_after = CASE WHEN f.confirm_in IS NOT NULL THEN now() + make_interval(secs => f.confirm_in) END,
+        confirmed_at = CASE WHEN f.outcome = 'deleted' AND f.confirm_in IS NULL THEN now() END,
         updated_at = now()
     FROM f
     WHERE o.id = f.id

@@ -66,6 +66,13 @@ class Outcome(StrEnum):
 class Answer:
     outcome: Outcome
     http_status: int | None
+    grace_seconds: int = 0  # > 0: the pod was left terminating for this long
+
+
+@dataclass(frozen=True)
+class PodState:
+    uid: str
+    node_name: str | None
 
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -152,6 +159,17 @@ def classify(exc: ApiException) -> KubeError:
 _TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 
 
+def _grace_seconds(body: bytes) -> int:
+    """The grace period a DELETE's answer shows the pod terminating for; 0 when it went at once."""
+    try:
+        metadata = json.loads(body).get("metadata") or {}
+    except (ValueError, AttributeError):
+        return 0
+    if not metadata.get("deletionTimestamp"):
+        return 0
+    return int(metadata.get("deletionGracePeriodSeconds") or 0)
+
+
 class PodDeleter:
     """Deletes pods under their UID; one instance per process, safe to call from many threads."""
 
@@ -167,6 +185,9 @@ class PodDeleter:
 
     def delete(self, namespace: str, name: str, uid: str, *, timeout: float) -> int:
         """DELETE the pod if it still has ``uid``; returns the HTTP status, raises a KubeError."""
+        return self._delete_with_grace(namespace, name, uid, timeout=timeout)[0]
+
+    def _delete_with_grace(self, namespace: str, name: str, uid: str, *, timeout: float) -> tuple[int, int]:
         body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
         if self.dry_run:
             body["dryRun"] = ["All"]
@@ -182,12 +203,16 @@ class PodDeleter:
             raise classify(exc) from exc
         except _TRANSPORT_ERRORS as exc:
             raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
-        # Read the body (without deserializing it) so the keep-alive connection is clean for reuse.
-        _ = response.data
-        return int(response.status)
+        # The body (read raw, not into models) says whether the pod was left terminating.
+        return int(response.status), _grace_seconds(response.data)
 
     def current_uid(self, namespace: str, name: str, *, timeout: float) -> str | None:
         """The UID of the pod now holding ``name``, or None when there is none."""
+        state = self.pod_state(namespace, name, timeout=timeout)
+        return state.uid if state else None
+
+    def pod_state(self, namespace: str, name: str, *, timeout: float) -> PodState | None:
+        """The pod now holding ``name`` (its UID and node), or None when there is none."""
         try:
             response = self._core.read_namespaced_pod(name, namespace, _request_timeout=timeout, _preload_content=False)
         except ApiException as exc:
@@ -198,8 +223,34 @@ class PodDeleter:
         except _TRANSPORT_ERRORS as exc:
             raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
         data = json.loads(response.data)
-        uid: str | None = (data.get("metadata") or {}).get("uid")
-        return uid
+        return PodState(str((data.get("metadata") or {}).get("uid")), (data.get("spec") or {}).get("nodeName"))
+
+    def node_exists(self, name: str, *, timeout: float) -> bool:
+        """Whether the node is still registered (a pod stuck on a vanished node never finishes)."""
+        try:
+            response = self._core.read_node(name, _request_timeout=timeout, _preload_content=False)
+            _ = response.data  # drain it: the connection goes back to the pool
+        except ApiException as exc:
+            error = classify(exc)
+            if isinstance(error, KubeNotFound):
+                return False
+            raise error from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
+        return True
+
+    def force_delete(self, namespace: str, name: str, uid: str, *, timeout: float) -> int:
+        """DELETE with gracePeriodSeconds=0, still under the UID precondition."""
+        body = {"preconditions": {"uid": uid}, "gracePeriodSeconds": 0, "propagationPolicy": "Background"}
+        try:
+            response = self._core.delete_namespaced_pod(
+                name, namespace, body=body, _request_timeout=timeout, _preload_content=False
+            )
+        except ApiException as exc:
+            raise classify(exc) from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
+        return int(response.status)
 
     def may(self, verb: str, namespace: str, *, timeout: float) -> bool:
         """Whether the API server lets us ``verb`` pods in ``namespace`` (a SelfSubjectAccessReview)."""
@@ -223,7 +274,7 @@ class PodDeleter:
         """Delete under the UID and say how the row ends; raises for answers that are not an end
         (KubeRetryable, KubeUnauthorized, KubeRejected)."""
         try:
-            status = self.delete(namespace, name, uid, timeout=timeout)
+            status, grace = self._delete_with_grace(namespace, name, uid, timeout=timeout)
         except KubeNotFound as exc:
             return Answer(Outcome.ABSENT, exc.status)
         except KubeConflict as exc:
@@ -234,4 +285,6 @@ class PodDeleter:
             if holder != uid:
                 return Answer(Outcome.REPLACED, exc.status)
             raise KubeRetryable(f"409 Conflict but the pod still has uid {uid}", status=409) from exc
-        return Answer(Outcome.WOULD_DELETE if self.dry_run else Outcome.DELETED, status)
+        if self.dry_run:
+            return Answer(Outcome.WOULD_DELETE, status)
+        return Answer(Outcome.DELETED, status, grace)

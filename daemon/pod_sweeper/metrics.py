@@ -71,6 +71,15 @@ class Metrics:
         self.breaker_tripped = Gauge(
             "pod_sweeper_breaker_tripped", "1 while the blast-radius breaker holds every delete back", registry=r
         )
+        self.confirmed = Counter(
+            "pod_sweeper_confirmed_gone", "Terminating pods seen gone after their grace", registry=r
+        )
+        self.stuck = Counter(
+            "pod_sweeper_stuck_terminating", "Pods reported still terminating past the limit", registry=r
+        )
+        self.forced = Counter(
+            "pod_sweeper_force_deleted", "Stuck pods force-deleted because their node is gone", registry=r
+        )
         self.build_info = Gauge("pod_sweeper_build_info", "Build information", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
         self.pruned = Counter("pod_sweeper_pruned_rows", "Done rows deleted by the retention pass", registry=r)

@@ -55,6 +55,7 @@ class Final:
     http_status: int | None = None
     refund: int = 0
     attempt: Attempt | None = None  # the request behind this result, for the attempt history
+    confirm_in: float | None = None  # seconds until the terminating pod is looked at again
 
     @classmethod
     def done(
@@ -161,6 +162,7 @@ async def _finalize(conn: Connection, finals: list[Final], replica: str) -> set[
             "started": [f.attempt.started_at if f.attempt else None for f in finals],
             "durations": [f.attempt.duration_ms if f.attempt else None for f in finals],
             "reasons": [f.attempt.reason if f.attempt else None for f in finals],
+            "confirm_in": [f.confirm_in for f in finals],
             "ids": [f.id for f in finals],
             "epochs": [f.epoch for f in finals],
             "statuses": [f.status for f in finals],

@@ -29,6 +29,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pod_sweeper import db, migrations, outbox, queries
 from pod_sweeper.backoff import Backoff
+from pod_sweeper.confirm import Confirmer
 from pod_sweeper.errors import EXIT_FAILURE, EXIT_OK
 from pod_sweeper.health import Health, HealthServer, refresh_gauges
 from pod_sweeper.kube import PodDeleter, load_configuration
@@ -162,6 +163,8 @@ class Daemon:
                     group.create_task(_named("readiness", self._become_ready(sweeper, listener)), name="readiness")
                     group.create_task(_named("shutdown", self._shutdown_when_asked(sweeper)), name="shutdown")
                     group.create_task(_named("retention", self._retention(pool)), name="retention")
+                    confirmer = Confirmer(self.settings, pool, deleter, self.metrics)
+                    group.create_task(_named("confirmer", confirmer.run()), name="confirmer")
                     group.create_task(
                         _named("gauges", refresh_gauges(pool, self.metrics, self.health, GAUGE_REFRESH_SECONDS)),
                         name="gauges",

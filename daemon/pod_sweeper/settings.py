@@ -165,6 +165,16 @@ class Settings(BaseSettings):
         "0 turns it off. Default 1000: far above steady churn, far below 'a bad migration retired "
         "everything'.",
     )
+    stuck_terminating_seconds: Seconds = Field(
+        default=900.0,
+        description="Seconds after its DELETE a pod may still be terminating before it is reported "
+        "stuck (log, metric, `status`). Default 900: well past any sane grace period.",
+    )
+    force_stuck: bool = Field(
+        default=False,
+        description="Force-delete (gracePeriodSeconds=0, still under the UID precondition) a stuck pod "
+        "whose node no longer exists, where no kubelet will ever finish it. Default false: never force.",
+    )
     dry_run: bool = Field(
         default=False,
         description="Run the whole pipeline (claims, re-check, fencing) but send every DELETE with "

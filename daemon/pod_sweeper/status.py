@@ -17,7 +17,9 @@ async def read_status(conn: Connection) -> dict[str, Any]:
     failures = await (await conn.execute(queries.load("status_failures"))).fetchall()
     stuck = await (await conn.execute(queries.load("status_stuck"))).fetchall()
     breaker = await (await conn.execute(queries.load("status_breaker"))).fetchone()
+    terminating = await (await conn.execute(queries.load("status_terminating"))).fetchall()
     return {
+        "stuck_terminating": [dict(row) for row in terminating],
         "breaker": dict(breaker or {}),
         "lag": dict(lag or {}),
         "summary": [dict(row) for row in summary],
@@ -75,6 +77,12 @@ def render_text(status: dict[str, Any]) -> str:
         keys = ["id", "claimed_by", "claimed_at", "lease_expires_at", "attempts", "pod_name"]
         parts.append(
             "expired claims (waiting for a takeover)\n" + render_table(keys, [[r[k] for k in keys] for r in stuck])
+        )
+    terminating = status.get("stuck_terminating") or []
+    if terminating:
+        keys = ["id", "pod_namespace", "pod_name", "pod_uid", "done_at", "stuck_at"]
+        parts.append(
+            "pods still terminating past the limit\n" + render_table(keys, [[r[k] for k in keys] for r in terminating])
         )
     if breaker.get("tripped_at"):
         parts.insert(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import AsyncIterator
@@ -48,6 +49,8 @@ LEASE_MARGIN_SECONDS = 2.0
 # The shortest sleep between claims when rows are due but all locked by other replicas.
 MIN_CLAIM_PAUSE = 0.05
 FINALIZE_BATCH = 500
+# A terminating pod is looked at again this long after its grace period ends (kubelet needs a moment).
+CONFIRM_MARGIN_SECONDS = 5.0
 
 
 @dataclass
@@ -275,7 +278,12 @@ class Sweeper:
                 self.metrics.kube_responses.labels(code).inc()
             self._auth_failures = 0
             self.auth_error = None
-            self._record(Final.done(claim, answer.outcome, answer.http_status, attempt(None)))
+            confirm_in = answer.grace_seconds + CONFIRM_MARGIN_SECONDS if answer.grace_seconds else None
+            self._record(
+                dataclasses.replace(
+                    Final.done(claim, answer.outcome, answer.http_status, attempt(None)), confirm_in=confirm_in
+                )
+            )
 
     def _retry_or_dead(
         self, claim: Claim, error: str, status: int | None, retry_after: float | None, attempt: Attempt

@@ -182,6 +182,7 @@ class FakeKube:
         self.requests: list[RequestRecord] = []
         self.faults: list[Fault] = []
         self.denied: set[tuple[str, str]] = set()  # (verb, namespace) answered 403
+        self.nodes: set[str] = set()  # registered node names (GET /api/v1/nodes/NAME)
         self.on_delete: Callable[[str, str], None] | None = None  # runs before a DELETE is handled
         self._lock = threading.RLock()
         self._rv = itertools.count(1000)
@@ -458,6 +459,11 @@ class FakeKube:
             return (200, pod) if pod else not_found(pod_match[2])
         if method == "GET" and pods_match:
             return self._list(pods_match[1], query)
+        if method == "GET" and path.startswith("/api/v1/nodes/"):
+            node = path.rsplit("/", 1)[1]
+            if node in self.nodes:
+                return 200, {"kind": "Node", "apiVersion": "v1", "metadata": {"name": node}}
+            return 404, status_body(404, "NotFound", f'nodes "{node}" not found', {"name": node, "kind": "nodes"})
         if method == "GET" and path == "/api/v1/pods":
             return self._list(None, query)
         if method == "POST" and path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":

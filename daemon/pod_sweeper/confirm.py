@@ -1,0 +1,112 @@
+"""Confirmed deletion: a DELETE answered with a grace period leaves the pod terminating, so once the
+grace has passed the pod is looked at again. Gone (or replaced under its name): confirmed. Still there
+with its UID past ``POD_SWEEPER_STUCK_TERMINATING_SECONDS``: reported stuck (log, metric, status), and
+force-deleted only when ``POD_SWEEPER_FORCE_STUCK`` is set and the pod's node is gone, still under the
+UID precondition. Rows are taken with SKIP LOCKED by moving their ``confirm_after`` forward, so any
+number of replicas can share the work; an uncertain answer just waits for the next look.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+
+import psycopg
+from loguru import logger
+from psycopg_pool import AsyncConnectionPool
+
+from pod_sweeper import queries
+from pod_sweeper.db import Connection
+from pod_sweeper.errors import KubeError
+from pod_sweeper.kube import PodDeleter
+from pod_sweeper.metrics import Metrics
+from pod_sweeper.settings import Settings
+
+BATCH = 50
+RECHECK_SECONDS = 30.0  # how long a looked-at, still-terminating pod waits for the next look
+
+
+class Confirmer:
+    def __init__(
+        self, settings: Settings, pool: AsyncConnectionPool[Connection], deleter: PodDeleter, metrics: Metrics
+    ) -> None:
+        self.settings, self.pool, self.deleter, self.metrics = settings, pool, deleter, metrics
+        self.interval = min(settings.poll_interval, 5.0)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                while await self.pass_once() == BATCH:
+                    pass
+            except psycopg.Error as exc:
+                logger.warning("confirmation pass failed: {error}", error=str(exc).strip().splitlines()[0])
+            await asyncio.sleep(self.interval)
+
+    async def pass_once(self) -> int:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                queries.load("confirm_claim"), {"batch": BATCH, "recheck_seconds": RECHECK_SECONDS}
+            )
+            rows = await cur.fetchall()
+        if not rows:
+            return 0
+        ids, gone, stuck = [], [], []
+        timeout = self.settings.request_timeout
+        for row in rows:
+            try:
+                state = await asyncio.to_thread(
+                    self.deleter.pod_state, row["pod_namespace"], row["pod_name"], timeout=timeout
+                )
+            except KubeError as exc:
+                logger.info(
+                    "confirming {ns}/{pod} must wait: {error}",
+                    ns=row["pod_namespace"],
+                    pod=row["pod_name"],
+                    error=str(exc),
+                )
+                continue
+            uid = str(row["pod_uid"])
+            still_there = state is not None and state.uid == uid
+            overdue = (datetime.now(UTC) - row["done_at"]).total_seconds() > self.settings.stuck_terminating_seconds
+            ids.append(row["id"])
+            gone.append(not still_there)
+            stuck.append(still_there and overdue)
+            if not still_there:
+                self.metrics.confirmed.inc()
+                continue
+            if overdue and row["stuck_at"] is None:
+                self.metrics.stuck.inc()
+                logger.error(
+                    "pod {ns}/{pod} (uid {uid}) is still terminating {s:.0f} s after its DELETE",
+                    ns=row["pod_namespace"],
+                    pod=row["pod_name"],
+                    uid=uid,
+                    s=(datetime.now(UTC) - row["done_at"]).total_seconds(),
+                )
+            if overdue and self.settings.force_stuck and state is not None and state.node_name:
+                await self._force_if_node_gone(row["pod_namespace"], row["pod_name"], uid, state.node_name)
+        async with self.pool.connection() as conn:
+            await conn.execute(queries.load("confirm_result"), {"ids": ids, "gone": gone, "stuck": stuck})
+        return len(rows)
+
+    async def _force_if_node_gone(self, namespace: str, name: str, uid: str, node: str) -> None:
+        timeout = self.settings.request_timeout
+        try:
+            if await asyncio.to_thread(self.deleter.node_exists, node, timeout=timeout):
+                return  # its kubelet may still finish it: never force
+            started = time.monotonic()
+            status = await asyncio.to_thread(self.deleter.force_delete, namespace, name, uid, timeout=timeout)
+        except KubeError as exc:
+            logger.warning("force-deleting {ns}/{pod} must wait: {error}", ns=namespace, pod=name, error=str(exc))
+            return
+        self.metrics.forced.inc()
+        logger.warning(
+            "force-deleted stuck pod {ns}/{pod} (uid {uid}): node {node} is gone; answer {status} in {ms:.0f} ms",
+            ns=namespace,
+            pod=name,
+            uid=uid,
+            node=node,
+            status=status,
+            ms=(time.monotonic() - started) * 1000,
+        )
