@@ -187,22 +187,21 @@ class PodDeleter:
         """DELETE the pod if it still has ``uid``; returns the HTTP status, raises a KubeError."""
         return self._delete_with_grace(namespace, name, uid, timeout=timeout)[0]
 
-    def _delete_with_grace(self, namespace: str, name: str, uid: str, *, timeout: float) -> tuple[int, int]:
-        body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
-        if self.dry_run:
-            body["dryRun"] = ["All"]
+    def _call(self, method: Any, *args: Any, timeout: float, **kwargs: Any) -> Any:
+        """Run one client call and return its raw response (no model deserialization); every
+        failure comes out as one of our KubeError types, with the cause chained."""
         try:
-            response = self._core.delete_namespaced_pod(
-                name,
-                namespace,
-                body=body,
-                _request_timeout=timeout,
-                _preload_content=False,  # we need the status, not a deserialized V1Pod
-            )
+            return method(*args, _request_timeout=timeout, _preload_content=False, **kwargs)
         except ApiException as exc:
             raise classify(exc) from exc
         except _TRANSPORT_ERRORS as exc:
             raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
+
+    def _delete_with_grace(self, namespace: str, name: str, uid: str, *, timeout: float) -> tuple[int, int]:
+        body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        if self.dry_run:
+            body["dryRun"] = ["All"]
+        response = self._call(self._core.delete_namespaced_pod, name, namespace, body=body, timeout=timeout)
         # The body (read raw, not into models) says whether the pod was left terminating.
         return int(response.status), _grace_seconds(response.data)
 
@@ -214,42 +213,26 @@ class PodDeleter:
     def pod_state(self, namespace: str, name: str, *, timeout: float) -> PodState | None:
         """The pod now holding ``name`` (its UID and node), or None when there is none."""
         try:
-            response = self._core.read_namespaced_pod(name, namespace, _request_timeout=timeout, _preload_content=False)
-        except ApiException as exc:
-            error = classify(exc)
-            if isinstance(error, KubeNotFound):
-                return None
-            raise error from exc
-        except _TRANSPORT_ERRORS as exc:
-            raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
+            response = self._call(self._core.read_namespaced_pod, name, namespace, timeout=timeout)
+        except KubeNotFound:
+            return None
         data = json.loads(response.data)
         return PodState(str((data.get("metadata") or {}).get("uid")), (data.get("spec") or {}).get("nodeName"))
 
     def node_exists(self, name: str, *, timeout: float) -> bool:
         """Whether the node is still registered (a pod stuck on a vanished node never finishes)."""
         try:
-            response = self._core.read_node(name, _request_timeout=timeout, _preload_content=False)
-            _ = response.data  # drain it: the connection goes back to the pool
-        except ApiException as exc:
-            error = classify(exc)
-            if isinstance(error, KubeNotFound):
-                return False
-            raise error from exc
-        except _TRANSPORT_ERRORS as exc:
-            raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
+            response = self._call(self._core.read_node, name, timeout=timeout)
+        except KubeNotFound:
+            return False
+        _ = response.data  # drain it: the connection goes back to the pool
         return True
 
     def force_delete(self, namespace: str, name: str, uid: str, *, timeout: float) -> int:
         """DELETE with gracePeriodSeconds=0, still under the UID precondition."""
         body = {"preconditions": {"uid": uid}, "gracePeriodSeconds": 0, "propagationPolicy": "Background"}
-        try:
-            response = self._core.delete_namespaced_pod(
-                name, namespace, body=body, _request_timeout=timeout, _preload_content=False
-            )
-        except ApiException as exc:
-            raise classify(exc) from exc
-        except _TRANSPORT_ERRORS as exc:
-            raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
+        response = self._call(self._core.delete_namespaced_pod, name, namespace, body=body, timeout=timeout)
+        _ = response.data
         return int(response.status)
 
     def may(self, verb: str, namespace: str, *, timeout: float) -> bool:
@@ -259,15 +242,8 @@ class PodDeleter:
             "kind": "SelfSubjectAccessReview",
             "spec": {"resourceAttributes": {"namespace": namespace, "verb": verb, "resource": "pods", "group": ""}},
         }
-        try:
-            authorization: Any = client.AuthorizationV1Api(self._api_client)
-            response = authorization.create_self_subject_access_review(
-                review, _request_timeout=timeout, _preload_content=False
-            )
-        except ApiException as exc:
-            raise classify(exc) from exc
-        except _TRANSPORT_ERRORS as exc:
-            raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
+        authorization: Any = client.AuthorizationV1Api(self._api_client)
+        response = self._call(authorization.create_self_subject_access_review, review, timeout=timeout)
         return bool((json.loads(response.data).get("status") or {}).get("allowed"))
 
     def resolve(self, namespace: str, name: str, uid: str, *, timeout: float) -> Answer:
