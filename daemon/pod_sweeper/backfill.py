@@ -42,7 +42,7 @@ def _candidates(attachment: Attachment, uid_is_uuid: bool) -> sql.Composed:
         ns=cols["pod_namespace"],
         name=cols["pod_name"],
         uid=uid,
-        table=attachment.table,
+        table=attachment.identifier,
         active=cols["active"],
         raw_uid=cols["pod_uid"],
     )
@@ -65,10 +65,10 @@ async def backfill(conn: Connection, *, batch: int = 1000, dry_run: bool = False
         cur = await conn.execute(
             "SELECT t.typname = 'uuid' AS is_uuid FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid"
             " WHERE a.attrelid = %s::regclass AND a.attname = %s",
-            (attachment.table.as_string(conn), attachment.columns["pod_uid"]),
+            (attachment.identifier.as_string(conn), attachment.columns["pod_uid"]),
         )
         row = await cur.fetchone()
-        result = BackfillResult(attachment.table.as_string(conn))
+        result = BackfillResult(attachment.identifier.as_string(conn))
         # A server-side cursor streams the candidates: one pass, flat memory, however large the table.
         async with conn.transaction(), conn.cursor(name="pod_sweeper_backfill", row_factory=tuple_row) as candidates:
             await candidates.execute(_candidates(attachment, bool(row and row["is_uuid"])))

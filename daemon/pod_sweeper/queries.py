@@ -31,6 +31,20 @@ def shipped_sql(path: Path) -> sql.SQL:
     return sql.SQL(text)
 
 
+def for_parameterized(trusted: str) -> sql.SQL:
+    """Quoted SQL text (a name, a type from ``format_type``) for a statement that carries ``%s`` parameters.
+
+    psycopg looks for placeholders in the whole composed text, quoted names included, so a host table
+    or column called ``50%`` would break the statement; doubling ``%`` here makes the server see one.
+    Use it only where the statement is executed with parameters (without them ``%%`` stays ``%%``)."""
+    return sql.SQL(cast(LiteralString, trusted.replace("%", "%%")))  # type: ignore[redundant-cast]
+
+
+def name_in_parameterized(*parts: str) -> sql.SQL:
+    """``sql.Identifier(*parts)``, safe in a statement that carries parameters (see above)."""
+    return for_parameterized(sql.Identifier(*parts).as_string())
+
+
 def dba_query_names() -> list[str]:
     """Names of the shipped read-only queries for DBAs and on-call."""
     return sorted(p.stem for p in (resource_dir("sql") / "dba").glob("*.sql"))

@@ -23,10 +23,15 @@ from pod_sweeper.db import Connection
 class Attachment:
     id: int
     schema: str
-    table: sql.Identifier
+    table: tuple[str, str]  # schema, name
     columns: dict[str, str]
     sandbox_id_type: str | None
     generation_type: str | None
+
+    @property
+    def identifier(self) -> sql.Identifier:
+        """The host table's name, for statements without parameters (see ``queries.name_in_parameterized``)."""
+        return sql.Identifier(*self.table)
 
     @property
     def present(self) -> bool:
@@ -39,7 +44,7 @@ async def load_attachments(conn: Connection) -> dict[int, Attachment]:
         r["id"]: Attachment(
             r["id"],
             r["table_schema"],
-            sql.Identifier(r["table_schema"], r["table_name"]),
+            (r["table_schema"], r["table_name"]),
             r["column_map"],
             r["sandbox_id_type"],
             r["generation_type"],
@@ -50,6 +55,7 @@ async def load_attachments(conn: Connection) -> dict[int, Attachment]:
 
 def _active_query(attachment: Attachment) -> sql.Composed:
     cols = attachment.columns
+    name = queries.name_in_parameterized
     assert attachment.sandbox_id_type and attachment.generation_type
     # The types come from pg_catalog (format_type quotes what needs quoting), not from user input.
     return sql.SQL(
@@ -57,12 +63,12 @@ def _active_query(attachment: Attachment) -> sql.Composed:
         " JOIN {table} AS t ON t.{sid} = k.sandbox_id::{sid_type} AND t.{gen} = k.generation::{gen_type}"
         " WHERE t.{active}"
     ).format(
-        table=attachment.table,
-        sid=sql.Identifier(cols["sandbox_id"]),
-        gen=sql.Identifier(cols["generation"]),
-        active=sql.Identifier(cols["active"]),
-        sid_type=sql.SQL(attachment.sandbox_id_type),
-        gen_type=sql.SQL(attachment.generation_type),
+        table=name(*attachment.table),
+        sid=name(cols["sandbox_id"]),
+        gen=name(cols["generation"]),
+        active=name(cols["active"]),
+        sid_type=queries.for_parameterized(attachment.sandbox_id_type),
+        gen_type=queries.for_parameterized(attachment.generation_type),
     )
 
 

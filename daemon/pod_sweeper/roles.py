@@ -39,5 +39,5 @@ async def runtime_grants(
     for attachment in (await load_attachments(conn)).values():
         columns = sql.SQL(", ").join(sql.Identifier(c) for c in sorted(set(attachment.columns.values())))
         statements.append(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(attachment.schema), who))
-        statements.append(sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(columns, attachment.table, who))
+        statements.append(sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(columns, attachment.identifier, who))
     return statements
