@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -48,9 +49,26 @@ def spawn_replica(url: str, kubeconfig: Path, name: str, **env: str) -> subproce
             **env,
         }
     )
-    return subprocess.Popen(
-        [sys.executable, "-m", "pod_sweeper", "run"], env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    # stderr goes to a file so that a replica that dies early can say why (see ``alive``).
+    log = tempfile.NamedTemporaryFile(prefix=f"pod-sweeper-{name}-", suffix=".log", delete=False)  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pod_sweeper", "run"], env=environ, stdout=subprocess.DEVNULL, stderr=log
     )
+    log.close()
+    _logs[proc.pid] = Path(log.name)
+    return proc
+
+
+_logs: dict[int, Path] = {}
+
+
+def alive(proc: subprocess.Popen[bytes]) -> bool:
+    """True while the replica runs; fails the test at once, with its last log lines, if it exited."""
+    code = proc.poll()
+    if code is None:
+        return True
+    tail = _logs[proc.pid].read_text(errors="replace").splitlines()[-5:] if proc.pid in _logs else []
+    raise AssertionError(f"replica exited with {code} before it was expected to: " + " | ".join(tail))
 
 
 def stop_replica(proc: subprocess.Popen[bytes]) -> int | None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from chaos.harness import NAMESPACE, Workload, spawn_replica, stop_replica
+from chaos.harness import NAMESPACE, Workload, alive, spawn_replica, stop_replica
 from helpers import wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
@@ -24,12 +24,12 @@ def test_sigkill_at_each_failpoint_then_restart(workload: Workload, kube: Any, p
     # hit, with some work already done.
     nth = 1 if point == "listener" else 2
     victim = spawn_replica(workload.url, kube.kubeconfig, "victim", POD_SWEEPER_FAILPOINTS=f"{point}=kill@{nth}")
-    wait_until(lambda: workload.listeners() == 1, timeout=30, what="the victim to listen")
+    wait_until(lambda: alive(victim) and workload.listeners() == 1, timeout=30, what="the victim to listen")
     workload.retire(sids)
     assert victim.wait(30) == -9  # it killed itself at the failpoint
     survivor = spawn_replica(workload.url, kube.kubeconfig, "survivor")
     try:
-        wait_until(lambda: workload.listeners() == 1, timeout=30, what="the survivor to listen")
+        wait_until(lambda: alive(survivor) and workload.listeners() == 1, timeout=30, what="the survivor to listen")
         wait_until(workload.outbox_done, timeout=60, what="the survivor to drain")
     finally:
         assert stop_replica(survivor) == 0
@@ -168,7 +168,7 @@ def test_notify_lost_silently_while_retires_keep_arriving(workload: Workload, ku
             via_proxy, kube.kubeconfig, "r1", POD_SWEEPER_NOTIFY_CHECK_INTERVAL="1", POD_SWEEPER_POLL_INTERVAL="2"
         )
         try:
-            wait_until(lambda: workload.listeners() == 1, timeout=30, what="the replica to listen")
+            wait_until(lambda: alive(replica) and workload.listeners() == 1, timeout=30, what="the replica to listen")
             workload.retire(sids[:20])
             wait_until(lambda: _all_done(workload, 20), timeout=10, what="the first retires, by NOTIFY")
             assert proxy.freeze(b"pod-sweeper-listener") == 1  # the listener now hears nothing, and nobody says so
