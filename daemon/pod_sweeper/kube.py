@@ -14,7 +14,8 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,35 @@ class Answer:
 
 @dataclass(frozen=True)
 class PodState:
+    """What the daemon reads of a pod (from a GET or a list), parsed from the raw JSON."""
+
     uid: str
     node_name: str | None
+    namespace: str = ""
+    name: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    created: datetime | None = None
+    deleting: bool = False  # deletionTimestamp set: the pod is already terminating
+
+    @classmethod
+    def from_json(cls, pod: Mapping[str, Any]) -> PodState:
+        metadata = pod.get("metadata") or {}
+        created = metadata.get("creationTimestamp")
+        return cls(
+            uid=str(metadata.get("uid")),
+            node_name=(pod.get("spec") or {}).get("nodeName"),
+            namespace=str(metadata.get("namespace") or ""),
+            name=str(metadata.get("name") or ""),
+            labels=dict(metadata.get("labels") or {}),
+            created=datetime.fromisoformat(created) if created else None,
+            deleting=bool(metadata.get("deletionTimestamp")),
+        )
+
+
+@dataclass(frozen=True)
+class PodPage:
+    pods: list[PodState]
+    continue_token: str | None  # None: this was the last page
 
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -216,8 +244,22 @@ class PodDeleter:
             response = self._call(self._core.read_namespaced_pod, name, namespace, timeout=timeout)
         except KubeNotFound:
             return None
+        return PodState.from_json(json.loads(response.data))
+
+    def list_pods(
+        self, namespace: str, label_selector: str, *, limit: int, continue_token: str | None, timeout: float
+    ) -> PodPage:
+        """One page of the pods in ``namespace`` matching ``label_selector`` (the real list API, with
+        ``limit`` and ``continue``). An expired continue token comes back as a KubeRejected (410)."""
+        kwargs: dict[str, Any] = {"label_selector": label_selector, "limit": limit}
+        if continue_token:
+            kwargs["_continue"] = continue_token
+        response = self._call(self._core.list_namespaced_pod, namespace, timeout=timeout, **kwargs)
         data = json.loads(response.data)
-        return PodState(str((data.get("metadata") or {}).get("uid")), (data.get("spec") or {}).get("nodeName"))
+        return PodPage(
+            [PodState.from_json(item) for item in data.get("items") or []],
+            (data.get("metadata") or {}).get("continue") or None,
+        )
 
     def node_exists(self, name: str, *, timeout: float) -> bool:
         """Whether the node is still registered (a pod stuck on a vanished node never finishes)."""

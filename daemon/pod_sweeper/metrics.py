@@ -80,6 +80,18 @@ class Metrics:
         self.forced = Counter(
             "pod_sweeper_force_deleted", "Stuck pods force-deleted because their node is gone", registry=r
         )
+        self.reconcile_passes = Counter(
+            "pod_sweeper_reconcile_passes",
+            "Reconciliation passes run by this process ('partial': the listing stopped early)",
+            ["result"],
+            registry=r,
+        )
+        self.reconcile_suspects = Gauge(
+            "pod_sweeper_reconcile_suspects", "Suspect pods in quarantine after the last pass", registry=r
+        )
+        self.reconcile_enqueued = Counter(
+            "pod_sweeper_reconcile_enqueued", "Confirmed suspects enqueued with reason 'reconciled'", registry=r
+        )
         self.build_info = Gauge("pod_sweeper_build_info", "Build information", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
         self.pruned = Counter("pod_sweeper_pruned_rows", "Done rows deleted by the retention pass", registry=r)

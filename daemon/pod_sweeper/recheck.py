@@ -4,12 +4,16 @@ DESIGN.md's rule: delete only if the row for (sandbox_id, generation) is inactiv
 row means a newer activation owns the pod, and the outbox row ends ``skipped_active``. The lookup goes
 through each attachment's column mapping, one query per attachment per claim batch, with the keys
 cast to the host columns' own types so that the host's primary key index serves it.
+
+The reconciliation pass asks the same tables a wider question (``generations``): for a pod's labels,
+is there an active row, only retired rows, or no row at all.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import psycopg
@@ -107,3 +111,75 @@ async def recheck(conn: Connection, rows: list[Any], attachments: dict[int, Atta
             for row in group:
                 verdict.unknown[row.id] = f"re-check failed: {str(exc).strip().splitlines()[0]}"
     return verdict
+
+
+class Generation(StrEnum):
+    """What the attached tables say of one (sandbox_id, generation) key, for the reconciliation pass."""
+
+    ACTIVE = "active"  # some row is active (or NULL: not known to be retired): never touch its pods
+    RETIRED = "retired"  # rows exist and none is active
+    NO_ROW = "no_execution_row"  # no attached table has the key
+    UNKNOWN = "unknown"  # the key does not fit a table's types, or a table could not be read: leave it
+
+
+def _generation_query(attachment: Attachment) -> sql.Composed:
+    cols = attachment.columns
+    name = queries.name_in_parameterized
+    assert attachment.sandbox_id_type and attachment.generation_type
+    return sql.SQL(
+        "SELECT k.i, bool_or(t.{active} IS NOT FALSE) AS active"
+        " FROM unnest(%s::int[], %s::text[], %s::bigint[]) AS k(i, sandbox_id, generation)"
+        " JOIN {table} AS t ON t.{sid} = k.sandbox_id::{sid_type} AND t.{gen} = k.generation::{gen_type}"
+        " GROUP BY k.i"
+    ).format(
+        table=name(*attachment.table),
+        sid=name(cols["sandbox_id"]),
+        gen=name(cols["generation"]),
+        active=name(cols["active"]),
+        sid_type=queries.for_parameterized(attachment.sandbox_id_type),
+        gen_type=queries.for_parameterized(attachment.generation_type),
+    )
+
+
+async def generations(
+    conn: Connection, keys: list[tuple[str, int]], attachments: dict[int, Attachment]
+) -> list[tuple[Generation, int | None]]:
+    """For each (sandbox_id, generation) key, what every attached table says of it, and the
+    attachment to name in an outbox row (the one holding the retired row, else the first one).
+
+    Runs in the caller's transaction; a batch that fails to cast (a label value that is not of the
+    host's type) is retried key by key in savepoints, so one odd pod leaves only itself unknown."""
+    present = [a for a in sorted(attachments.values(), key=lambda a: a.id) if a.present]
+    if not present:
+        return [(Generation.UNKNOWN, None)] * len(keys)
+    states: list[tuple[Generation, int | None]] = [(Generation.NO_ROW, present[0].id)] * len(keys)
+    for attachment in present:
+        found = await _lookup(conn, attachment, list(range(len(keys))), keys)
+        for i, active in found.items():
+            if active is None:
+                states[i] = (Generation.UNKNOWN, None)
+            elif states[i][0] is Generation.UNKNOWN:
+                continue
+            elif active:
+                states[i] = (Generation.ACTIVE, attachment.id)
+            elif states[i][0] is Generation.NO_ROW:
+                states[i] = (Generation.RETIRED, attachment.id)
+    return states
+
+
+async def _lookup(
+    conn: Connection, attachment: Attachment, indexes: list[int], keys: list[tuple[str, int]]
+) -> dict[int, bool | None]:
+    """Index -> active for the keys this table has; None for keys it could not check."""
+    query = _generation_query(attachment)
+    try:
+        async with conn.transaction():
+            cur = await conn.execute(query, (indexes, [keys[i][0] for i in indexes], [keys[i][1] for i in indexes]))
+            return {r["i"]: r["active"] for r in await cur.fetchall()}
+    except (psycopg.errors.DataError, psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn):
+        if len(indexes) == 1:
+            return {indexes[0]: None}
+    found: dict[int, bool | None] = {}
+    for i in indexes:
+        found.update(await _lookup(conn, attachment, [i], keys))
+    return found

@@ -23,7 +23,6 @@ async def runtime_grants(
     statements: list[sql.Composed] = []
     if create:
         # A literal: CREATE ROLE takes no bind parameters. Callers that print pass a placeholder.
-        # A literal: CREATE ROLE takes no bind parameters. Callers that print pass a placeholder.
         login = sql.SQL(" PASSWORD {}").format(sql.Literal(password)) if password else sql.SQL("")
         statements.append(sql.SQL("CREATE ROLE {} LOGIN{}").format(who, login))
     statements += [
@@ -31,10 +30,18 @@ async def runtime_grants(
         sql.SQL("GRANT SELECT ON {}.schema_migrations, {}.attachments, {}.lag, {}.summary TO {}").format(
             ours, ours, ours, ours, who
         ),
-        # claim and finalize (UPDATE), retention (DELETE); rows are only ever inserted by the trigger
-        sql.SQL("GRANT SELECT, UPDATE, DELETE ON {}.outbox TO {}").format(ours, who),
+        # claim and finalize (UPDATE), retention (DELETE); INSERT only for the reconciliation pass's
+        # enqueue (the enqueue function runs as its caller; the host's writers still get nothing)
+        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.outbox TO {}").format(ours, who),
         sql.SQL("GRANT SELECT, INSERT, DELETE ON {}.attempts TO {}").format(ours, who),
         sql.SQL("GRANT SELECT, UPDATE ON {}.breaker TO {}").format(ours, who),
+        # the reconciliation pass: its quarantine, its last-pass row, and enqueueing what it confirmed
+        # through the one enqueue rule the triggers use
+        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.suspects TO {}").format(ours, who),
+        sql.SQL("GRANT SELECT, UPDATE ON {}.reconcile_state TO {}").format(ours, who),
+        sql.SQL("GRANT EXECUTE ON FUNCTION {}.enqueue(integer, text, bigint, text, text, uuid, text) TO {}").format(
+            ours, who
+        ),
     ]
     for attachment in (await load_attachments(conn)).values():
         columns = sql.SQL(", ").join(sql.Identifier(c) for c in sorted(set(attachment.columns.values())))

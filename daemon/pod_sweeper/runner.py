@@ -6,7 +6,8 @@ sidecar must not crash-loop while its database restarts; one log line per attemp
 check (exit 3 if it does not match), then the LISTEN, then the first catch-up claim; only after that is
 the process ready.
 
-The tasks (listener, sweeper with its claimer, workers and finalizer, and the shutdown watcher) run in
+The tasks (listener, sweeper with its claimer, workers and finalizer, retention, confirmer, the
+reconciler when it is configured, the gauges and the shutdown watcher) run in
 one task group: if any of them dies, the others are cancelled and the process exits 1 with a line
 naming the task. SIGTERM or SIGINT starts a graceful stop (no new claims, in-flight deletes get
 ``shutdown_timeout`` seconds, unfinished claims are handed back without charging an attempt, exit 0); a
@@ -36,6 +37,7 @@ from pod_sweeper.kube import PodDeleter, load_configuration
 from pod_sweeper.listener import Listener
 from pod_sweeper.metrics import Metrics
 from pod_sweeper.recheck import load_attachments
+from pod_sweeper.reconcile import Reconciler
 from pod_sweeper.sdnotify import Notifier
 from pod_sweeper.settings import Settings
 from pod_sweeper.sweeper import Sweeper
@@ -165,6 +167,9 @@ class Daemon:
                     group.create_task(_named("retention", self._retention(pool)), name="retention")
                     confirmer = Confirmer(self.settings, pool, deleter, self.metrics)
                     group.create_task(_named("confirmer", confirmer.run()), name="confirmer")
+                    if self.settings.reconcile:
+                        reconciler = Reconciler(self.settings, pool, deleter, self.metrics)
+                        group.create_task(_named("reconciler", reconciler.run()), name="reconciler")
                     group.create_task(
                         _named("gauges", refresh_gauges(pool, self.metrics, self.health, GAUGE_REFRESH_SECONDS)),
                         name="gauges",
@@ -265,5 +270,6 @@ class Daemon:
 
 
 def _make_pool(settings: Settings) -> AsyncConnectionPool[db.Connection]:
-    # claimer + finalizer + the listener's pings, and one spare for the metrics refresher.
-    return db.make_pool(settings, max_size=4)
+    # claimer + finalizer + the listener's pings, and one spare for the metrics refresher; the
+    # reconciliation pass holds one more for its whole pass (its session advisory lock).
+    return db.make_pool(settings, max_size=5 if settings.reconcile else 4)

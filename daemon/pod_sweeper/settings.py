@@ -39,6 +39,9 @@ _FOREIGN_ENV = {
 }
 
 Seconds = Annotated[float, Field(gt=0)]
+# A Kubernetes label key: an optional DNS subdomain prefix and a name of at most 63 characters.
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_LABEL_KEY = rf"^({_DNS_LABEL}(\.{_DNS_LABEL})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
 
 
 def _default_replica_id() -> str:
@@ -175,6 +178,47 @@ class Settings(BaseSettings):
         description="Force-delete (gracePeriodSeconds=0, still under the UID precondition) a stuck pod "
         "whose node no longer exists, where no kubelet will ever finish it. Default false: never force.",
     )
+    reconcile_sandbox_label: str | None = Field(
+        default=None,
+        pattern=_LABEL_KEY,
+        description="Label key whose value on a pod is its execution's sandbox_id. The reconciliation "
+        "pass runs only when this and `reconcile_generation_label` are both set. Default unset: no pass.",
+    )
+    reconcile_generation_label: str | None = Field(
+        default=None,
+        pattern=_LABEL_KEY,
+        description="Label key whose value on a pod is its execution's generation (an integer). "
+        "Default unset: no reconciliation pass.",
+    )
+    reconcile_namespace: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=63,
+        description="Namespace the reconciliation pass lists pods in; required when the labels are set "
+        "(the Role in deploy/ grants list there only). Default unset.",
+    )
+    reconcile_interval: Seconds = Field(
+        default=300.0,
+        description="Seconds between reconciliation passes, counted across all replicas (one replica at a "
+        "time runs it, under an advisory lock). Default 300: a backstop, not the fast path.",
+    )
+    reconcile_quarantine: Seconds = Field(
+        default=600.0,
+        description="Seconds a suspect pod must stay a suspect, seen again on a later pass, before it is "
+        "confirmed and enqueued. Default 600: longer than a control plane's slowest retire.",
+    )
+    reconcile_min_age: Seconds = Field(
+        default=900.0,
+        description="Seconds a pod must have existed before the pass looks at it, so that a create whose "
+        "execution row is not written yet is never a suspect. Default 900.",
+    )
+    reconcile_page_size: int = Field(
+        default=500,
+        ge=1,
+        le=5000,
+        description="Pods per list request (`limit`, then `continue`). Default 500: bounded memory and "
+        "API server load, few round trips.",
+    )
     dry_run: bool = Field(
         default=False,
         description="Run the whole pipeline (claims, re-check, fencing) but send every DELETE with "
@@ -239,7 +283,19 @@ class Settings(BaseSettings):
             )
         if self.backoff_base > self.backoff_max:
             raise ValueError("backoff_base must not exceed backoff_max")
+        labels = (self.reconcile_sandbox_label, self.reconcile_generation_label)
+        if (labels[0] is None) != (labels[1] is None):
+            raise ValueError("reconcile_sandbox_label and reconcile_generation_label are set together or not at all")
+        if labels[0] is not None and labels[0] == labels[1]:
+            raise ValueError("reconcile_sandbox_label and reconcile_generation_label must differ")
+        if self.reconcile and self.reconcile_namespace is None:
+            raise ValueError("reconcile_namespace is required when the reconcile labels are set")
         return self
+
+    @property
+    def reconcile(self) -> bool:
+        """Whether the reconciliation pass runs (both label keys set)."""
+        return self.reconcile_sandbox_label is not None and self.reconcile_generation_label is not None
 
     def require_database_url(self) -> str:
         """The connection string; raises ConfigError when it is not set."""

@@ -18,7 +18,9 @@ async def read_status(conn: Connection) -> dict[str, Any]:
     stuck = await (await conn.execute(queries.load("status_stuck"))).fetchall()
     breaker = await (await conn.execute(queries.load("status_breaker"))).fetchone()
     terminating = await (await conn.execute(queries.load("status_terminating"))).fetchall()
+    reconcile = await (await conn.execute(queries.load("status_reconcile"))).fetchone()
     return {
+        "reconcile": dict(reconcile or {}),
         "stuck_terminating": [dict(row) for row in terminating],
         "breaker": dict(breaker or {}),
         "lag": dict(lag or {}),
@@ -83,6 +85,15 @@ def render_text(status: dict[str, Any]) -> str:
         keys = ["id", "pod_namespace", "pod_name", "pod_uid", "done_at", "stuck_at"]
         parts.append(
             "pods still terminating past the limit\n" + render_table(keys, [[r[k] for k in keys] for r in terminating])
+        )
+    reconcile = status.get("reconcile") or {}
+    if reconcile.get("last_started_at"):
+        parts.append(
+            f"reconciliation: last pass {_cell(reconcile['last_started_at'])} by {reconcile['last_replica']}, "
+            f"{_cell(reconcile['last_pods_seen'])} labelled pod(s) seen, {_cell(reconcile['last_enqueued'])} "
+            f"enqueued; {reconcile['suspects']} suspect(s) in quarantine"
+            + (f" (oldest since {_cell(reconcile['oldest_suspect_since'])})" if reconcile["suspects"] else "")
+            + (f"\nlast pass stopped early: {reconcile['last_error']}" if reconcile.get("last_error") else "")
         )
     if breaker.get("tripped_at"):
         parts.insert(

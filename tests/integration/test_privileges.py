@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -81,7 +82,21 @@ def test_daemon_runs_as_the_runtime_role(
         " pod_uid, reason, status, outcome, done_at) VALUES (1, 'old', 1, 'ns', 'old', gen_random_uuid(),"
         " 'retired', 'done', 'deleted', '2000-01-01')"
     )
-    settings = settings_for(runtime_url, kubeconfig=kube.kubeconfig, poll_interval=30, rate_limit_qps=0, retention=3600)
+    # A labelled pod nothing accounts for: the reconciliation pass must be able to enqueue it too.
+    labels = {"sandbox": "orphan", "generation": "1"}
+    kube.create_pod("sandboxes", "orphan", labels=labels, created=datetime.now(UTC) - timedelta(hours=1))
+    settings = settings_for(
+        runtime_url,
+        kubeconfig=kube.kubeconfig,
+        poll_interval=30,
+        rate_limit_qps=0,
+        retention=3600,
+        reconcile_sandbox_label="sandbox",
+        reconcile_generation_label="generation",
+        reconcile_namespace="sandboxes",
+        reconcile_interval=0.2,
+        reconcile_quarantine=0.1,
+    )
     with DaemonThread(settings):
         started = time.monotonic()
         pg.execute("UPDATE executions SET active = false WHERE sandbox_id = 'a'")
@@ -89,9 +104,10 @@ def test_daemon_runs_as_the_runtime_role(
         assert time.monotonic() - started < 2  # NOTIFY reaches the runtime role's listener too
         pg.execute("UPDATE executions SET active = true WHERE sandbox_id = 'b'")
         wait_until(lambda: all(r["sandbox_id"] != "old" for r in outbox(pg)), what="retention as runtime role")
+        wait_until(lambda: kube.get_pod("sandboxes", "orphan") is None, what="reconciliation as runtime role")
     assert kube.get_pod("sandboxes", "pod-a-1") is None
     attempts = pg.execute("SELECT count(*) AS n FROM pod_sweeper.attempts").fetchone()
-    assert attempts is not None and attempts["n"] == 1
+    assert attempts is not None and attempts["n"] == 2  # a's delete and the orphan's
 
     async def try_ddl() -> None:
         async with db.connection(settings_for(runtime_url)) as conn:

@@ -65,6 +65,39 @@ def test_bad_values_name_the_setting(monkeypatch: pytest.MonkeyPatch, name: str,
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RECONCILE_SANDBOX_LABEL": "sandbox"}, "set together or not at all"),
+        (
+            {"RECONCILE_SANDBOX_LABEL": "sandbox", "RECONCILE_GENERATION_LABEL": "generation"},
+            "reconcile_namespace is required",
+        ),
+        (
+            {"RECONCILE_SANDBOX_LABEL": "a", "RECONCILE_GENERATION_LABEL": "a", "RECONCILE_NAMESPACE": "ns"},
+            "must differ",
+        ),
+        ({"RECONCILE_SANDBOX_LABEL": "-not a label"}, "invalid setting POD_SWEEPER_RECONCILE_SANDBOX_LABEL"),
+        ({"RECONCILE_NAMESPACE": "Not_A_Namespace"}, "invalid setting POD_SWEEPER_RECONCILE_NAMESPACE"),
+        ({"RECONCILE_PAGE_SIZE": "0"}, "invalid setting POD_SWEEPER_RECONCILE_PAGE_SIZE"),
+    ],
+)
+def test_bad_reconcile_settings(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], message: str) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(f"POD_SWEEPER_{name}", value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_reconcile_is_on_only_with_both_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not load_settings().reconcile
+    monkeypatch.setenv("POD_SWEEPER_RECONCILE_SANDBOX_LABEL", "example.com/sandbox")
+    monkeypatch.setenv("POD_SWEEPER_RECONCILE_GENERATION_LABEL", "example.com/generation")
+    monkeypatch.setenv("POD_SWEEPER_RECONCILE_NAMESPACE", "sandboxes")
+    assert load_settings().reconcile
+
+
 def test_bad_database_url_never_echoes_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POD_SWEEPER_DATABASE_URL", "hunter2-is-my password")
     with pytest.raises(ConfigError) as info:

@@ -1,0 +1,266 @@
+"""The reconciliation backstop: find the pods the outbox never heard of, and hand them to it.
+
+The outbox covers every retire that commits after ``attach``. This pass covers the rest: pods retired
+before pod-sweeper was installed, pods whose create died before it recorded the UID, pods whose
+generation has no execution row at all. Every ``reconcile_interval`` one replica (a session advisory
+lock, and the last start time in ``pod_sweeper.reconcile_state`` so that N replicas do not run N
+passes) lists the pods carrying both configured labels, page by page with the real list API, and
+looks each key (sandbox_id, generation) up in every attached table.
+
+A pod no active row accounts for becomes a suspect (``pod_sweeper.suspects``), never a delete. Only a
+suspect seen again on a later pass, at least ``reconcile_quarantine`` after it was first seen, is
+confirmed, by a fresh GET (same UID, not terminating, same labels) and then a fresh database read, and
+enqueued as an outbox row with reason ``reconciled`` and the UID it observed. From there the normal
+pipeline (claim-time re-check, UID precondition, breaker, dry run) applies; the pass itself deletes
+nothing. Pods younger than ``reconcile_min_age``, terminating pods, pods without the labels, pods of
+active generations and pods whose labels do not fit the host's types are never suspects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from loguru import logger
+from psycopg_pool import AsyncConnectionPool
+
+from pod_sweeper import queries
+from pod_sweeper.db import Connection
+from pod_sweeper.errors import KubeError
+from pod_sweeper.kube import PodDeleter, PodState
+from pod_sweeper.metrics import Metrics
+from pod_sweeper.recheck import Attachment, Generation, generations, load_attachments
+from pod_sweeper.settings import Settings
+
+# Session advisory lock key of the pass: "podrcnc" read as an integer, as the migration lock's is.
+RECONCILE_LOCK_KEY = int.from_bytes(b"podrcnc", "big")
+_BIGINT = 2**63
+
+
+@dataclass
+class PassResult:
+    """What one pass saw and did (also written to ``pod_sweeper.reconcile_state``)."""
+
+    seen: int = 0
+    suspects: int = 0  # suspects in quarantine after the pass, all replicas' sightings included
+    enqueued: int = 0
+    complete: bool = False  # every page listed: suspects not seen were forgotten
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class _Suspect:
+    pod: PodState
+    sandbox_id: str
+    generation: int
+    attachment_id: int
+    why: Generation
+
+
+class Reconciler:
+    def __init__(
+        self, settings: Settings, pool: AsyncConnectionPool[Connection], deleter: PodDeleter, metrics: Metrics
+    ) -> None:
+        assert settings.reconcile_sandbox_label and settings.reconcile_generation_label
+        assert settings.reconcile_namespace
+        self.settings, self.pool, self.deleter, self.metrics = settings, pool, deleter, metrics
+        self.sandbox_label = settings.reconcile_sandbox_label
+        self.generation_label = settings.reconcile_generation_label
+        self.namespace = settings.reconcile_namespace
+        # Existence selectors: the API server returns only pods carrying both keys.
+        self.selector = f"{self.sandbox_label},{self.generation_label}"
+
+    async def run(self) -> None:
+        """Pass after pass; a failed pass (database or API) is logged and the next one tries again."""
+        while True:
+            try:
+                await self.pass_once()
+            except psycopg.Error as exc:
+                logger.warning("reconciliation pass failed: {error}", error=str(exc).strip().splitlines()[0])
+            # Jitter so that replicas started together do not contend for the lock on every tick.
+            await asyncio.sleep(self.settings.reconcile_interval * random.uniform(0.9, 1.1))
+
+    async def pass_once(self) -> PassResult | None:
+        """One pass, or None when another replica holds the lock or ran one less than half an
+        interval ago."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute("SELECT pg_try_advisory_lock(%s) AS mine", (RECONCILE_LOCK_KEY,))
+            if not (row := await cur.fetchone()) or not row["mine"]:
+                return None
+            try:
+                return await self._locked_pass(conn)
+            finally:
+                # A broken connection has lost the lock with its session; the pool discards it.
+                with contextlib.suppress(psycopg.Error):
+                    await conn.execute("SELECT pg_advisory_unlock(%s)", (RECONCILE_LOCK_KEY,))
+
+    async def _locked_pass(self, conn: Connection) -> PassResult | None:
+        cur = await conn.execute(
+            queries.load("reconcile_begin"),
+            {"replica": self.settings.replica_id, "gap": self.settings.reconcile_interval / 2},
+        )
+        if (begun := await cur.fetchone()) is None:
+            return None
+        started_at: datetime = begun["started_at"]
+        attachments = await load_attachments(conn)
+        result = PassResult()
+        token: str | None = None
+        try:
+            while True:
+                page = await asyncio.to_thread(
+                    self.deleter.list_pods,
+                    self.namespace,
+                    self.selector,
+                    limit=self.settings.reconcile_page_size,
+                    continue_token=token,
+                    timeout=self.settings.request_timeout,
+                )
+                result.seen += len(page.pods)
+                due = await self._sight(conn, started_at, page.pods, attachments)
+                if due:
+                    result.enqueued += await self._confirm(conn, due, attachments)
+                if not (token := page.continue_token):
+                    break
+            await conn.execute(queries.load("reconcile_prune"), {"started_at": started_at})
+            result.complete = True
+        except KubeError as exc:
+            # An expired continue token (410) or an unreachable API: the pods not listed keep their
+            # quarantine as it was, and the next pass starts from the first page.
+            result.error = f"listing pods in {self.namespace}: {exc}"[:500]
+            logger.warning("reconciliation pass stopped early: {error}", error=result.error)
+        cur = await conn.execute(
+            queries.load("reconcile_finish"),
+            {"seen": result.seen, "enqueued": result.enqueued, "error": result.error},
+        )
+        finished = await cur.fetchone()
+        result.suspects = int(finished["last_suspects"]) if finished else 0
+        self.metrics.reconcile_passes.labels("complete" if result.complete else "partial").inc()
+        self.metrics.reconcile_suspects.set(result.suspects)
+        self.metrics.reconcile_enqueued.inc(result.enqueued)
+        logger.info(
+            "reconciliation pass: {seen} labelled pod(s) in {ns}, {suspects} suspect(s) in quarantine, "
+            "{enqueued} enqueued{partial}",
+            seen=result.seen,
+            ns=self.namespace,
+            suspects=result.suspects,
+            enqueued=result.enqueued,
+            partial="" if result.complete else " (incomplete)",
+        )
+        return result
+
+    def _key(self, pod: PodState, now: datetime) -> tuple[str, int] | None:
+        """The pod's (sandbox_id, generation) when the pass may look at it at all, else None."""
+        if pod.namespace and pod.namespace != self.namespace:
+            return None
+        sandbox_id, generation = pod.labels.get(self.sandbox_label), pod.labels.get(self.generation_label)
+        if not sandbox_id or generation is None or pod.deleting or pod.created is None:
+            return None  # unlabelled (a server that ignored the selector), terminating, or of unknown age
+        try:
+            uuid.UUID(pod.uid)
+        except ValueError:
+            return None
+        if (now - pod.created).total_seconds() < self.settings.reconcile_min_age:
+            return None
+        try:
+            value = int(generation)
+        except ValueError:
+            return None
+        return (sandbox_id, value) if -_BIGINT <= value < _BIGINT else None
+
+    async def _sight(
+        self, conn: Connection, started_at: datetime, pods: list[PodState], attachments: dict[int, Attachment]
+    ) -> list[_Suspect]:
+        """Classify one page; record its suspects and forget the rest; return the suspects now due."""
+        now = datetime.now(UTC)
+        keyed = [(pod, key) for pod in pods if (key := self._key(pod, now)) is not None]
+        async with conn.transaction():
+            states = await generations(conn, [key for _, key in keyed], attachments)
+            suspects = [
+                _Suspect(pod, key[0], key[1], attachment_id, state)
+                for (pod, key), (state, attachment_id) in zip(keyed, states, strict=True)
+                if state in (Generation.RETIRED, Generation.NO_ROW) and attachment_id is not None
+            ]
+            suspect_uids = {s.pod.uid for s in suspects}
+            cleared = [pod.uid for pod in pods if pod.uid not in suspect_uids]
+            if cleared:
+                await conn.execute(queries.load("reconcile_forget"), {"uids": cleared})
+            if not suspects:
+                return []
+            cur = await conn.execute(
+                queries.load("reconcile_suspect"),
+                {
+                    "uids": [s.pod.uid for s in suspects],
+                    "namespaces": [s.pod.namespace or self.namespace for s in suspects],
+                    "names": [s.pod.name for s in suspects],
+                    "sandbox_ids": [s.sandbox_id for s in suspects],
+                    "generations": [s.generation for s in suspects],
+                    "attachment_ids": [s.attachment_id for s in suspects],
+                    "whys": [s.why.value for s in suspects],
+                    "started_at": started_at,
+                    "quarantine": self.settings.reconcile_quarantine,
+                },
+            )
+            due = {str(r["pod_uid"]) for r in await cur.fetchall() if r["due"]}
+        return [s for s in suspects if s.pod.uid in due]
+
+    async def _confirm(self, conn: Connection, due: list[_Suspect], attachments: dict[int, Attachment]) -> int:
+        """Confirm each due suspect with a fresh GET, then a fresh database read, and enqueue it.
+
+        The GET comes first so that the database read is the newer fact: a generation re-activated
+        after the read is still caught by the claim-time re-check, which runs after this."""
+        still: list[_Suspect] = []
+        changed: list[str] = []
+        for suspect in due:
+            pod = suspect.pod
+            try:
+                fresh = await asyncio.to_thread(
+                    self.deleter.pod_state, self.namespace, pod.name, timeout=self.settings.request_timeout
+                )
+            except KubeError as exc:
+                logger.info("confirming suspect {pod} must wait: {error}", pod=pod.name, error=str(exc))
+                continue
+            if (
+                fresh is None
+                or fresh.uid != pod.uid
+                or fresh.deleting
+                or fresh.labels.get(self.sandbox_label) != suspect.sandbox_id
+                or fresh.labels.get(self.generation_label) != pod.labels.get(self.generation_label)
+            ):
+                changed.append(pod.uid)
+            else:
+                still.append(suspect)
+        async with conn.transaction():
+            if still:
+                states = await generations(conn, [(s.sandbox_id, s.generation) for s in still], attachments)
+                confirmed = [
+                    s
+                    for s, (state, _) in zip(still, states, strict=True)
+                    if state in (Generation.RETIRED, Generation.NO_ROW)
+                ]
+                changed += [s.pod.uid for s in still if s not in confirmed]
+            else:
+                confirmed = []
+            if changed:
+                await conn.execute(queries.load("reconcile_forget"), {"uids": changed})
+            if not confirmed:
+                return 0
+            cur = await conn.execute(queries.load("reconcile_enqueue"), {"uids": [s.pod.uid for s in confirmed]})
+            row: Any = await cur.fetchone()
+        for s in confirmed:
+            logger.warning(
+                "reconciled: pod {ns}/{pod} uid {uid} ({why}: sandbox {sandbox} generation {generation}) enqueued "
+                "after its quarantine",
+                ns=self.namespace,
+                pod=s.pod.name,
+                uid=s.pod.uid,
+                why=s.why.value,
+                sandbox=s.sandbox_id,
+                generation=s.generation,
+            )
+        return int(row["enqueued"]) if row else 0

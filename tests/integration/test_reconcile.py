@@ -1,0 +1,218 @@
+"""The reconciliation backstop against real Postgres and the fake API server: who becomes a suspect,
+the quarantine, confirmation by a fresh GET and a fresh database read, one replica at a time,
+pagination, and the daemon reaping what the outbox never heard of."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import run, settings_for
+from helpers import DaemonThread, outbox, wait_until
+from pod_sweeper import db, status
+from pod_sweeper.kube import PodDeleter, load_configuration
+from pod_sweeper.metrics import Metrics
+from pod_sweeper.reconcile import RECONCILE_LOCK_KEY, Reconciler
+from pod_sweeper.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+NS = "sandboxes"
+SANDBOX, GENERATION = "example.com/sandbox", "example.com/generation"
+OLD = datetime.now(UTC) - timedelta(hours=1)
+
+
+def reconcile_settings(db_url: str, kube: Any, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "kubeconfig": kube.kubeconfig,
+        "rate_limit_qps": 0,
+        "reconcile_sandbox_label": SANDBOX,
+        "reconcile_generation_label": GENERATION,
+        "reconcile_namespace": NS,
+        "reconcile_interval": 0.01,
+        "reconcile_quarantine": 3600,
+        "reconcile_min_age": 60,
+    }
+    return settings_for(db_url, **{**values, **overrides})
+
+
+def labelled(kube: Any, name: str, sandbox: str, generation: str, *, created: datetime = OLD, ns: str = NS) -> str:
+    pod = kube.create_pod(ns, name, labels={SANDBOX: sandbox, GENERATION: generation}, created=created)
+    return str(pod["metadata"]["uid"])
+
+
+def execution(conn: psycopg.Connection[Any], sandbox: str, *, uid: str | None, active: bool) -> None:
+    conn.execute(
+        "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+        " VALUES (%s, 1, %s, %s, %s, %s)",
+        (sandbox, NS, sandbox, uid, active),
+    )
+
+
+def suspects(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
+    rows = conn.execute("SELECT * FROM pod_sweeper.suspects ORDER BY pod_name").fetchall()
+    return {r["pod_name"]: r for r in rows}
+
+
+@contextlib.asynccontextmanager
+async def reconciler(settings: Settings) -> AsyncIterator[Reconciler]:
+    deleter = PodDeleter(load_configuration(settings.kubeconfig, None, pool_size=2))
+    pool = db.make_pool(settings, max_size=2)
+    await pool.open(wait=True, timeout=10)
+    try:
+        yield Reconciler(settings, pool, deleter, Metrics())
+    finally:
+        await pool.close()
+        deleter.close()
+
+
+def test_suspects_wait_out_their_quarantine_then_are_confirmed_and_enqueued(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    uids = {
+        "a": labelled(kube, "a", "a", "1"),  # its create never recorded the UID; then retired
+        "b": labelled(kube, "b", "b", "1"),  # no execution row names it at all
+        "c": labelled(kube, "c", "c", "1"),  # active, UID recorded
+        "d": labelled(kube, "d", "d", "1"),  # active, UID not recorded yet
+        "young": labelled(kube, "young", "young", "1", created=datetime.now(UTC)),
+        "odd": labelled(kube, "odd", "odd", "not-a-number"),
+        "elsewhere": labelled(kube, "elsewhere", "elsewhere", "1", ns="other"),
+    }
+    kube.create_pod(NS, "unlabelled", created=OLD)
+    kube.create_pod(NS, "half", labels={SANDBOX: "half"}, created=OLD)
+    execution(execs, "a", uid=None, active=False)
+    execution(execs, "c", uid=uids["c"], active=True)
+    execution(execs, "d", uid=None, active=True)
+
+    async def scenario() -> list[Any]:
+        async with reconciler(reconcile_settings(db_url, kube)) as r:
+            first, second = await r.pass_once(), await r.pass_once()
+        async with reconciler(reconcile_settings(db_url, kube, reconcile_quarantine=0.001)) as r:
+            third = await r.pass_once()
+        return [first, second, third]
+
+    first, second, third = run(scenario())
+    # Labelled with both keys in the namespace: a, b, c, d, young, odd. Suspects: only a and b.
+    assert first.seen == 6 and first.complete and first.enqueued == 0 and first.suspects == 2
+    assert second.enqueued == 0 and second.suspects == 2  # seen again, but not yet quarantined long enough
+    assert third.enqueued == 2 and third.suspects == 0
+    rows = {r["pod_name"]: r for r in outbox(execs)}
+    assert set(rows) == {"a", "b"}
+    assert all(r["reason"] == "reconciled" and r["status"] == "pending" for r in rows.values())
+    assert {n: str(r["pod_uid"]) for n, r in rows.items()} == {"a": uids["a"], "b": uids["b"]}
+    # Confirmed by a fresh GET of each, after the lists.
+    gets = [r.path.rsplit("/", 1)[1] for r in kube.requests if r.method == "GET" and "/pods/" in r.path]
+    assert sorted(gets) == ["a", "b"]
+    assert not kube.deletes()  # the pass never deletes by itself
+
+
+def test_a_suspect_replaced_or_reactivated_before_confirmation_is_not_enqueued(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    labelled(kube, "swapped", "swapped", "1")
+    labelled(kube, "revived", "revived", "1")
+    execution(execs, "revived", uid=None, active=False)
+
+    async def scenario() -> Any:
+        async with reconciler(reconcile_settings(db_url, kube, reconcile_quarantine=0.001)) as r:
+            await r.pass_once()
+            real = r.deleter.pod_state
+
+            def racing_pod_state(namespace: str, name: str, *, timeout: float) -> Any:
+                if name == "swapped":  # between the list and the GET, a new pod takes the name
+                    kube.remove_pod(NS, "swapped")
+                    labelled(kube, "swapped", "swapped", "1")
+                state = real(namespace, name, timeout=timeout)
+                if name == "revived":  # between the GET and the database read, the generation comes back
+                    with psycopg.connect(db_url, autocommit=True) as conn:
+                        conn.execute("UPDATE executions SET active = true WHERE sandbox_id = 'revived'")
+                return state
+
+            r.deleter.pod_state = racing_pod_state  # type: ignore[method-assign]
+            return await r.pass_once()
+
+    result = run(scenario())
+    assert result.enqueued == 0 and outbox(execs) == []
+    assert suspects(execs) == {}  # both forgotten; the new 'swapped' pod starts its own quarantine next pass
+
+
+def test_one_replica_at_a_time_and_one_pass_per_interval(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    async def scenario() -> list[Any]:
+        async with reconciler(reconcile_settings(db_url, kube, reconcile_interval=3600)) as r:
+            execs.execute("SELECT pg_advisory_lock(%s)", (RECONCILE_LOCK_KEY,))
+            held = await r.pass_once()  # another replica is in its pass
+            execs.execute("SELECT pg_advisory_unlock(%s)", (RECONCILE_LOCK_KEY,))
+            return [held, await r.pass_once(), await r.pass_once()]
+
+    held, ran, too_soon = run(scenario())
+    assert held is None and ran is not None and ran.complete and too_soon is None
+    state = execs.execute("SELECT * FROM pod_sweeper.reconcile_state").fetchone()
+    assert state is not None and state["last_finished_at"] is not None and state["last_error"] is None
+
+
+def test_pages_through_the_list_and_keeps_quarantine_when_a_listing_breaks(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    for i in range(5):
+        labelled(kube, f"p{i}", f"p{i}", "1")
+
+    async def scenario() -> list[Any]:
+        settings = reconcile_settings(db_url, kube, reconcile_page_size=2)
+        async with reconciler(settings) as r:
+            whole = await r.pass_once()
+            real = r.deleter.list_pods
+
+            def expiring(*args: Any, **kwargs: Any) -> Any:
+                page = real(*args, **kwargs)
+                # The continue token this page carries will have expired by the next request.
+                kube.inject("status", method="GET", path=r"/pods$", code=410, reason="Expired")
+                return page
+
+            r.deleter.list_pods = expiring  # type: ignore[method-assign]
+            broken = await r.pass_once()
+            return [whole, broken]
+
+    whole, broken = run(scenario())
+    lists = [r for r in kube.requests if r.method == "GET" and r.path.endswith("/pods")]
+    assert whole.seen == 5 and whole.complete and whole.suspects == 5
+    assert [("continue" in r.query) for r in lists[:3]] == [False, True, True]
+    assert all(r.query["limit"] == ["2"] and r.query["labelSelector"] == [f"{SANDBOX},{GENERATION}"] for r in lists)
+    assert broken.seen == 2 and not broken.complete and broken.error and "410" in broken.error
+    assert len(suspects(execs)) == 5  # the pods it could not list keep their quarantine
+    state = execs.execute("SELECT last_error FROM pod_sweeper.reconcile_state").fetchone()
+    assert state is not None and "410" in state["last_error"]
+
+    async def show() -> str:
+        async with db.connection(settings_for(db_url)) as conn:
+            return status.render_text(await status.read_status(conn))
+
+    text = run(show())
+    assert "2 labelled pod(s) seen, 0 enqueued; 5 suspect(s) in quarantine" in text and "stopped early" in text
+
+
+def test_the_daemon_reaps_an_orphan_only_after_quarantine(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    orphan = labelled(kube, "orphan", "orphan", "1")  # its create died before it recorded the UID
+    labelled(kube, "live", "live", "1")
+    execution(execs, "orphan", uid=None, active=False)
+    execution(execs, "live", uid=None, active=True)
+    quarantine = 1.0
+    settings = reconcile_settings(db_url, kube, reconcile_interval=0.2, reconcile_quarantine=quarantine)
+    with DaemonThread(settings) as daemon:
+        first_seen = wait_until(lambda: (s := suspects(execs).get("orphan")) and s["first_seen_at"], what="a suspect")
+        wait_until(lambda: kube.get_pod(NS, "orphan") is None, timeout=20, what="the orphan reaped")
+        assert daemon.daemon.metrics.value("pod_sweeper_reconcile_enqueued_total") == 1
+    (row,) = outbox(execs)
+    assert row["reason"] == "reconciled" and str(row["pod_uid"]) == orphan
+    assert row["status"] == "done" and row["outcome"] == "deleted"
+    assert (row["enqueued_at"] - first_seen).total_seconds() >= quarantine
+    assert kube.get_pod(NS, "live") is not None
+    assert [r.path.rsplit("/", 1)[1] for r in kube.deletes()] == ["orphan"]
