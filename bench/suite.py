@@ -422,11 +422,11 @@ def main() -> int:
             ("client ceiling", lambda: bench.client_ceiling(5_000 if quick else 20_000)),
             ("SQL ceiling", lambda: bench.sql_ceiling(10_000 if quick else 20_000)),
             ("drain", lambda: bench.drain(10_000 if quick else 20_000)),
-            ("pgqueuer peer", lambda: bench.pgqueuer_peer(10_000 if quick else 20_000)),
+            ("pgqueuer peer", lambda: bench.pgqueuer_peer(5_000 if quick else 20_000)),
             ("slow API", lambda: bench.slow_api(2_000 if quick else 5_000)),
             ("wake latency", lambda: bench.wake_latency(200 if quick else 500)),
             ("claim scaling", lambda: bench.claim_scaling(1_000_000 if quick else 10_000_000)),
-            ("memory", lambda: bench.rss(20_000 if quick else 200_000)),
+            ("memory", lambda: bench.rss(10_000 if quick else 200_000)),
         ]
         if args.only:
             wanted = {w.strip() for w in args.only.split(",")}
