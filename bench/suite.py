@@ -13,6 +13,7 @@ import json
 import os
 import random
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -412,6 +413,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     quick = args.quick
+    # A SIGTERM (a `timeout`, a Ctrl-C'd wrapper) unwinds like an exception, so the throwaway cluster
+    # and the fake server are stopped rather than left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     with ThrowawayCluster() as cluster, tempfile.TemporaryDirectory() as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"

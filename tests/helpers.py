@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import psycopg
@@ -143,6 +144,21 @@ def add_execution(
         (sid, gen, namespace, pod["metadata"]["name"], pod["metadata"]["uid"], active),
     )
     return str(pod["metadata"]["uid"])
+
+
+def seed_executions(conn: psycopg.Connection[Any], kube: Any, n: int, *, namespace: str = "sandboxes") -> list[str]:
+    """``n`` active executions ``s0..`` with pods ``p0..`` on the fake API server, in one COPY; returns
+    the pod names."""
+    names = []
+    with (
+        conn.cursor() as cur,
+        cur.copy("COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN") as copy,
+    ):
+        for i in range(n):
+            pod = kube.create_pod(namespace, f"p{i}")
+            names.append(pod["metadata"]["name"])
+            copy.write_row((f"s{i}", 1, namespace, pod["metadata"]["name"], uuid.UUID(pod["metadata"]["uid"])))
+    return names
 
 
 def row_for(conn: psycopg.Connection[Any], sid: str) -> dict[str, Any] | None:

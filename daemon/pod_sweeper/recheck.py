@@ -57,23 +57,28 @@ async def load_attachments(conn: Connection) -> dict[int, Attachment]:
     }
 
 
-def _active_query(attachment: Attachment) -> sql.Composed:
+def _names(attachment: Attachment) -> dict[str, sql.Composable]:
+    """The host table's names and key types, for statements that also carry parameters."""
     cols = attachment.columns
     name = queries.name_in_parameterized
     assert attachment.sandbox_id_type and attachment.generation_type
     # The types come from pg_catalog (format_type quotes what needs quoting), not from user input.
+    return {
+        "table": name(*attachment.table),
+        "sid": name(cols["sandbox_id"]),
+        "gen": name(cols["generation"]),
+        "active": name(cols["active"]),
+        "sid_type": queries.for_parameterized(attachment.sandbox_id_type),
+        "gen_type": queries.for_parameterized(attachment.generation_type),
+    }
+
+
+def _active_query(attachment: Attachment) -> sql.Composed:
     return sql.SQL(
         "SELECT k.id FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) AS k(id, sandbox_id, generation)"
         " JOIN {table} AS t ON t.{sid} = k.sandbox_id::{sid_type} AND t.{gen} = k.generation::{gen_type}"
         " WHERE t.{active}"
-    ).format(
-        table=name(*attachment.table),
-        sid=name(cols["sandbox_id"]),
-        gen=name(cols["generation"]),
-        active=name(cols["active"]),
-        sid_type=queries.for_parameterized(attachment.sandbox_id_type),
-        gen_type=queries.for_parameterized(attachment.generation_type),
-    )
+    ).format(**_names(attachment))
 
 
 @dataclass
@@ -123,22 +128,12 @@ class Generation(StrEnum):
 
 
 def _generation_query(attachment: Attachment) -> sql.Composed:
-    cols = attachment.columns
-    name = queries.name_in_parameterized
-    assert attachment.sandbox_id_type and attachment.generation_type
     return sql.SQL(
         "SELECT k.i, bool_or(t.{active} IS NOT FALSE) AS active"
         " FROM unnest(%s::int[], %s::text[], %s::bigint[]) AS k(i, sandbox_id, generation)"
         " JOIN {table} AS t ON t.{sid} = k.sandbox_id::{sid_type} AND t.{gen} = k.generation::{gen_type}"
         " GROUP BY k.i"
-    ).format(
-        table=name(*attachment.table),
-        sid=name(cols["sandbox_id"]),
-        gen=name(cols["generation"]),
-        active=name(cols["active"]),
-        sid_type=queries.for_parameterized(attachment.sandbox_id_type),
-        gen_type=queries.for_parameterized(attachment.generation_type),
-    )
+    ).format(**_names(attachment))
 
 
 async def generations(

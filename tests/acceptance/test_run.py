@@ -7,14 +7,13 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from helpers import daemon_env, wait_until
+from helpers import daemon_env, seed_executions, wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -29,16 +28,6 @@ def spawn(url: str, kubeconfig: Path, **env: str) -> subprocess.Popen[str]:
     )
 
 
-def seed(conn: psycopg.Connection[Any], kube: Any, n: int) -> None:
-    with (
-        conn.cursor() as cur,
-        cur.copy("COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN") as copy,
-    ):
-        for i in range(n):
-            pod = kube.create_pod("sandboxes", f"p{i}")
-            copy.write_row((f"s{i}", 1, "sandboxes", f"p{i}", uuid.UUID(pod["metadata"]["uid"])))
-
-
 def counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
     rows = conn.execute("SELECT status, count(*) AS n FROM pod_sweeper.outbox GROUP BY 1").fetchall()
     return {r["status"]: r["n"] for r in rows}
@@ -47,7 +36,7 @@ def counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
 def test_sigterm_finishes_in_flight_hands_back_the_rest_and_exits_0(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
-    seed(execs, kube, 40)
+    seed_executions(execs, kube, 40)
     kube.inject("delay", method="DELETE", seconds=0.5, times=None)
     proc = spawn(
         db_url,
@@ -73,7 +62,7 @@ def test_sigterm_finishes_in_flight_hands_back_the_rest_and_exits_0(
 def test_sigkill_mid_batch_then_a_new_process_takes_over_the_expired_leases(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
-    seed(execs, kube, 30)
+    seed_executions(execs, kube, 30)
     kube.inject("delay", method="DELETE", seconds=1.0, times=None)
     first = spawn(db_url, kube.kubeconfig, POD_SWEEPER_LEASE_SECONDS="5", POD_SWEEPER_CONCURRENCY="8")
     execs.execute("UPDATE executions SET active = false")
@@ -145,7 +134,7 @@ def test_bad_kubeconfig_exits_2_with_one_line(db_url: str, tmp_path: Path, conte
 
 
 def test_second_signal_exits_at_once(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
-    seed(execs, kube, 5)
+    seed_executions(execs, kube, 5)
     kube.inject("hang", method="DELETE", seconds=60, times=None)
     proc = spawn(
         db_url,

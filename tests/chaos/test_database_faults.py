@@ -4,7 +4,6 @@ still ends done, with no pod deleted twice."""
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from conftest import run, settings_for
-from helpers import DaemonThread, attach_table, create_executions, wait_until
+from helpers import DaemonThread, attach_table, create_executions, seed_executions, wait_until
 from pod_sweeper import db, migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster
 
@@ -41,13 +40,7 @@ def seeded(cluster: ThrowawayCluster, kube: Any) -> str:
     with psycopg.connect(url, autocommit=True) as conn:
         create_executions(conn)
         run(attach_table(url))
-        with (
-            conn.cursor() as cur,
-            cur.copy("COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN") as copy,
-        ):
-            for i in range(ROWS):
-                pod = kube.create_pod("sandboxes", f"p{i}")
-                copy.write_row((f"s{i}", 1, "sandboxes", f"p{i}", uuid.UUID(pod["metadata"]["uid"])))
+        seed_executions(conn, kube, ROWS)
     return url
 
 

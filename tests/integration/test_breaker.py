@@ -3,29 +3,18 @@ holds across a restart and lifts only with `resume`."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import psycopg
 import pytest
 
 from conftest import run, settings_for
-from helpers import DaemonThread, wait_until
+from helpers import DaemonThread, seed_executions, wait_until
 from pod_sweeper import db, outbox, status
 
 pytestmark = pytest.mark.integration
 
 LIMIT = 30
-
-
-def seed(conn: psycopg.Connection[Any], kube: Any, n: int) -> None:
-    with (
-        conn.cursor() as cur,
-        cur.copy("COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN") as copy,
-    ):
-        for i in range(n):
-            pod = kube.create_pod("sandboxes", f"p{i}")
-            copy.write_row((f"s{i}", 1, "sandboxes", f"p{i}", uuid.UUID(pod["metadata"]["uid"])))
 
 
 def accepted(kube: Any) -> int:
@@ -35,7 +24,7 @@ def accepted(kube: Any) -> int:
 def test_burst_trips_the_breaker_which_holds_across_restarts_until_resume(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
-    seed(execs, kube, 10_000)
+    seed_executions(execs, kube, 10_000)
     settings = settings_for(
         db_url,
         kubeconfig=kube.kubeconfig,
@@ -104,7 +93,7 @@ def test_burst_trips_the_breaker_which_holds_across_restarts_until_resume(
 
 
 def test_breaker_off_with_zero(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
-    seed(execs, kube, 50)
+    seed_executions(execs, kube, 50)
     with DaemonThread(settings_for(db_url, kubeconfig=kube.kubeconfig, rate_limit_qps=0, max_deletes_per_minute=0)):
         execs.execute("UPDATE executions SET active = false")
         wait_until(lambda: accepted(kube) == 50)

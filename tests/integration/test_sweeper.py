@@ -4,14 +4,13 @@ outcome table, the safety invariants, wakeups, leases and fencing."""
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 import psycopg
 import pytest
 
 from conftest import run, settings_for
-from helpers import DaemonThread, add_execution, row_for, wait_until
+from helpers import DaemonThread, add_execution, row_for, seed_executions, wait_until
 from pod_sweeper import db, outbox
 from pod_sweeper.outbox import Final
 from pod_sweeper.recheck import load_attachments
@@ -330,15 +329,7 @@ def test_a_dropped_host_table_leaves_rows_for_retry_not_deleted(
 def test_two_replicas_on_2000_rows_finish_each_exactly_once(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
-    names = []
-    with (
-        execs.cursor() as cur,
-        cur.copy("COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN") as copy,
-    ):
-        for i in range(2000):
-            pod = kube.create_pod("sandboxes", f"p{i}")
-            names.append(pod["metadata"]["name"])
-            copy.write_row((f"s{i}", 1, "sandboxes", pod["metadata"]["name"], uuid.UUID(pod["metadata"]["uid"])))
+    seed_executions(execs, kube, 2000)
     first = DaemonThread(daemon_settings(db_url, kube, replica_id="r1", batch_size=50)).start()
     second = DaemonThread(daemon_settings(db_url, kube, replica_id="r2", batch_size=50)).start()
     try:
