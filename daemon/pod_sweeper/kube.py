@@ -85,14 +85,17 @@ class PodState:
     @classmethod
     def from_json(cls, pod: Mapping[str, Any]) -> PodState:
         metadata = pod.get("metadata") or {}
-        created = metadata.get("creationTimestamp")
+        try:
+            created = datetime.fromisoformat(metadata["creationTimestamp"])
+        except (KeyError, TypeError, ValueError):
+            created = None  # of unknown age: the reconciliation pass never touches it
         return cls(
             uid=str(metadata.get("uid")),
             node_name=(pod.get("spec") or {}).get("nodeName"),
             namespace=str(metadata.get("namespace") or ""),
             name=str(metadata.get("name") or ""),
             labels=dict(metadata.get("labels") or {}),
-            created=datetime.fromisoformat(created) if created else None,
+            created=created,
             deleting=bool(metadata.get("deletionTimestamp")),
         )
 

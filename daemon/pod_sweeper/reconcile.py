@@ -238,12 +238,10 @@ class Reconciler:
         async with conn.transaction():
             if still:
                 states = await generations(conn, [(s.sandbox_id, s.generation) for s in still], attachments)
-                confirmed = [
-                    s
-                    for s, (state, _) in zip(still, states, strict=True)
-                    if state in (Generation.RETIRED, Generation.NO_ROW)
-                ]
-                changed += [s.pod.uid for s in still if s not in confirmed]
+                verdicts = zip(still, states, strict=True)
+                confirmed = [s for s, (state, _) in verdicts if state in (Generation.RETIRED, Generation.NO_ROW)]
+                kept = {s.pod.uid for s in confirmed}
+                changed += [s.pod.uid for s in still if s.pod.uid not in kept]
             else:
                 confirmed = []
             if changed:
