@@ -50,7 +50,12 @@ def test_sigkill_at_each_failpoint_then_restart(workload: Workload, kube: Any, p
 def test_api_outages(workload: Workload, kube: Any, fault: dict[str, Any], seconds: float) -> None:
     sids = workload.seed(150, active_share=0.1)
     kube.inject(method="DELETE", times=None, **fault)
-    replica = spawn_replica(workload.url, kube.kubeconfig, "r1", POD_SWEEPER_CONCURRENCY="8")
+    # The outage must fit in the attempt budget: with backoff capped at 1 s (the harness's setting)
+    # and every row in hand at once, a row is tried about twice a second, so 50 attempts could run out
+    # within the 20 s outage and rows go dead, which is right for the daemon but not this scenario.
+    replica = spawn_replica(
+        workload.url, kube.kubeconfig, "r1", POD_SWEEPER_CONCURRENCY="8", POD_SWEEPER_MAX_ATTEMPTS="500"
+    )
     try:
         workload.retire(sids)
         threading.Event().wait(seconds)  # the outage lasts this long, by design of the scenario
