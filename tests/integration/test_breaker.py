@@ -37,18 +37,7 @@ def test_burst_trips_the_breaker_which_holds_across_restarts_until_resume(
     # Two replicas share the budget: it is counted from the database, not per process.
     first, second = (
         DaemonThread(settings).start(),
-        DaemonThread(
-            settings_for(
-                db_url,
-                kubeconfig=kube.kubeconfig,
-                rate_limit_qps=0,
-                poll_interval=0.3,
-                max_deletes_per_minute=LIMIT,
-                concurrency=8,
-                batch_size=10,
-                replica_id="second",
-            )
-        ).start(),
+        DaemonThread(settings.model_copy(update={"replica_id": "second"})).start(),
     )
     try:
         execs.execute("UPDATE executions SET active = false")  # a bad migration retires everything
@@ -60,8 +49,17 @@ def test_burst_trips_the_breaker_which_holds_across_restarts_until_resume(
         wait_until(lambda: not first.daemon.ready, what="readiness to follow the trip")
         assert "blast-radius breaker tripped" in first.daemon.health.readiness()[1]
         assert first.daemon.metrics.value("pod_sweeper_breaker_tripped") == 1
+        # Let the rows in hand settle: a delete granted budget may still be in flight, and rows granted
+        # budget but still queued when the trip lands are handed back uncharged.
+        wait_until(
+            lambda: (
+                execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'claimed'").fetchone()["n"]
+                == 0
+            ),
+            what="the claims in hand to settle",
+        )
         held = accepted(kube)
-        assert held == LIMIT  # exactly the budget: the rest waits
+        assert LIMIT // 2 <= held <= LIMIT  # never more than the budget; the rest waits
     finally:
         assert first.stop() == 0 and second.stop() == 0
     row = execs.execute("SELECT reason, tripped_by FROM pod_sweeper.breaker").fetchone()
