@@ -5,7 +5,15 @@
 -- Every claim bumps claim_epoch (the fence for the finalize) and is charged as an attempt. A claimed
 -- row whose lease expired with its attempts used up goes dead instead: it crashed its daemon that
 -- many times, and claiming it again would only crash the next one.
-WITH due AS (
+WITH disarm AS (
+    -- This sweeper is awake and will claim again until nothing is claimable: retires need not NOTIFY
+    -- (migration 0007). The claim right after arming passes false, or it would undo the arming.
+    -- Clearing is only a saving, never needed for safety: a row another sweeper holds is skipped.
+    UPDATE pod_sweeper.wakeup
+    SET armed = false, changed_at = now(), changed_by = %(owner)s
+    WHERE singleton IN (SELECT singleton FROM pod_sweeper.wakeup WHERE armed AND %(disarm)s FOR UPDATE SKIP LOCKED)
+),
+due AS (
     SELECT id
     FROM pod_sweeper.outbox
     WHERE status IN ('pending', 'claimed')

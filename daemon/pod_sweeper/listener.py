@@ -25,9 +25,8 @@ from pod_sweeper.backoff import Backoff
 from pod_sweeper.db import Connection
 from pod_sweeper.errors import DatabaseUnavailable
 from pod_sweeper.metrics import Metrics
+from pod_sweeper.outbox import CHANNEL
 from pod_sweeper.settings import Settings
-
-CHANNEL = "pod_sweeper"
 
 
 class ListenerDeaf(Exception):

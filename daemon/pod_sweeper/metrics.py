@@ -55,6 +55,12 @@ class Metrics:
             registry=r,
         )
         self.wakeups = Counter("pod_sweeper_wakeups", "Claimer wakeups by source", ["source"], registry=r)
+        self.arm_deferred = Counter(
+            "pod_sweeper_wakeup_arm_deferred",
+            "Times the claimer could not arm the wakeup flag (a retire's transaction was open) and polled"
+            " again soon instead of sleeping",
+            registry=r,
+        )
         self.listener_healthy = Gauge(
             "pod_sweeper_listener_healthy", "1 while the LISTEN connection hears its own pings", registry=r
         )

@@ -112,12 +112,20 @@ async def claim(
     max_attempts: int,
     attachments: dict[int, Attachment],
     recheck_retry_delay: float,
+    disarm: bool = True,
 ) -> ClaimResult:
-    """Claim up to ``batch`` rows and re-check them, all in one short transaction."""
+    """Claim up to ``batch`` rows and re-check them, all in one short transaction. The claim also
+    clears the wakeup flag (see :func:`arm`), except with ``disarm=False``: the claim right after arming."""
     async with conn.transaction():
         cur = await conn.execute(
             queries.load("claim"),
-            {"owner": owner, "batch": batch, "lease_seconds": lease_seconds, "max_attempts": max_attempts},
+            {
+                "owner": owner,
+                "batch": batch,
+                "lease_seconds": lease_seconds,
+                "max_attempts": max_attempts,
+                "disarm": disarm,
+            },
         )
         rows = await cur.fetchall()
         claims = [
@@ -188,6 +196,22 @@ async def next_due(conn: Connection) -> float | None:
     """Seconds until the next open row becomes claimable (negative: already due); None: no open row."""
     row = await (await conn.execute(queries.load("next_due"))).fetchone()
     return None if row is None or row["seconds"] is None else float(row["seconds"])
+
+
+# DESIGN.md's channel: the enqueue NOTIFYs it, the listener LISTENs on it.
+CHANNEL = "pod_sweeper"
+
+# The enqueue holds this advisory lock shared from reading the wakeup flag to its commit; arming takes
+# it exclusively (try, never wait). The same literal is in migrations/0007_quiet_wakeups.sql.
+WAKEUP_LOCK_KEY = 0x706F6477616B6575  # "podwakeu"
+
+
+async def arm(conn: Connection, owner: str) -> bool:
+    """Ask retires to NOTIFY again, before sleeping; False while an enqueue that may have read the flag
+    clear is still open (then poll again soon instead of sleeping). After True, claim once more
+    (``disarm=False``) before sleeping: rows committed before the arming are not announced."""
+    cur = await conn.execute(queries.load("arm"), {"key": WAKEUP_LOCK_KEY, "owner": owner})
+    return await cur.fetchone() is not None
 
 
 # Transaction-scoped advisory lock key of the retention pass: one replica prunes at a time.

@@ -35,6 +35,8 @@ async def runtime_grants(
         sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.outbox TO {}").format(ours, who),
         sql.SQL("GRANT SELECT, INSERT, DELETE ON {}.attempts TO {}").format(ours, who),
         sql.SQL("GRANT SELECT, UPDATE ON {}.breaker TO {}").format(ours, who),
+        # arming and clearing the wakeup flag (the reconciliation's enqueue reads it)
+        sql.SQL("GRANT SELECT, UPDATE ON {}.wakeup TO {}").format(ours, who),
         # the reconciliation pass: its quarantine, its last-pass row, and enqueueing what it confirmed
         # through the one enqueue rule the triggers use
         sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.suspects TO {}").format(ours, who),

@@ -4,7 +4,8 @@ Three kinds of task share one in-memory pipeline:
 
 - the *claimer* claims (and re-checks) rows whenever there is room in the pipeline and something is
   due, then sleeps until a NOTIFY, the next due time (a backoff ending, a lease expiring) or the poll
-  interval, whichever comes first;
+  interval, whichever comes first. Before it sleeps it arms the wakeup flag, so that retires NOTIFY
+  (they do not while a sweeper is claiming: migration 0007), and claims once more;
 - *workers*, ``concurrency`` of them, each send one DELETE at a time on a thread pool (the official
   client is synchronous), paced by the token bucket and never with a timeout that outlasts the lease;
 - the *finalizer* records results in batches, fenced on the claim epoch.
@@ -48,6 +49,10 @@ MIN_REQUEST_SECONDS = 1.0
 LEASE_MARGIN_SECONDS = 2.0
 # The shortest sleep between claims when rows are due but all locked by other replicas.
 MIN_CLAIM_PAUSE = 0.05
+# While an open retire keeps the wakeup flag from being armed, claim again after this pause, doubling
+# up to the cap: the wake latency while writers keep the flag busy (a NOTIFY-free stream of retires).
+ARM_RETRY_MIN = 0.002
+ARM_RETRY_MAX = 0.05
 FINALIZE_BATCH = 500
 # A terminating pod is looked at again this long after its grace period ends (kubelet needs a moment).
 CONFIRM_MARGIN_SECONDS = 5.0
@@ -117,6 +122,8 @@ class Sweeper:
 
     async def claimer(self) -> None:
         db_failures = 0
+        just_armed = False  # the next claim is the one after arming: it must not clear the flag
+        arm_retry = ARM_RETRY_MIN
         while not self._stopping.is_set():
             now = self.last_turn = time.monotonic()
             if now < self.auth_blocked_until:
@@ -144,6 +151,7 @@ class Sweeper:
                             max_attempts=self.settings.max_attempts,
                             attachments=self.attachments,
                             recheck_retry_delay=self.backoff.delay(1),
+                            disarm=not just_armed,
                         )
                         full = len(result.to_delete) + result.skipped + result.unknown + result.expired_dead >= want
                         due = None if full else await outbox.next_due(conn)
@@ -155,6 +163,7 @@ class Sweeper:
                 await self._sleep_until_stop(delay)
                 continue
             db_failures = 0
+            after_arming, just_armed = just_armed, False
             self.first_claim_done.set()
             if result is None:  # the breaker holds deletes back: look again at the next wake or poll
                 await self._sleep_until_wake(self.settings.poll_interval)
@@ -172,10 +181,30 @@ class Sweeper:
             for claim in result.to_delete:
                 self._inflight[claim.id] = claim
                 self._queue.put_nowait(_Work(claim, deadline))
+            if got:
+                arm_retry = ARM_RETRY_MIN
             if got >= want:
                 continue  # a full batch: there may be more right now
             pause = self.settings.poll_interval if due is None else min(self.settings.poll_interval, max(due, 0.0))
-            await self._sleep_until_wake(max(pause, MIN_CLAIM_PAUSE))
+            pause = max(pause, MIN_CLAIM_PAUSE)
+            if self.settings.listen and not after_arming:
+                if await self._arm():
+                    just_armed = True
+                    continue  # claim once more: what committed before the arming was not announced
+                pause, arm_retry = min(pause, arm_retry), min(arm_retry * 2, ARM_RETRY_MAX)
+            await self._sleep_until_wake(pause)
+
+    async def _arm(self) -> bool:
+        """Arm the wakeup flag before sleeping; False when it cannot be armed now (or the database
+        failed: then the claim that follows reports it)."""
+        try:
+            async with self.pool.connection() as conn:
+                if await outbox.arm(conn, self.settings.replica_id):
+                    return True
+        except psycopg.Error:
+            return False
+        self.metrics.arm_deferred.inc()
+        return False
 
     @contextlib.asynccontextmanager
     async def _breaker_section(self, conn: Connection) -> AsyncIterator[None]:
@@ -430,9 +459,19 @@ class Sweeper:
                 n=len(self._results),
                 error=_first(exc),
             )
+        await self._wake_the_others()
         for task in getattr(self, "_tasks", []):
             task.cancel()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _wake_the_others(self) -> None:
+        # This replica may have cleared the wakeup flag (it was claiming) and is leaving: retires do not
+        # NOTIFY now, and the other replicas sleep. One NOTIFY makes them claim, and arm it themselves.
+        try:
+            async with asyncio.timeout(2), self.pool.connection() as conn:
+                await conn.execute("SELECT pg_notify(%s, '')", (outbox.CHANNEL,))
+        except (psycopg.Error, TimeoutError) as exc:
+            logger.warning("could not wake the other replicas on the way out: {error}", error=_first(exc))
 
 
 def _first(exc: BaseException) -> str:

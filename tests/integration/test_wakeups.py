@@ -1,0 +1,182 @@
+"""The wakeup flag of migration 0007 on real PostgreSQL: retires NOTIFY only while a sweeper sleeps,
+and the arming protocol loses no retire (a writer either notifies or is seen by the claim after arming).
+
+Whether a retire notified is read without waiting for an absence: after the retire commits, a sentinel
+NOTIFY is sent from another session; notifications arrive in commit order, so the first one to arrive
+tells whether the retire sent one."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from conftest import run, settings_for
+from helpers import DaemonThread, add_execution, row_for, wait_until
+from pod_sweeper import db, outbox
+from pod_sweeper.recheck import load_attachments
+
+pytestmark = pytest.mark.integration
+
+
+def retire(conn: psycopg.Connection[Any], sid: str) -> None:
+    conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (sid,))
+
+
+def armed(conn: psycopg.Connection[Any]) -> bool:
+    return bool(conn.execute("SELECT armed FROM pod_sweeper.wakeup").fetchone()["armed"])  # type: ignore[index]
+
+
+def first_notification_after(db_url: str, action: Any) -> str:
+    """Run ``action`` (which commits), then send a sentinel; the payload of the first NOTIFY heard."""
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN pod_sweeper")
+        action()
+        with psycopg.connect(db_url, autocommit=True) as other:
+            other.execute("SELECT pg_notify('pod_sweeper', 'sentinel')")
+        for notify in listener.notifies(timeout=10):
+            return notify.payload
+    raise AssertionError("not even the sentinel NOTIFY arrived")
+
+
+async def _claim(db_url: str, *, disarm: bool = True) -> list[int]:
+    async with db.connection(settings_for(db_url)) as conn:
+        result = await outbox.claim(
+            conn,
+            owner="t",
+            batch=100,
+            lease_seconds=30,
+            max_attempts=5,
+            attachments=await load_attachments(conn),
+            recheck_retry_delay=1,
+            disarm=disarm,
+        )
+        return [c.id for c in result.to_delete]
+
+
+async def _arm(db_url: str) -> bool:
+    async with db.connection(settings_for(db_url)) as conn:
+        return await outbox.arm(conn, "t")
+
+
+def test_armed_until_a_sweeper_first_claims_then_quiet(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    for sid in "abc":
+        add_execution(execs, kube, sid)
+    assert armed(execs)  # no sweeper has run: every retire notifies, as before 0007
+    assert first_notification_after(db_url, lambda: retire(execs, "a")) == ""
+    run(_claim(db_url))  # a sweeper claiming: it will claim again, so nobody needs a NOTIFY
+    assert not armed(execs)
+    assert first_notification_after(db_url, lambda: retire(execs, "b")) == "sentinel"
+    assert run(_arm(db_url)) is True
+    assert armed(execs)
+    assert first_notification_after(db_url, lambda: retire(execs, "c")) == ""
+
+
+def test_the_claim_after_arming_leaves_the_flag_set(execs: psycopg.Connection[Any], db_url: str) -> None:
+    run(_claim(db_url))
+    assert run(_arm(db_url)) is True
+    run(_claim(db_url, disarm=False))
+    assert armed(execs)
+    execs.execute("SELECT 1")
+    run(_claim(db_url))
+    assert not armed(execs)
+
+
+def test_arming_waits_out_an_open_retire_and_the_next_claim_sees_it(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    add_execution(execs, kube, "a")
+    run(_claim(db_url))  # cleared: the retire below reads the flag clear and will not notify
+    with psycopg.connect(db_url) as writer:  # a transaction, as the host application's retire
+        retire(writer, "a")
+        # The writer's enqueue ran and holds the shared lock until it commits: a sweeper must not
+        # arm and sleep now, because its last claim cannot see this row yet.
+        assert run(_arm(db_url)) is False
+        assert not armed(execs)
+        assert run(_claim(db_url, disarm=False)) == []  # not committed: invisible
+        writer.commit()
+    assert run(_arm(db_url)) is True
+    claimed = run(_claim(db_url, disarm=False))  # the claim after arming finds the unannounced row
+    row = row_for(execs, "a")
+    assert row is not None and claimed == [row["id"]]
+
+
+def test_repeatable_read_retires_always_notify(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    # Their snapshot may predate an arming, so the flag they read cannot be trusted: they notify.
+    add_execution(execs, kube, "a")
+    run(_claim(db_url))
+    assert not armed(execs)
+
+    def retire_rr() -> None:
+        with psycopg.connect(db_url) as writer:
+            writer.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            retire(writer, "a")
+
+    assert first_notification_after(db_url, retire_rr) == ""
+
+
+def test_a_missing_flag_row_reads_as_armed(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    add_execution(execs, kube, "a")
+    execs.execute("DELETE FROM pod_sweeper.wakeup")
+    assert first_notification_after(db_url, lambda: retire(execs, "a")) == ""
+    assert run(_arm(db_url)) is False  # nothing to arm: the sweeper keeps polling at its short pace
+
+
+def daemon_settings(db_url: str, kube: Any, **overrides: Any) -> Any:
+    values: dict[str, Any] = {
+        "kubeconfig": kube.kubeconfig,
+        "poll_interval": 30.0,  # long: anything faster than this was a NOTIFY or the short re-arm poll
+        "lease_seconds": 10.0,
+        "request_timeout": 2.0,
+        "rate_limit_qps": 0,
+        "shutdown_timeout": 5.0,
+        "replica_id": "test-replica",
+    }
+    values.update(overrides)
+    return settings_for(db_url, **values)
+
+
+def test_an_idle_daemon_arms_the_flag_and_a_retire_wakes_it(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    add_execution(execs, kube, "a")
+    run(_claim(db_url))  # start cleared, as a crashed replica would leave it
+    with DaemonThread(daemon_settings(db_url, kube)):
+        wait_until(lambda: armed(execs), timeout=5, what="the idle daemon to arm the wakeup flag")
+        started = time.monotonic()
+        retire(execs, "a")
+        row = wait_until(lambda: (r := row_for(execs, "a")) and r["status"] == "done" and r, timeout=2)
+        assert time.monotonic() - started < 2 and row["outcome"] == "deleted"
+        # back to sleep: armed again
+        wait_until(lambda: armed(execs), timeout=5, what="the daemon to arm again once drained")
+
+
+def test_a_retire_left_open_keeps_the_daemon_polling_not_asleep(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    # A retire whose enqueue read the flag clear (no NOTIFY) and whose transaction is still open when
+    # the daemon runs dry must not leave the daemon asleep: it cannot arm, so it polls at a short
+    # pace and takes the row soon after the commit, not after the 30 s poll interval.
+    add_execution(execs, kube, "a")
+    add_execution(execs, kube, "b")
+    with DaemonThread(daemon_settings(db_url, kube)) as daemon:
+        deferred = lambda: daemon.daemon.metrics.registry.get_sample_value(  # noqa: E731
+            "pod_sweeper_wakeup_arm_deferred_total"
+        )
+        wait_until(lambda: armed(execs), timeout=5, what="the idle daemon to arm the wakeup flag")
+        with psycopg.connect(db_url) as first, psycopg.connect(db_url) as second:
+            retire(first, "a")  # armed: will notify at commit; holds the shared lock meanwhile
+            execs.execute("SELECT pg_notify('pod_sweeper', '')")  # wake the daemon: it claims, clearing the flag
+            wait_until(lambda: deferred(), timeout=5, what="the daemon to find it cannot arm")
+            assert not armed(execs)
+            retire(second, "b")  # reads the flag clear: sends nothing
+            first.rollback()
+            seen = deferred()
+            wait_until(lambda: deferred() > seen, timeout=5, what="the daemon to keep polling (second is open)")
+            started = time.monotonic()
+            second.commit()
+        row = wait_until(lambda: (r := row_for(execs, "b")) and r["status"] == "done" and r, timeout=2)
+        assert time.monotonic() - started < 2 and row["outcome"] == "deleted"
+        assert row_for(execs, "a") is None  # rolled back: never enqueued
