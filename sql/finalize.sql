@@ -1,4 +1,4 @@
--- Record how a batch of claimed rows ended, one row per element of the arrays:
+-- Record how a batch of claimed rows ended, one row per element of the JSON array:
 --   status 'done'    with its outcome;
 --   status 'pending' to retry after delay seconds (refund 1 for a hand-back or an auth failure, which
 --                    are not charged as attempts);
@@ -8,13 +8,12 @@
 -- request's start time is also written to the attempt history, fenced or not (recorded says which).
 -- The final SELECT tells the caller which rows it still owned.
 WITH f AS (
+    -- The batch arrives as one JSON array of objects: one parameter, not twelve arrays (dumping
+    -- twelve lists cost the daemon more CPU per row than the statement did; bench/README.md).
     SELECT *
-    FROM unnest(%(ids)s::bigint[], %(epochs)s::bigint[], %(statuses)s::text[], %(outcomes)s::text[],
-                %(delays)s::float8[], %(errors)s::text[], %(http_statuses)s::int[], %(refunds)s::int[],
-                %(started)s::timestamptz[], %(durations)s::float8[], %(reasons)s::text[],
-                %(confirm_in)s::float8[])
-         AS f(id, epoch, status, outcome, delay, error, http_status, refund, started, duration_ms, reason,
-              confirm_in)
+    FROM json_to_recordset(%(rows)s::json)
+         AS f(id bigint, epoch bigint, status text, outcome text, delay float8, error text, http_status int,
+              refund int, started timestamptz, duration_ms float8, reason text, confirm_in float8)
 ),
 updated AS (
     UPDATE pod_sweeper.outbox AS o

@@ -7,6 +7,7 @@ finalize is fenced on (id, claim_epoch), so a replica that lost its lease change
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -163,24 +164,24 @@ async def claim(
 
 
 async def _finalize(conn: Connection, finals: list[Final], replica: str) -> set[int]:
-    cur = await conn.execute(
-        queries.load("finalize"),
+    rows = [
         {
-            "replica": replica,
-            "started": [f.attempt.started_at if f.attempt else None for f in finals],
-            "durations": [f.attempt.duration_ms if f.attempt else None for f in finals],
-            "reasons": [f.attempt.reason if f.attempt else None for f in finals],
-            "confirm_in": [f.confirm_in for f in finals],
-            "ids": [f.id for f in finals],
-            "epochs": [f.epoch for f in finals],
-            "statuses": [f.status for f in finals],
-            "outcomes": [f.outcome for f in finals],
-            "delays": [f.delay for f in finals],
-            "errors": [f.error for f in finals],
-            "http_statuses": [f.http_status for f in finals],
-            "refunds": [f.refund for f in finals],
-        },
-    )
+            "id": f.id,
+            "epoch": f.epoch,
+            "status": f.status,
+            "outcome": f.outcome,
+            "delay": f.delay,
+            "error": f.error,
+            "http_status": f.http_status,
+            "refund": f.refund,
+            "started": f.attempt.started_at.isoformat() if f.attempt else None,
+            "duration_ms": f.attempt.duration_ms if f.attempt else None,
+            "reason": f.attempt.reason if f.attempt else None,
+            "confirm_in": f.confirm_in,
+        }
+        for f in finals
+    ]
+    cur = await conn.execute(queries.load("finalize"), {"replica": replica, "rows": json.dumps(rows)})
     return {r["id"] for r in await cur.fetchall()}
 
 

@@ -8,7 +8,8 @@ Three kinds of task share one in-memory pipeline:
   (they do not while a sweeper is claiming: migration 0007), and claims once more;
 - *workers*, ``concurrency`` of them, each send one DELETE at a time on a thread pool (the official
   client is synchronous), paced by the token bucket and never with a timeout that outlasts the lease;
-- the *finalizer* records results in batches, fenced on the claim epoch.
+  when the queue is deep a worker hands its thread a few rows at once, sent one after another;
+- the *finalizer* records results in batches (lingering a few ms for more), fenced on the claim epoch.
 
 The pipeline holds at most ``concurrency`` rows in flight plus one claim batch waiting, so a claimed
 row waits seconds, not its whole lease, before its DELETE. Database errors in the claimer or the
@@ -37,7 +38,7 @@ from pod_sweeper import failpoints, outbox
 from pod_sweeper.backoff import Backoff, TokenBucket
 from pod_sweeper.db import Connection
 from pod_sweeper.errors import KubeRejected, KubeRetryable, KubeUnauthorized
-from pod_sweeper.kube import PodDeleter, invalid_name
+from pod_sweeper.kube import Answer, PodDeleter, invalid_name
 from pod_sweeper.metrics import Metrics
 from pod_sweeper.outbox import Attempt, Claim, Final
 from pod_sweeper.recheck import Attachment
@@ -54,8 +55,22 @@ MIN_CLAIM_PAUSE = 0.05
 ARM_RETRY_MIN = 0.002
 ARM_RETRY_MAX = 0.05
 FINALIZE_BATCH = 500
+# Seconds the finalizer waits for more results before writing a small batch. Nothing waits on a
+# result being written but the row's lease (and the room it frees for claims), so a few ms are free.
+FINALIZE_LINGER = 0.01
+# At most this many rows per hand-off from a worker to its thread (see Sweeper.worker).
+MAX_CHUNK = 8
 # A terminating pod is looked at again this long after its grace period ends (kubelet needs a moment).
 CONFIRM_MARGIN_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One row's request as the pool thread saw it: when it started, how long it took, how it ended."""
+
+    started_at: datetime
+    seconds: float
+    result: Answer | Exception
 
 
 @dataclass
@@ -102,6 +117,9 @@ class Sweeper:
         self._flush_lock = asyncio.Lock()
         self._room = asyncio.Event()
         self._stopping = asyncio.Event()
+        # Labelled counters looked up once per label value, not once per row.
+        self._answered = functools.cache(self.metrics.kube_responses.labels)
+        self._finished = functools.cache(self.metrics.outcomes.labels)
         self._executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
 
     # --- wakeups -----------------------------------------------------------------------------------
@@ -252,71 +270,98 @@ class Sweeper:
     async def worker(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            work = await self._queue.get()
-            claim = work.claim
-            bad_name = invalid_name(claim.pod_namespace, claim.pod_name)
-            if bad_name is not None:
-                logger.error("row {id} is dead: {why}", id=claim.id, why=bad_name)
-                self._record(Final.dead(claim, bad_name))
+            chunk = [await self._queue.get()]
+            # With a deep queue, a worker takes a few rows per hand-off to its thread, which sends them
+            # one after another: the asyncio-to-thread round trip per row was a good part of the
+            # daemon's own CPU per row (bench/README.md). A shallow queue (a single retire) goes alone.
+            for _ in range(min(MAX_CHUNK - 1, self._queue.qsize() // self.settings.concurrency)):
+                chunk.append(self._queue.get_nowait())
+            sendable: list[_Work] = []
+            for work in chunk:
+                claim = work.claim
+                bad_name = invalid_name(claim.pod_namespace, claim.pod_name)
+                if bad_name is not None:
+                    logger.error("row {id} is dead: {why}", id=claim.id, why=bad_name)
+                    self._record(Final.dead(claim, bad_name))
+                    continue
+                await self.bucket.acquire()
+                if not self._may_send(work):
+                    self._record(Final.hand_back(claim, error=self.auth_error or self.breaker_reason))
+                    continue
+                sendable.append(work)
+            if sendable:
+                sent = await loop.run_in_executor(self._executor, self._send, sendable)
+                for work, request in zip(sendable, sent, strict=True):
+                    self._settle(work.claim, request)
+
+    def _may_send(self, work: _Work) -> bool:
+        """Whether a DELETE for this row may start now (enough lease left, not refused, breaker closed)."""
+        left = work.lease_deadline - time.monotonic() - LEASE_MARGIN_SECONDS
+        return left >= MIN_REQUEST_SECONDS and time.monotonic() >= self.auth_blocked_until and not self.breaker_reason
+
+    def _send(self, chunk: list[_Work]) -> list[_Request | None]:
+        """On a pool thread: each row's DELETE (and GET after a 409) in turn. None for a row not sent
+        (to be handed back): the lease ran short, Kubernetes refused us, or shutdown began while it
+        waited behind the others of its chunk."""
+        out: list[_Request | None] = []
+        refused = False
+        for i, work in enumerate(chunk):
+            if refused or (i and (self._stopping.is_set() or not self._may_send(work))):
+                out.append(None)
                 continue
-            await self.bucket.acquire()
             left = work.lease_deadline - time.monotonic() - LEASE_MARGIN_SECONDS
-            if left < MIN_REQUEST_SECONDS or time.monotonic() < self.auth_blocked_until or self.breaker_reason:
-                self._record(Final.hand_back(claim, error=self.auth_error or self.breaker_reason))
-                continue
             # resolve() may send a DELETE and then a GET: both must end before the lease does.
             timeout = min(self.settings.request_timeout, left / 2)
-            sent = time.monotonic()
-            started_at = datetime.now(UTC)
-            code = "none"
-
-            def attempt(reason: str | None, sent: float = sent, started_at: datetime = started_at) -> Attempt:
-                return Attempt(started_at, (time.monotonic() - sent) * 1000, reason)
-
+            claim = work.claim
+            started_at, sent = datetime.now(UTC), time.monotonic()
+            result: Answer | Exception
             try:
-                answer = await loop.run_in_executor(
-                    self._executor,
-                    functools.partial(
-                        self.deleter.resolve, claim.pod_namespace, claim.pod_name, str(claim.pod_uid), timeout=timeout
-                    ),
-                )
-                code = str(answer.http_status)
-            except KubeUnauthorized as exc:
-                code = str(exc.status)
-                self._auth_refused(claim, exc, attempt(exc.reason))
-                continue
-            except KubeRetryable as exc:
-                code = str(exc.status or "none")
-                reason = exc.reason or (type(exc.__cause__).__name__ if exc.__cause__ else None)
-                self._record(self._retry_or_dead(claim, str(exc), exc.status, exc.retry_after, attempt(reason)))
-                continue
-            except KubeRejected as exc:
-                code = str(exc.status)
-                logger.error(
-                    "DELETE {ns}/{pod} rejected, row {id} is dead: {error}",
-                    ns=claim.pod_namespace,
-                    pod=claim.pod_name,
-                    id=claim.id,
-                    error=str(exc),
-                )
-                self._record(Final.dead(claim, str(exc), exc.status, attempt(exc.reason)))
-                continue
-            except Exception as exc:  # a bug or an unforeseen answer: uncertain, so keep the row
-                logger.opt(exception=exc).error("unexpected error deleting row {id}", id=claim.id)
-                error = f"{type(exc).__name__}: {exc}"[:500]
-                self._record(self._retry_or_dead(claim, error, None, None, attempt(type(exc).__name__)))
-                continue
-            finally:
-                self.metrics.delete_latency.observe(time.monotonic() - sent)
-                self.metrics.kube_responses.labels(code).inc()
+                result = self.deleter.resolve(claim.pod_namespace, claim.pod_name, str(claim.pod_uid), timeout=timeout)
+            except Exception as exc:  # settled on the event loop, where every kind is told apart
+                result = exc
+                refused = isinstance(exc, KubeUnauthorized)
+            out.append(_Request(started_at, time.monotonic() - sent, result))
+        return out
+
+    def _settle(self, claim: Claim, request: _Request | None) -> None:
+        """Record how one row's request ended (see the outcome table in DESIGN.md)."""
+        if request is None:
+            self._record(Final.hand_back(claim, error=self.auth_error or self.breaker_reason))
+            return
+        result = request.result
+        self.metrics.delete_latency.observe(request.seconds)
+
+        def attempt(reason: str | None) -> Attempt:
+            return Attempt(request.started_at, request.seconds * 1000, reason)
+
+        if isinstance(result, Answer):
+            self._answered(str(result.http_status)).inc()
             self._auth_failures = 0
             self.auth_error = None
-            confirm_in = answer.grace_seconds + CONFIRM_MARGIN_SECONDS if answer.grace_seconds else None
-            self._record(
-                dataclasses.replace(
-                    Final.done(claim, answer.outcome, answer.http_status, attempt(None)), confirm_in=confirm_in
-                )
+            confirm_in = result.grace_seconds + CONFIRM_MARGIN_SECONDS if result.grace_seconds else None
+            final = Final.done(claim, result.outcome, result.http_status, attempt(None))
+            self._record(dataclasses.replace(final, confirm_in=confirm_in) if confirm_in else final)
+            return
+        status = getattr(result, "status", None)
+        self._answered(str(status or "none")).inc()
+        if isinstance(result, KubeUnauthorized):
+            self._auth_refused(claim, result, attempt(result.reason))
+        elif isinstance(result, KubeRetryable):
+            reason = result.reason or (type(result.__cause__).__name__ if result.__cause__ else None)
+            self._record(self._retry_or_dead(claim, str(result), result.status, result.retry_after, attempt(reason)))
+        elif isinstance(result, KubeRejected):
+            logger.error(
+                "DELETE {ns}/{pod} rejected, row {id} is dead: {error}",
+                ns=claim.pod_namespace,
+                pod=claim.pod_name,
+                id=claim.id,
+                error=str(result),
             )
+            self._record(Final.dead(claim, str(result), result.status, attempt(result.reason)))
+        else:  # a bug or an unforeseen answer: uncertain, so keep the row
+            logger.opt(exception=result).error("unexpected error deleting row {id}", id=claim.id)
+            error = f"{type(result).__name__}: {result}"[:500]
+            self._record(self._retry_or_dead(claim, error, None, None, attempt(type(result).__name__)))
 
     def _retry_or_dead(
         self, claim: Claim, error: str, status: int | None, retry_after: float | None, attempt: Attempt
@@ -369,6 +414,10 @@ class Sweeper:
         failures = 0
         while True:
             await self._results_ready.wait()
+            if len(self._results) < FINALIZE_BATCH // 10 and not self._stopping.is_set():
+                # Let results gather for a moment: written as they came (about 7 rows a statement in
+                # a drain), the statement's own cost per row outweighed the row's (bench/README.md).
+                await asyncio.sleep(FINALIZE_LINGER)
             try:
                 await self._flush()
                 failures = 0
@@ -405,7 +454,7 @@ class Sweeper:
                         "row {id}: lease lost before its result was recorded; another replica owns it", id=final.id
                     )
                 elif final.status == "done" and final.outcome:
-                    self.metrics.outcomes.labels(final.outcome).inc()
+                    self._finished(final.outcome).inc()
                 elif final.status == "dead":
                     self.metrics.dead.inc()
                 elif final.refund:

@@ -224,6 +224,31 @@ def test_bad_token_is_unauthorized_and_charges_nothing(
     assert "credentials" in row["last_error"]
 
 
+def test_a_refusal_leaves_the_rest_of_its_chunk_unsent_and_uncharged(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any, tmp_path: Any
+) -> None:
+    # One worker and a deep queue: rows go to its thread several at a time. After a 401 the thread
+    # must not send the others of its chunk into the same refusal; all are handed back uncharged.
+    seed_executions(execs, kube, 40)
+    execs.execute("UPDATE executions SET active = false")
+    wrong = kube.write_kubeconfig(tmp_path / "wrong", token="not-the-token")
+    settings = daemon_settings(
+        db_url, kube, kubeconfig=wrong, concurrency=1, batch_size=40, backoff_base=5.0, backoff_max=10.0
+    )
+    daemon = DaemonThread(settings).start(ready=False)  # refused by Kubernetes: rightly not ready
+    try:
+        wait_until(
+            lambda: execs.execute(
+                "SELECT count(*) = 40 AS all_back FROM pod_sweeper.outbox"
+                " WHERE status = 'pending' AND attempts = 0 AND claim_epoch >= 1"
+            ).fetchone()["all_back"],
+            what="every claimed row handed back",
+        )
+        assert [d.status for d in kube.deletes()] == [401]
+    finally:
+        assert daemon.stop() == 0
+
+
 def test_poll_only_mode_drains(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
     for sid in "abc":
         add_execution(execs, kube, sid)
