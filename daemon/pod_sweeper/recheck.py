@@ -11,10 +11,11 @@ is there an active row, only retired rows, or no row at all.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, LiteralString, cast
 
 import psycopg
 from psycopg import sql
@@ -36,6 +37,11 @@ class Attachment:
     def identifier(self) -> sql.Identifier:
         """The host table's name, for statements without parameters (see ``queries.name_in_parameterized``)."""
         return sql.Identifier(*self.table)
+
+    @functools.cached_property
+    def active_query(self) -> sql.SQL:
+        """The re-check's statement for this table, composed once (a claim runs it every time)."""
+        return sql.SQL(cast(LiteralString, _active_query(self).as_string()))  # type: ignore[redundant-cast]
 
     @property
     def present(self) -> bool:
@@ -106,7 +112,7 @@ async def recheck(conn: Connection, rows: list[Any], attachments: dict[int, Atta
         try:
             async with conn.transaction():
                 cur = await conn.execute(
-                    _active_query(attachment),
+                    attachment.active_query,
                     ([r.id for r in group], [r.sandbox_id for r in group], [r.generation for r in group]),
                 )
                 verdict.active.update(r["id"] for r in await cur.fetchall())
