@@ -19,7 +19,9 @@ async def read_status(conn: Connection) -> dict[str, Any]:
     breaker = await (await conn.execute(queries.load("status_breaker"))).fetchone()
     terminating = await (await conn.execute(queries.load("status_terminating"))).fetchall()
     reconcile = await (await conn.execute(queries.load("status_reconcile"))).fetchone()
+    wakeup = await (await conn.execute(queries.load("status_wakeup"))).fetchone()
     return {
+        "wakeup": dict(wakeup or {}),
         "reconcile": dict(reconcile or {}),
         "stuck_terminating": [dict(row) for row in terminating],
         "breaker": dict(breaker or {}),
@@ -95,6 +97,12 @@ def render_text(status: dict[str, Any]) -> str:
             + (f" (oldest since {_cell(reconcile['oldest_suspect_since'])})" if reconcile["suspects"] else "")
             + (f"\nlast pass stopped early: {reconcile['last_error']}" if reconcile.get("last_error") else "")
         )
+    wakeup = status.get("wakeup") or {}
+    if wakeup:
+        state = "armed (a sweeper sleeps: retires NOTIFY)" if wakeup["armed"] else "clear (a sweeper is claiming)"
+        parts.append(f"wakeup flag: {state}, since {_cell(wakeup['changed_at'])} by {_cell(wakeup['changed_by'])}")
+    else:
+        parts.append("wakeup flag: row missing, so every retire NOTIFYs; INSERT INTO pod_sweeper.wakeup DEFAULT VALUES")
     if breaker.get("tripped_at"):
         parts.insert(
             0,

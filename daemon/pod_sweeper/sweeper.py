@@ -171,7 +171,9 @@ class Sweeper:
                             max_attempts=self.settings.max_attempts,
                             attachments=self.attachments,
                             recheck_retry_delay=self.backoff.delay(1),
-                            disarm=not just_armed,
+                            # A poll-only replica cannot hear NOTIFY, so it neither arms nor clears
+                            # the flag: clearing it would silence the retires for listening replicas.
+                            disarm=self.settings.listen and not just_armed,
                         )
                         full = len(result.to_delete) + result.skipped + result.unknown + result.expired_dead >= want
                         due = None if full else await outbox.next_due(conn)

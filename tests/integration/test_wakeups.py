@@ -180,3 +180,28 @@ def test_a_retire_left_open_keeps_the_daemon_polling_not_asleep(
         row = wait_until(lambda: (r := row_for(execs, "b")) and r["status"] == "done" and r, timeout=2)
         assert time.monotonic() - started < 2 and row["outcome"] == "deleted"
         assert row_for(execs, "a") is None  # rolled back: never enqueued
+
+
+def test_a_poll_only_daemon_leaves_the_flag_to_the_listening_ones(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    # It cannot hear a NOTIFY: were it to clear the flag, replicas that listen would stop being woken.
+    add_execution(execs, kube, "a")
+    with DaemonThread(daemon_settings(db_url, kube, listen=False, poll_interval=0.2)):
+        retire(execs, "a")
+        wait_until(lambda: (r := row_for(execs, "a")) and r["status"] == "done", timeout=5)
+        assert armed(execs)
+
+
+def test_status_shows_the_flag(execs: psycopg.Connection[Any], db_url: str) -> None:
+    from pod_sweeper import status
+
+    async def text() -> str:
+        async with db.connection(settings_for(db_url)) as conn:
+            return status.render_text(await status.read_status(conn))
+
+    assert "wakeup flag: armed" in run(text())
+    run(_claim(db_url))
+    assert "wakeup flag: clear" in run(text()) and "by t" in run(text())
+    execs.execute("DELETE FROM pod_sweeper.wakeup")
+    assert "row missing" in run(text())
