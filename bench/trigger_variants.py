@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import psycopg
 from loguru import logger
+from suite import retire_tps, seed_retire_tables  # bench/ is this script's own folder
 
 from pod_sweeper import attach, db, migrations
 from pod_sweeper.settings import Settings
-from pod_sweeper.testing.postgres import ThrowawayCluster, find_bindir
+from pod_sweeper.testing.postgres import ThrowawayCluster
 from pod_sweeper.testing.reference import executions_ddl
 
-ROWS = 100_000
 _SIGNATURE = (
     "pod_sweeper.enqueue(p_attachment_id integer, p_sandbox_id text, p_generation bigint, p_namespace text,"
     " p_pod_name text, p_pod_uid uuid, p_reason text) RETURNS void LANGUAGE plpgsql"
@@ -56,23 +53,6 @@ VARIANTS = {
 }
 
 
-def _tps(url: str, table: str, seconds: int) -> float:
-    script = Path(tempfile.mkdtemp()) / "retire.sql"
-    script.write_text(
-        f"\\set id random(1, {ROWS})\n"
-        f"UPDATE {table} SET active = false, pod_uid = gen_random_uuid() WHERE sandbox_id = 's' || :id"
-        " AND generation = 1;\n"
-    )
-    pgbench = str(find_bindir() / "pgbench")
-    out = subprocess.run(
-        [pgbench, "-n", "-c", "8", "-j", "2", "-T", str(seconds), "-f", str(script), url],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return next(float(line.split("=")[1].split()[0]) for line in out.splitlines() if line.startswith("tps"))
-
-
 async def _prepare(url: str) -> None:
     async with db.connection(Settings(database_url=url, log_level="WARNING")) as conn:
         await migrations.migrate(conn)
@@ -90,20 +70,13 @@ def main() -> int:
                 conn.execute(f'CREATE DATABASE "variant_{i}"')
             url = cluster.url(f"variant_{i}")
             asyncio.run(_prepare(url))
+            seed_retire_tables(url)
             with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute(
-                    "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid)"
-                    " SELECT 's' || g, 1, 'ns', 'p' || g, gen_random_uuid() FROM generate_series(1, %s) g",
-                    (ROWS,),
-                )
-                conn.execute("CREATE TABLE plain (LIKE executions INCLUDING ALL)")
-                conn.execute("INSERT INTO plain SELECT * FROM executions")
                 conn.execute(VARIANTS[name])  # type: ignore[arg-type]  # our own literal SQL
-                conn.execute("VACUUM ANALYZE")
             figures: dict[str, list[float]] = {"executions": [], "plain": []}
             for _ in range(3):
                 for table in figures:
-                    figures[table].append(_tps(url, table, 3))
+                    figures[table].append(retire_tps(url, table, 3))
             with_trigger, without = (statistics.median(figures[t]) for t in ("executions", "plain"))
             ratio = with_trigger / without
             print(f"{name:14} {with_trigger:8.0f} vs {without:8.0f} tps  ratio {ratio:.3f}", flush=True)
