@@ -164,3 +164,29 @@ def seed_executions(conn: psycopg.Connection[Any], kube: Any, n: int, *, namespa
 def row_for(conn: psycopg.Connection[Any], sid: str) -> dict[str, Any] | None:
     cur = conn.cursor(row_factory=psycopg.rows.dict_row)
     return cur.execute("SELECT * FROM pod_sweeper.outbox WHERE sandbox_id = %s", (sid,)).fetchone()
+
+
+def daemon_settings(db_url: str, kube: Any, **overrides: Any) -> Settings:
+    """Settings for a daemon under test against ``kube``: a 30 s poll (anything faster than that was a
+    NOTIFY, or the short poll while the wakeup flag cannot be armed), short backoffs, no rate limit."""
+    from conftest import settings_for
+
+    values: dict[str, Any] = {
+        "kubeconfig": kube.kubeconfig,
+        "poll_interval": 30.0,
+        "lease_seconds": 10.0,
+        "request_timeout": 2.0,
+        "backoff_base": 0.05,
+        "backoff_max": 0.2,
+        "rate_limit_qps": 0,
+        "shutdown_timeout": 5.0,
+        "max_attempts": 5,
+        "replica_id": "test-replica",
+    }
+    values.update(overrides)
+    return settings_for(db_url, **values)
+
+
+def retire(conn: psycopg.Connection[Any], sid: str) -> None:
+    """Retire every generation of sandbox ``sid`` in the reference executions table."""
+    conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (sid,))

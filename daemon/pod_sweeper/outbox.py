@@ -103,6 +103,11 @@ class ClaimResult:
     unknown: int  # re-check could not tell; put back for a retry
     expired_dead: int  # leases that expired with their attempts used up
 
+    @property
+    def taken(self) -> int:
+        """Rows this claim took, however each ended (a short count: nothing more is due now)."""
+        return len(self.to_delete) + self.skipped + self.unknown + self.expired_dead
+
 
 async def claim(
     conn: Connection,

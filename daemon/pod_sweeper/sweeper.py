@@ -55,8 +55,10 @@ MIN_CLAIM_PAUSE = 0.05
 ARM_RETRY_MIN = 0.002
 ARM_RETRY_MAX = 0.05
 FINALIZE_BATCH = 500
-# Seconds the finalizer waits for more results before writing a small batch. Nothing waits on a
-# result being written but the row's lease (and the room it frees for claims), so a few ms are free.
+# With fewer results than FINALIZE_GATHER waiting, the finalizer waits FINALIZE_LINGER seconds for
+# more before writing. Nothing waits on a result being written but the row's lease (and the room it
+# frees for claims), so a few ms are free.
+FINALIZE_GATHER = 50
 FINALIZE_LINGER = 0.025
 # At most this many rows per hand-off from a worker to its thread (see Sweeper.worker).
 MAX_CHUNK = 8
@@ -175,8 +177,7 @@ class Sweeper:
                             # the flag: clearing it would silence the retires for listening replicas.
                             disarm=self.settings.listen and not just_armed,
                         )
-                        full = len(result.to_delete) + result.skipped + result.unknown + result.expired_dead >= want
-                        due = None if full else await outbox.next_due(conn)
+                        due = None if result.taken >= want else await outbox.next_due(conn)
             except psycopg.Error as exc:
                 db_failures += 1
                 self.metrics.db_errors.inc()
@@ -190,12 +191,12 @@ class Sweeper:
             if result is None:  # the breaker holds deletes back: look again at the next wake or poll
                 await self._sleep_until_wake(self.settings.poll_interval)
                 continue
-            got = len(result.to_delete) + result.skipped + result.unknown + result.expired_dead
+            got = result.taken
             if result.expired_dead:
                 logger.error("{n} row(s) went dead: their leases expired with no attempts left", n=result.expired_dead)
                 self.metrics.dead.inc(result.expired_dead)
             if result.skipped:
-                self.metrics.outcomes.labels("skipped_active").inc(result.skipped)
+                self._finished("skipped_active").inc(result.skipped)
             self.metrics.claimed.inc(got)
             if result.to_delete:
                 failpoints.hit("after_claim")
@@ -298,10 +299,18 @@ class Sweeper:
                 for work, request in zip(sendable, sent, strict=True):
                     self._settle(work.claim, request)
 
+    @staticmethod
+    def _lease_left(work: _Work) -> float:
+        """Seconds a request for this row may still take, the margin kept before its lease ends."""
+        return work.lease_deadline - time.monotonic() - LEASE_MARGIN_SECONDS
+
     def _may_send(self, work: _Work) -> bool:
         """Whether a DELETE for this row may start now (enough lease left, not refused, breaker closed)."""
-        left = work.lease_deadline - time.monotonic() - LEASE_MARGIN_SECONDS
-        return left >= MIN_REQUEST_SECONDS and time.monotonic() >= self.auth_blocked_until and not self.breaker_reason
+        return (
+            self._lease_left(work) >= MIN_REQUEST_SECONDS
+            and time.monotonic() >= self.auth_blocked_until
+            and not self.breaker_reason
+        )
 
     def _send(self, chunk: list[_Work]) -> list[_Request | None]:
         """On a pool thread: each row's DELETE (and GET after a 409) in turn. None for a row not sent
@@ -313,9 +322,8 @@ class Sweeper:
             if refused or (i and (self._stopping.is_set() or not self._may_send(work))):
                 out.append(None)
                 continue
-            left = work.lease_deadline - time.monotonic() - LEASE_MARGIN_SECONDS
             # resolve() may send a DELETE and then a GET: both must end before the lease does.
-            timeout = min(self.settings.request_timeout, left / 2)
+            timeout = min(self.settings.request_timeout, self._lease_left(work) / 2)
             claim = work.claim
             started_at, sent = datetime.now(UTC), time.monotonic()
             result: Answer | Exception
@@ -418,7 +426,7 @@ class Sweeper:
         failures = 0
         while True:
             await self._results_ready.wait()
-            if len(self._results) < FINALIZE_BATCH // 10 and not self._stopping.is_set():
+            if len(self._results) < FINALIZE_GATHER and not self._stopping.is_set():
                 # Let results gather for a moment: written as they came (about 7 rows a statement in
                 # a drain), the statement's own cost per row outweighed the row's (bench/README.md).
                 await asyncio.sleep(FINALIZE_LINGER)

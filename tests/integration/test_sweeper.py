@@ -10,33 +10,12 @@ import psycopg
 import pytest
 
 from conftest import run, settings_for
-from helpers import DaemonThread, add_execution, row_for, seed_executions, wait_until
+from helpers import DaemonThread, add_execution, daemon_settings, retire, row_for, seed_executions, wait_until
 from pod_sweeper import db, outbox
 from pod_sweeper.outbox import Final
 from pod_sweeper.recheck import load_attachments
 
 pytestmark = pytest.mark.integration
-
-
-def daemon_settings(db_url: str, kube: Any, **overrides: Any) -> Any:
-    values: dict[str, Any] = {
-        "kubeconfig": kube.kubeconfig,
-        "poll_interval": 30.0,  # long: anything faster than this proves NOTIFY did it
-        "lease_seconds": 10.0,
-        "request_timeout": 2.0,
-        "backoff_base": 0.05,
-        "backoff_max": 0.2,
-        "rate_limit_qps": 0,
-        "shutdown_timeout": 5.0,
-        "max_attempts": 5,
-        "replica_id": "test-replica",
-    }
-    values.update(overrides)
-    return settings_for(db_url, **values)
-
-
-def retire(conn: psycopg.Connection[Any], sid: str) -> None:
-    conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (sid,))
 
 
 def finished(conn: psycopg.Connection[Any], sid: str) -> dict[str, Any] | None:

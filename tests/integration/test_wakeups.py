@@ -14,15 +14,11 @@ import psycopg
 import pytest
 
 from conftest import run, settings_for
-from helpers import DaemonThread, add_execution, row_for, wait_until
+from helpers import DaemonThread, add_execution, daemon_settings, retire, row_for, wait_until
 from pod_sweeper import db, outbox
 from pod_sweeper.recheck import load_attachments
 
 pytestmark = pytest.mark.integration
-
-
-def retire(conn: psycopg.Connection[Any], sid: str) -> None:
-    conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (sid,))
 
 
 def armed(conn: psycopg.Connection[Any]) -> bool:
@@ -122,20 +118,6 @@ def test_a_missing_flag_row_reads_as_armed(execs: psycopg.Connection[Any], db_ur
     execs.execute("DELETE FROM pod_sweeper.wakeup")
     assert first_notification_after(db_url, lambda: retire(execs, "a")) == ""
     assert run(_arm(db_url)) is False  # nothing to arm: the sweeper keeps polling at its short pace
-
-
-def daemon_settings(db_url: str, kube: Any, **overrides: Any) -> Any:
-    values: dict[str, Any] = {
-        "kubeconfig": kube.kubeconfig,
-        "poll_interval": 30.0,  # long: anything faster than this was a NOTIFY or the short re-arm poll
-        "lease_seconds": 10.0,
-        "request_timeout": 2.0,
-        "rate_limit_qps": 0,
-        "shutdown_timeout": 5.0,
-        "replica_id": "test-replica",
-    }
-    values.update(overrides)
-    return settings_for(db_url, **values)
 
 
 def test_an_idle_daemon_arms_the_flag_and_a_retire_wakes_it(
