@@ -3,9 +3,10 @@ official client, and say what the answer means in our own error types.
 
 The client's urllib3 layer would retry a DELETE by itself on 429 and on read timeouts; retries are
 turned off here so that the sweeper owns the whole policy (attempt counting, backoff, Retry-After).
-The connection pool is sized to the sweeper's concurrency. Answers are matched on status code and
-``reason``, never on message text. Calls are synchronous (the official client is); the sweeper runs
-them on its own thread pool.
+The connection pool is sized to the sweeper's concurrency. The config loaders' credential refresh
+hook, which the client runs before every request, runs at most once a second
+(``ThrottledRefresh``). Answers are matched on status code and ``reason``, never on message text.
+Calls are synchronous (the official client is); the sweeper runs them on its own thread pool.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -144,8 +146,40 @@ def load_configuration(
         where = kubeconfig or "the default kubeconfig"
         raise ConfigError(f"cannot read the kubeconfig {where}: {type(exc).__name__}: {exc}") from None
     configuration.retries = False  # we own the retry policy; see the module docstring
+    if configuration.refresh_api_key_hook is not None:
+        configuration.refresh_api_key_hook = ThrottledRefresh(configuration.refresh_api_key_hook)
     configuration.connection_pool_maxsize = pool_size
     return configuration
+
+
+class ThrottledRefresh:
+    """The config loader's credential refresh hook, run at most once per ``every`` seconds.
+
+    The client calls the hook before every request, and both loaders' hooks re-apply the whole
+    configuration each time (the kubeconfig one re-reads the proxy environment in the host setter):
+    about a fifth of the CPU of a DELETE here. They renew a token only when it is near its end (the
+    kubeconfig loader five minutes before its expiry; the in-cluster one re-reads the token file once
+    a minute, and kubelet rotates it long before it expires), so a check a second loses nothing.
+    """
+
+    def __init__(
+        self, hook: Callable[[Any], None], *, every: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._hook, self._every, self._clock = hook, every, clock
+        self._due = float("-inf")
+
+    def __call__(self, configuration: Any) -> None:
+        now = self._clock()
+        if now < self._due:
+            return
+        # Threads may race past this check together: the hook is safe to run twice, as the client
+        # itself runs it concurrently from every request thread.
+        self._due = now + self._every
+        self._hook(configuration)
+        # Each run of a loader's hook installs a fresh closure of itself: keep it, stay in front.
+        if configuration.refresh_api_key_hook is not self:
+            self._hook = configuration.refresh_api_key_hook
+            configuration.refresh_api_key_hook = self
 
 
 def _retry_after(exc: ApiException) -> float | None:

@@ -3,13 +3,17 @@ account, and the usual kubeconfig lookup."""
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pod_sweeper.errors import ConfigError
-from pod_sweeper.kube import PodDeleter, load_configuration
+from pod_sweeper.kube import PodDeleter, ThrottledRefresh, load_configuration
 
 pytestmark = pytest.mark.integration
 
@@ -21,6 +25,7 @@ def test_explicit_kubeconfig_talks_to_the_server(kube: Any) -> None:
     deleter = PodDeleter(configuration)
     assert deleter.current_uid("ns", "p", timeout=2) == pod["metadata"]["uid"]
     assert kube.requests[-1].authorization == "Bearer fake-token"
+    assert isinstance(configuration.refresh_api_key_hook, ThrottledRefresh)
 
 
 def test_usual_lookup_uses_the_kubeconfig_variable(kube: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,3 +56,42 @@ def test_in_cluster_without_a_token_is_a_config_error(tmp_path: Path) -> None:
 def test_missing_explicit_kubeconfig(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"POD_SWEEPER_KUBECONFIG: .* does not exist"):
         load_configuration(tmp_path / "nope", None, pool_size=1)
+
+
+def test_an_expiring_exec_token_is_still_renewed_but_not_per_request(kube: Any, tmp_path: Path) -> None:
+    """An exec credential plugin whose token is within the loader's renewal margin: the loader would
+    run the plugin before every request; through the throttle it runs about once a second, and a new
+    token still reaches the server."""
+    token, runs = tmp_path / "token", tmp_path / "runs"
+    token.write_text("t1")
+    expiry = (datetime.now(UTC) + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, pathlib, sys\n"
+        "with open(sys.argv[2], 'a') as f: f.write('.')\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',"
+        f" 'status': {{'token': pathlib.Path(sys.argv[1]).read_text(), 'expirationTimestamp': '{expiry}'}}}}))\n"
+    )
+    kubeconfig = json.loads(kube.write_kubeconfig(tmp_path / "kubeconfig").read_text())
+    kubeconfig["users"][0]["user"] = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(plugin), str(token), str(runs)],
+            "interactiveMode": "Never",
+        }
+    }
+    (tmp_path / "kubeconfig").write_text(json.dumps(kubeconfig))
+    kube.token = None  # accept any token; the test reads the recorded header
+    deleter = PodDeleter(load_configuration(tmp_path / "kubeconfig", None, pool_size=2))
+    deleter.current_uid("ns", "p", timeout=2)
+    assert kube.requests[-1].authorization == "Bearer t1"
+
+    token.write_text("t2")
+    before, requests, deadline = len(runs.read_text()), 0, time.monotonic() + 15
+    while kube.requests[-1].authorization != "Bearer t2":
+        assert time.monotonic() < deadline, "the renewed token never reached the server"
+        deleter.current_uid("ns", "p", timeout=2)
+        requests += 1
+    plugin_runs = len(runs.read_text()) - before
+    assert requests >= 10 and plugin_runs <= 3, (requests, plugin_runs)
