@@ -299,7 +299,7 @@ class Bench:
         url = self.fresh_db()
         self.backlog(url, n)
         rate = self.drain_with_daemon(url, n, concurrency=16, batch_size=100)
-        self.client_calls(5_000 if self.quick else 20_000)  # the ceiling again, after the drain
+        self.client_calls(3_000 if self.quick else 20_000)  # the ceiling again, after the drain
         self.results["drain_rows_per_s"] = round(rate)
         self.results["drain_vs_client_ceiling"] = round(rate / self.results["client_ceiling_rows_per_s"], 3)
         self.results["drain_vs_sql_ceiling"] = round(rate / self.results["sql_ceiling_rows_per_s"], 3)
@@ -330,8 +330,13 @@ class Bench:
         url = self.fresh_db()
         self.backlog(url, n)
         self.kube.inject("delay", method="DELETE", seconds=0.05, times=None)
-        self.results["slow_api_rows_per_s"] = round(self.drain_with_daemon(url, n, concurrency=64, batch_size=100))
+        rate = self.drain_with_daemon(url, n, concurrency=64, batch_size=100)
         self.kube.clear_faults()
+        self.results["slow_api_rows_per_s"] = round(rate)
+        # With 50 ms per call the figure is bound by latency only while the client's CPU allows it:
+        # on a machine where one process cannot make 1,024 calls/s, the ceiling is the bound.
+        if ceiling := self.results.get("client_ceiling_rows_per_s"):
+            self.results["slow_api_vs_client_ceiling"] = round(rate / ceiling, 3)
 
     def wake_latency(self, n: int) -> None:
         """An idle daemon, single retires with random 10-30 ms gaps: commit to the DELETE's arrival."""
@@ -465,16 +470,19 @@ def main() -> int:
         kubeconfig = Path(tmp) / "kubeconfig"
         kube = RemoteFake(kubeconfig)  # its own process: it must not share the client's interpreter
         bench = Bench(cluster, kube, kubeconfig, quick)
+        # The client loads its API classes lazily, seconds of CPU here: pay that once, before any step
+        # measures a daemon from its start (an --only run would otherwise count it in its figure).
+        PodDeleter(load_configuration(kubeconfig, None, pool_size=1)).close()
         steps = [
             ("trigger cost", bench.trigger_ratio),
-            ("client ceiling", lambda: bench.client_ceiling(5_000 if quick else 20_000)),
+            ("client ceiling", lambda: bench.client_ceiling(3_000 if quick else 20_000)),
             ("SQL ceiling", lambda: bench.sql_ceiling(10_000 if quick else 20_000)),
-            ("drain", lambda: bench.drain(10_000 if quick else 20_000)),
-            ("pgqueuer peer", lambda: bench.pgqueuer_peer(5_000 if quick else 20_000)),
+            ("drain", lambda: bench.drain(6_000 if quick else 20_000)),
+            ("pgqueuer peer", lambda: bench.pgqueuer_peer(3_000 if quick else 20_000)),
             ("slow API", lambda: bench.slow_api(2_000 if quick else 5_000)),
             ("wake latency", lambda: bench.wake_latency(200 if quick else 500)),
             ("claim scaling", lambda: bench.claim_scaling(1_000_000 if quick else 10_000_000)),
-            ("memory", lambda: bench.rss(10_000 if quick else 200_000)),
+            ("memory", lambda: bench.rss(4_000 if quick else 200_000)),
         ]
         if args.only:
             wanted = {w.strip() for w in args.only.split(",")}
