@@ -405,8 +405,10 @@ class Bench:
                 conn.execute(
                     "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace,"
                     " pod_name, pod_uid, reason, status, outcome, done_at) SELECT 1, 'd' || g, g, 'ns',"
-                    " 'd' || g, gen_random_uuid(), 'retired', 'done', 'deleted', now()"
-                    " FROM generate_series(1, %s) g",
+                    # ascending UUIDs: the unique index grows at its right edge, the seeding is quicker
+                    # (the claim never reads that index)
+                    " 'd' || g, ('00000000-0000-4000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'retired',"
+                    " 'done', 'deleted', now() FROM generate_series(1, %s) g",
                     (done,),
                 )
                 conn.execute("VACUUM ANALYZE pod_sweeper.outbox")
@@ -477,8 +479,8 @@ def main() -> int:
             ("trigger cost", bench.trigger_ratio),
             ("client ceiling", lambda: bench.client_ceiling(3_000 if quick else 20_000)),
             ("SQL ceiling", lambda: bench.sql_ceiling(10_000 if quick else 20_000)),
-            ("drain", lambda: bench.drain(6_000 if quick else 20_000)),
-            ("pgqueuer peer", lambda: bench.pgqueuer_peer(3_000 if quick else 20_000)),
+            ("drain", lambda: bench.drain(5_000 if quick else 20_000)),
+            ("pgqueuer peer", lambda: bench.pgqueuer_peer(2_000 if quick else 20_000)),
             ("slow API", lambda: bench.slow_api(2_000 if quick else 5_000)),
             ("wake latency", lambda: bench.wake_latency(200 if quick else 500)),
             ("claim scaling", lambda: bench.claim_scaling(1_000_000 if quick else 10_000_000)),
