@@ -177,7 +177,6 @@ class Sweeper:
                             # the flag: clearing it would silence the retires for listening replicas.
                             disarm=self.settings.listen and not just_armed,
                         )
-                        due = None if result.taken >= want else await outbox.next_due(conn)
             except psycopg.Error as exc:
                 db_failures += 1
                 self.metrics.db_errors.inc()
@@ -208,6 +207,8 @@ class Sweeper:
                 arm_retry = ARM_RETRY_MIN
             if got >= want:
                 continue  # a full batch: there may be more right now
+            # Only now, with the rows already queued: a woken sweeper's DELETE does not wait for this.
+            due = await self._next_due()
             pause = self.settings.poll_interval if due is None else min(self.settings.poll_interval, max(due, 0.0))
             pause = max(pause, MIN_CLAIM_PAUSE)
             if self.settings.listen and not after_arming:
@@ -216,6 +217,15 @@ class Sweeper:
                     continue  # claim once more: what committed before the arming was not announced
                 pause, arm_retry = min(pause, arm_retry), min(arm_retry * 2, ARM_RETRY_MAX)
             await self._sleep_until_wake(pause)
+
+    async def _next_due(self) -> float | None:
+        """Seconds until the next open row is due (see outbox.next_due); None when there is none or
+        the database failed (then the poll interval applies, and the next claim reports the failure)."""
+        try:
+            async with self.pool.connection() as conn:
+                return await outbox.next_due(conn)
+        except psycopg.Error:
+            return None
 
     async def _arm(self) -> bool:
         """Arm the wakeup flag before sleeping; False when it cannot be armed now (or the database

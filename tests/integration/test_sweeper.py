@@ -382,6 +382,23 @@ def test_claimer_wakes_at_the_next_due_time_not_the_poll(
     assert row["outcome"] == "deleted"
 
 
+def test_claimed_rows_are_sent_even_when_the_next_due_lookup_fails(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claimer asks when the next row is due only after it has queued what it claimed: a failing
+    lookup (here every one) neither delays nor strands the rows of a claim that committed."""
+    add_execution(execs, kube, "a")
+
+    async def lost(conn: Any) -> float | None:
+        raise psycopg.OperationalError("the connection was lost (test)")
+
+    monkeypatch.setattr(outbox, "next_due", lost)
+    with DaemonThread(daemon_settings(db_url, kube, poll_interval=30.0)):
+        retire(execs, "a")
+        row = wait_until(lambda: finished(execs, "a"), timeout=5, what="the claimed row to be sent")
+    assert (row["outcome"], row["attempts"]) == ("deleted", 1)
+
+
 def test_names_kubernetes_would_reject_go_dead_without_blocking_others(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
