@@ -56,31 +56,42 @@ async def drain(url: str, deleter: PodDeleter, n: int, *, concurrency: int, batc
         AsyncConnectionPool(url, min_size=concurrency, max_size=concurrency, open=False) as pool,
     ):
         await pool.wait()
-        pgq = PgQueuer(PsycopgDriver(conn))
 
-        # No per-entrypoint concurrency_limit: with one, pgqueuer held each batch until its status
-        # log flushed (about 100 rows per 16 s here); the thread pool bounds the DELETEs in flight.
-        @pgq.entrypoint("delete_pod")
-        async def delete_pod(job: Job) -> None:
-            nonlocal done
-            pod: dict[str, Any] = json.loads(job.payload or b"{}")
-            async with pool.connection() as check:
-                cur = await check.execute(
-                    "SELECT 1 FROM executions WHERE sandbox_id = %s AND generation = %s AND active",
-                    (pod["sid"], pod["gen"]),
-                )
-                active = await cur.fetchone() is not None
-            if not active:
-                await asyncio.to_thread(deleter.resolve, pod["ns"], pod["name"], pod["uid"], timeout=5)
-            done += 1
+        def consumer() -> PgQueuer:
+            pgq = PgQueuer(PsycopgDriver(conn))
+
+            # No per-entrypoint concurrency_limit: with one, pgqueuer held each batch until its status
+            # log flushed (about 100 rows per 16 s here); the thread pool bounds the DELETEs in flight.
+            @pgq.entrypoint("delete_pod")
+            async def delete_pod(job: Job) -> None:
+                nonlocal done
+                pod: dict[str, Any] = json.loads(job.payload or b"{}")
+                async with pool.connection() as check:
+                    cur = await check.execute(
+                        "SELECT 1 FROM executions WHERE sandbox_id = %s AND generation = %s AND active",
+                        (pod["sid"], pod["gen"]),
+                    )
+                    active = await cur.fetchone() is not None
+                if not active:
+                    await asyncio.to_thread(deleter.resolve, pod["ns"], pod["name"], pod["uid"], timeout=5)
+                done += 1
+
+            return pgq
 
         started = time.monotonic()
-        # A short dequeue timeout: in drain mode pgqueuer only sees the queue empty after one.
-        await pgq.qm.run(
-            mode=QueueExecutionMode.drain,
-            batch_size=batch_size,
-            dequeue_timeout=timedelta(seconds=0.2),
-        )
+        # Drain mode stops at the first dequeue that finds nothing to take, which on a large backlog
+        # can happen with jobs left (about 14,000 of 20,000 in one full run): start it again, the
+        # clock running, until every job is done or a round makes no progress.
+        while done < n:
+            before = done
+            # A short dequeue timeout: in drain mode pgqueuer only sees the queue empty after one.
+            await consumer().qm.run(
+                mode=QueueExecutionMode.drain,
+                batch_size=batch_size,
+                dequeue_timeout=timedelta(seconds=0.2),
+            )
+            if done == before:
+                break
         elapsed = time.monotonic() - started
     if done < n:
         raise RuntimeError(f"the pgqueuer peer finished {done} of {n} jobs")
