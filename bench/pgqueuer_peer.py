@@ -4,8 +4,9 @@ Each job carries one retired pod (sandbox id, generation, namespace, name, UID) 
 entrypoint does what pod-sweeper does for a row: the re-check against the executions table (one
 query per job: pgqueuer hands an entrypoint one job), then the same DELETE under the UID precondition
 through the same client (``PodDeleter.resolve``) on a thread pool of the same size. pgqueuer's own
-queue, claim (``FOR UPDATE SKIP LOCKED``), NOTIFY and status log do the rest. It runs in drain mode:
-it returns once the queue is empty.
+queue, claim (``FOR UPDATE SKIP LOCKED``), NOTIFY and status log do the rest. It runs in continuous
+mode and stops itself when its last job is done (pgqueuer's drain mode stopped early on large
+backlogs).
 
 Used by ``bench/suite.py`` only; pgqueuer is in the ``dev`` extra.
 """
@@ -57,41 +58,47 @@ async def drain(url: str, deleter: PodDeleter, n: int, *, concurrency: int, batc
     ):
         await pool.wait()
 
-        def consumer() -> PgQueuer:
-            pgq = PgQueuer(PsycopgDriver(conn))
+        pgq = PgQueuer(PsycopgDriver(conn))
 
-            # No per-entrypoint concurrency_limit: with one, pgqueuer held each batch until its status
-            # log flushed (about 100 rows per 16 s here); the thread pool bounds the DELETEs in flight.
-            @pgq.entrypoint("delete_pod")
-            async def delete_pod(job: Job) -> None:
-                nonlocal done
-                pod: dict[str, Any] = json.loads(job.payload or b"{}")
-                async with pool.connection() as check:
-                    cur = await check.execute(
-                        "SELECT 1 FROM executions WHERE sandbox_id = %s AND generation = %s AND active",
-                        (pod["sid"], pod["gen"]),
-                    )
-                    active = await cur.fetchone() is not None
-                if not active:
-                    await asyncio.to_thread(deleter.resolve, pod["ns"], pod["name"], pod["uid"], timeout=5)
-                done += 1
+        # No per-entrypoint concurrency_limit: with one, pgqueuer held each batch until its status
+        # log flushed (about 100 rows per 16 s here); the thread pool bounds the DELETEs in flight.
+        @pgq.entrypoint("delete_pod")
+        async def delete_pod(job: Job) -> None:
+            nonlocal done
+            pod: dict[str, Any] = json.loads(job.payload or b"{}")
+            async with pool.connection() as check:
+                cur = await check.execute(
+                    "SELECT 1 FROM executions WHERE sandbox_id = %s AND generation = %s AND active",
+                    (pod["sid"], pod["gen"]),
+                )
+                active = await cur.fetchone() is not None
+            if not active:
+                await asyncio.to_thread(deleter.resolve, pod["ns"], pod["name"], pod["uid"], timeout=5)
+            done += 1
+            if done >= n:
+                pgq.qm.shutdown.set()
 
-            return pgq
+        async def stall_guard() -> None:
+            # A stuck peer must not hang the suite: give up after 60 s without a finished job.
+            seen, since = -1, time.monotonic()
+            while not pgq.qm.shutdown.is_set():
+                if done != seen:
+                    seen, since = done, time.monotonic()
+                elif time.monotonic() - since > 60:
+                    pgq.qm.shutdown.set()
+                await asyncio.sleep(1)
 
         started = time.monotonic()
-        # Drain mode stops at the first dequeue that finds nothing to take, which on a large backlog
-        # can happen with jobs left (about 14,000 of 20,000 in one full run): start it again, the
-        # clock running, until every job is done or a round makes no progress.
-        while done < n:
-            before = done
-            # A short dequeue timeout: in drain mode pgqueuer only sees the queue empty after one.
-            await consumer().qm.run(
-                mode=QueueExecutionMode.drain,
-                batch_size=batch_size,
-                dequeue_timeout=timedelta(seconds=0.2),
-            )
-            if done == before:
-                break
+        guard = asyncio.create_task(stall_guard())
+        # Continuous mode, stopped by the last job: drain mode stops at the first dequeue that finds
+        # nothing to take, which on a large backlog happened with thousands of jobs left (13,744 and
+        # 12,860 of 20,000 in two full runs, the second even after restarting it).
+        await pgq.qm.run(
+            mode=QueueExecutionMode.continuous,
+            batch_size=batch_size,
+            dequeue_timeout=timedelta(seconds=0.2),
+        )
+        guard.cancel()
         elapsed = time.monotonic() - started
     if done < n:
         raise RuntimeError(f"the pgqueuer peer finished {done} of {n} jobs")
