@@ -93,9 +93,12 @@ async def drain(url: str, deleter: PodDeleter, n: int, *, concurrency: int, batc
         # Continuous mode, stopped by the last job: drain mode stops at the first dequeue that finds
         # nothing to take, which on a large backlog happened with thousands of jobs left (13,744 and
         # 12,860 of 20,000 in two full runs, the second even after restarting it).
+        # max_concurrent_tasks caps the jobs picked and waiting: without it pgqueuer picked the whole
+        # backlog at once, and on 20,000 jobs the tasks waiting for the 16 connections stalled it.
         await pgq.qm.run(
             mode=QueueExecutionMode.continuous,
             batch_size=batch_size,
+            max_concurrent_tasks=2 * batch_size,
             dequeue_timeout=timedelta(seconds=0.2),
         )
         guard.cancel()
