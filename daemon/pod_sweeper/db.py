@@ -1,9 +1,18 @@
-"""Database connections: one place that opens them with the session settings the invariants need.
+"""Database connections: one place that opens them, safe both direct and behind a transaction pooler.
 
-Every session sets ``idle_in_transaction_session_timeout`` (a frozen replica cannot hold row locks for
-long) and TCP keepalives plus ``tcp_user_timeout`` (a partitioned replica's session is noticed and
-closed by both ends). The settings go in with ``SET`` after connecting rather than as startup options,
-because PgBouncer rejects unknown startup parameters.
+A transaction pooler (PgBouncer in ``pool_mode = transaction``, RDS Proxy, pgcat, Supavisor) hands each
+*transaction* to whichever server connection is free, so nothing may outlive one: no server-side prepared
+statement (psycopg's automatic ones are off: another client could run ours, or we theirs, under the same
+``_pg3_N`` name), no session setting (``SET``, ``set_config(..., false)``: it would stay on a server
+connection another client gets next), no session-level lock (it would stay held by a server connection
+no client owns). That is the only way pod-sweeper talks to PostgreSQL, direct or not: measured, it costs
+nothing that shows (docs in the README's "Deploying against your database").
+
+The one setting every transaction carries, ``idle_in_transaction_session_timeout`` (a frozen replica
+cannot hold row locks for long), is therefore set with ``set_config(..., true)`` as the first statement
+of every outermost transaction, by :class:`Connection` itself, so no caller can forget it. TCP
+keepalives and ``tcp_user_timeout`` are libpq parameters: they act on our own socket, whatever is at
+the other end. The LISTEN connection is the one connection that needs a session (see ``listener``).
 """
 
 from __future__ import annotations
@@ -13,21 +22,39 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncTransaction
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper.errors import DatabaseUnavailable
+from pod_sweeper.errors import DatabaseUnavailable, connection_failure
 from pod_sweeper.settings import Settings, redact_conninfo
-
-Connection = AsyncConnection[DictRow]
 
 # A daemon transaction is a few statements long; 15 s idle inside one means the process is frozen.
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 15_000
 
 
+class Connection(AsyncConnection[DictRow]):
+    """A connection whose every outermost transaction starts by scoping pod-sweeper's settings to itself.
+
+    Nested blocks are savepoints of a transaction that already has them."""
+
+    @asynccontextmanager
+    async def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> AsyncIterator[AsyncTransaction]:
+        outermost = self.info.transaction_status == TransactionStatus.IDLE
+        async with super().transaction(savepoint_name, force_rollback) as tx:
+            if outermost:
+                await self.execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+                    (str(IDLE_IN_TRANSACTION_TIMEOUT_MS),),
+                )
+            yield tx
+
+
 def connect_kwargs(settings: Settings, application_name: str = "pod-sweeper") -> dict[str, Any]:
-    """libpq parameters added to the configured URL."""
+    """libpq and psycopg parameters added to the configured URL."""
     return {
         "connect_timeout": settings.connect_timeout,
         "application_name": application_name,
@@ -36,36 +63,28 @@ def connect_kwargs(settings: Settings, application_name: str = "pod-sweeper") ->
         "keepalives_interval": 5,
         "keepalives_count": 3,
         "tcp_user_timeout": 20_000,
+        # No server-side prepared statements: a transaction pooler would share or drop them.
+        "prepare_threshold": None,
     }
 
 
-async def configure_session(conn: AsyncConnection[Any]) -> None:
-    """Session settings every pod-sweeper connection carries."""
-    await conn.execute(
-        "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
-        (str(IDLE_IN_TRANSACTION_TIMEOUT_MS),),
-    )
-    if not conn.autocommit:
-        await conn.commit()
-
-
 def describe_connect_error(conninfo: str, exc: BaseException) -> str:
-    """One line: where we tried to connect (password masked) and libpq's first line of reason."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return f"cannot connect to the database ({redact_conninfo(conninfo)}): {first}"
+    """One line: where we tried to connect (password masked) and the server's reason."""
+    return f"cannot connect to the database ({redact_conninfo(conninfo)}): {connection_failure(exc)}"
 
 
-async def connect(settings: Settings, *, autocommit: bool = True, application_name: str = "pod-sweeper") -> Connection:
-    """A configured connection; raises DatabaseUnavailable with one line when it cannot be had."""
-    conninfo = settings.require_database_url()
+async def connect(
+    settings: Settings, *, autocommit: bool = True, application_name: str = "pod-sweeper", conninfo: str | None = None
+) -> Connection:
+    """A connection to ``conninfo`` (default: the database URL); raises DatabaseUnavailable with one
+    line when it cannot be had."""
+    conninfo = conninfo or settings.require_database_url()
     try:
-        conn = await AsyncConnection.connect(
+        return await Connection.connect(
             conninfo, autocommit=autocommit, row_factory=dict_row, **connect_kwargs(settings, application_name)
         )
     except psycopg.Error as exc:
         raise DatabaseUnavailable(describe_connect_error(conninfo, exc)) from exc
-    await configure_session(conn)
-    return conn
 
 
 @asynccontextmanager
@@ -79,15 +98,14 @@ async def connection(settings: Settings, *, autocommit: bool = True) -> AsyncIte
 
 
 def make_pool(settings: Settings, *, max_size: int, name: str = "pod-sweeper") -> AsyncConnectionPool[Connection]:
-    """An unopened pool of configured connections; the caller opens it with a timeout."""
+    """An unopened pool; the caller opens it with a timeout."""
     conninfo = settings.require_database_url()
     return AsyncConnectionPool(
         conninfo,
         min_size=1,
         max_size=max_size,
         kwargs={"autocommit": True, "row_factory": dict_row, **connect_kwargs(settings, name)},
-        configure=configure_session,
-        connection_class=AsyncConnection[DictRow],
+        connection_class=Connection,
         open=False,
         name=name,
     )

@@ -6,10 +6,39 @@ message instead of a traceback, and scripts can tell bad configuration from a mi
 
 from __future__ import annotations
 
+import re
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 EXIT_SCHEMA = 3
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message, or its type's name when it has none."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+# libpq's "connection to server at HOST, port PORT failed: REASON" (psycopg prefixes "connection failed: ").
+_LIBPQ_FAILED = re.compile(
+    r'connection to server (?:at "(?P<host>[^"]*)", port (?P<port>\d+)|on socket "(?P<sock>[^"]*)") failed: '
+)
+
+
+def connection_failure(exc: BaseException) -> str:
+    """Why a connection attempt failed, in one line: the server's own words (``FATAL: role "x" does not
+    exist``, ``Connection refused``) and where, without libpq's repeated preamble. With several hosts,
+    psycopg's first line is the attempt that decided."""
+    line = first_line(exc).removeprefix("connection failed: ")
+    match = _LIBPQ_FAILED.search(line)
+    if match is None:
+        return line
+    where = match["sock"] or f"{match['host']}:{match['port']}"
+    reason = re.sub(r"^(FATAL|ERROR):\s+", r"\1: ", line[match.end() :])
+    return f"{reason} (at {where})"
 
 
 class PodSweeperError(Exception):

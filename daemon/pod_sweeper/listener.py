@@ -56,7 +56,9 @@ class Listener:
         while True:
             conn: Connection | None = None
             try:
-                conn = await db.connect(self.settings, application_name="pod-sweeper-listener")
+                conn = await db.connect(
+                    self.settings, application_name="pod-sweeper-listener", conninfo=self.settings.listen_conninfo()
+                )
                 await conn.execute("LISTEN pod_sweeper")  # CHANNEL
                 self.healthy = True
                 self.listening.set()

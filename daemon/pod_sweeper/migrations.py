@@ -1,10 +1,10 @@
 """Forward-only schema migrations, and the schema check every long-running command starts with.
 
 Each ``migrations/NNNN_name.sql`` is applied once, in its own transaction, and recorded with its
-SHA-256 in ``pod_sweeper.schema_migrations``. The whole run holds a session advisory lock, so two
-``migrate`` runs at once (two replicas' init containers, say) apply each file exactly once: the second
-waits, then finds nothing left to do. An applied file whose checksum changed is a hard error: the
-database no longer matches the text anyone can read.
+SHA-256 in ``pod_sweeper.schema_migrations``, under a transaction-scoped advisory lock, so two
+``migrate`` runs at once (two replicas' init containers, say, even through a transaction pooler) apply
+each file exactly once: the second waits, then finds nothing left to do. An applied file whose checksum
+changed is a hard error: the database no longer matches the text anyone can read.
 """
 
 from __future__ import annotations
@@ -106,37 +106,50 @@ def _verify(applied: dict[int, str]) -> list[Migration]:
 
 
 async def migrate(conn: Connection, *, dry_run: bool = False) -> list[Migration]:
-    """Apply what is missing (or, with ``dry_run``, only say what that would be)."""
+    """Apply what is missing (or, with ``dry_run``, only say what that would be).
+
+    Each migration is one transaction that first takes a transaction-scoped advisory lock, then reads the
+    ledger and applies the first migration still missing. Concurrent runs queue on the lock and each
+    finds the ledger as the one before it left it, so every file is applied exactly once. No lock outlives
+    its transaction, so this is safe through a transaction pooler too (a session lock there stays held by
+    a server connection no client owns)."""
     if dry_run:
         return _verify(await _applied(conn))
     await conn.set_autocommit(True)
-    await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
-    try:
-        await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
-        await conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {}.{} ("
-                " version integer PRIMARY KEY,"
-                " name text NOT NULL,"
-                " checksum text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now(),"
-                " applied_by text NOT NULL DEFAULT current_user)"
-            ).format(sql.Identifier(SCHEMA), sql.Identifier(LEDGER))
-        )
-        pending = _verify(await _applied(conn))
-        for migration in pending:
+    applied: list[Migration] = []
+    while True:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+            await _create_ledger(conn)
+            pending = _verify(await _applied(conn))
+            if not pending:
+                return applied
+            migration = pending[0]
             logger.info("applying migration {migration}", migration=migration.filename)
-            async with conn.transaction():
-                await conn.execute(queries.shipped_sql(migration.path))
-                await conn.execute(
-                    sql.SQL("INSERT INTO {}.{} (version, name, checksum) VALUES (%s, %s, %s)").format(
-                        sql.Identifier(SCHEMA), sql.Identifier(LEDGER)
-                    ),
-                    (migration.version, migration.name, migration.checksum),
-                )
-        return pending
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+            await conn.execute(queries.shipped_sql(migration.path))
+            await conn.execute(
+                sql.SQL("INSERT INTO {}.{} (version, name, checksum) VALUES (%s, %s, %s)").format(
+                    sql.Identifier(SCHEMA), sql.Identifier(LEDGER)
+                ),
+                (migration.version, migration.name, migration.checksum),
+            )
+        applied.append(migration)
+
+
+async def _create_ledger(conn: Connection) -> None:
+    """The schema and the ledger table, if missing (under the migration lock: two concurrent
+    ``CREATE ... IF NOT EXISTS`` can still collide)."""
+    await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
+    await conn.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {}.{} ("
+            " version integer PRIMARY KEY,"
+            " name text NOT NULL,"
+            " checksum text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now(),"
+            " applied_by text NOT NULL DEFAULT current_user)"
+        ).format(sql.Identifier(SCHEMA), sql.Identifier(LEDGER))
+    )
 
 
 async def check_schema(conn: Connection) -> int:

@@ -2,9 +2,9 @@
 
 The outbox covers every retire that commits after ``attach``. This pass covers the rest: pods retired
 before pod-sweeper was installed, pods whose create died before it recorded the UID, pods whose
-generation has no execution row at all. Every ``reconcile_interval`` one replica (a session advisory
-lock, and the last start time in ``pod_sweeper.reconcile_state`` so that N replicas do not run N
-passes) lists the pods carrying both configured labels, page by page with the real list API, and
+generation has no execution row at all. Every ``reconcile_interval`` one replica (the lease kept in
+the one ``pod_sweeper.reconcile_state`` row, which also spaces the passes so that N replicas do not run
+N of them) lists the pods carrying both configured labels, page by page with the real list API, and
 looks each key (sandbox_id, generation) up in every attached table.
 
 A pod no active row accounts for becomes a suspect (``pod_sweeper.suspects``), never a delete. Only a
@@ -19,7 +19,6 @@ active generations and pods whose labels do not fit the host's types are never s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import uuid
 from dataclasses import dataclass
@@ -32,14 +31,12 @@ from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper import queries
 from pod_sweeper.db import Connection
-from pod_sweeper.errors import KubeError
+from pod_sweeper.errors import KubeError, first_line
 from pod_sweeper.kube import PodDeleter, PodState
 from pod_sweeper.metrics import Metrics
 from pod_sweeper.recheck import Attachment, Generation, generations, load_attachments
 from pod_sweeper.settings import Settings
 
-# Session advisory lock key of the pass: "podrcnc" read as an integer, as the migration lock's is.
-RECONCILE_LOCK_KEY = int.from_bytes(b"podrcnc", "big")
 _BIGINT = 2**63
 
 
@@ -82,28 +79,24 @@ class Reconciler:
             try:
                 await self.pass_once()
             except psycopg.Error as exc:
-                logger.warning("reconciliation pass failed: {error}", error=str(exc).strip().splitlines()[0])
-            # Jitter so that replicas started together do not contend for the lock on every tick.
+                logger.warning("reconciliation pass failed: {error}", error=first_line(exc))
+            # Jitter so that replicas started together do not contend for the lease on every tick.
             await asyncio.sleep(self.settings.reconcile_interval * random.uniform(0.9, 1.1))
 
     async def pass_once(self) -> PassResult | None:
-        """One pass, or None when another replica holds the lock or ran one less than half an
+        """One pass, or None when another replica holds the lease or ran one less than half an
         interval ago."""
         async with self.pool.connection() as conn:
-            cur = await conn.execute("SELECT pg_try_advisory_lock(%s) AS mine", (RECONCILE_LOCK_KEY,))
-            if not (row := await cur.fetchone()) or not row["mine"]:
-                return None
-            try:
-                return await self._locked_pass(conn)
-            finally:
-                # A broken connection has lost the lock with its session; the pool discards it.
-                with contextlib.suppress(psycopg.Error):
-                    await conn.execute("SELECT pg_advisory_unlock(%s)", (RECONCILE_LOCK_KEY,))
+            return await self._pass(conn)
 
-    async def _locked_pass(self, conn: Connection) -> PassResult | None:
+    async def _pass(self, conn: Connection) -> PassResult | None:
         cur = await conn.execute(
             queries.load("reconcile_begin"),
-            {"replica": self.settings.replica_id, "gap": self.settings.reconcile_interval / 2},
+            {
+                "replica": self.settings.replica_id,
+                "gap": self.settings.reconcile_interval / 2,
+                "lease": self.settings.reconcile_interval,
+            },
         )
         if (begun := await cur.fetchone()) is None:
             return None
@@ -136,7 +129,13 @@ class Reconciler:
             logger.warning("reconciliation pass stopped early: {error}", error=result.error)
         cur = await conn.execute(
             queries.load("reconcile_finish"),
-            {"seen": result.seen, "enqueued": result.enqueued, "error": result.error},
+            {
+                "seen": result.seen,
+                "enqueued": result.enqueued,
+                "error": result.error,
+                "replica": self.settings.replica_id,
+                "started_at": started_at,
+            },
         )
         finished = await cur.fetchone()
         result.suspects = int(finished["last_suspects"]) if finished else 0

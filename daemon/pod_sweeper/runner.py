@@ -31,7 +31,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from pod_sweeper import db, migrations, outbox, queries
 from pod_sweeper.backoff import Backoff
 from pod_sweeper.confirm import Confirmer
-from pod_sweeper.errors import EXIT_FAILURE, EXIT_OK
+from pod_sweeper.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable, first_line
 from pod_sweeper.health import Health, HealthServer, refresh_gauges
 from pod_sweeper.kube import PodDeleter, load_configuration
 from pod_sweeper.listener import Listener
@@ -69,7 +69,7 @@ class Daemon:
         self.handle_signals = handle_signals  # off when embedded (tests, the demo) off the main thread
         self.stop_requested = asyncio.Event()
         self.metrics = Metrics()
-        self.health = Health(listener_ok=False if settings.listen else None)
+        self.health = Health(listener_ok=False if settings.listens else None)
         self.notifier = Notifier()
         self.http: HealthServer | None = None
         self.sweeper: Sweeper | None = None
@@ -93,21 +93,28 @@ class Daemon:
         self.stop_requested.set()
 
     async def _open_pool(self, pool: AsyncConnectionPool[db.Connection]) -> bool:
-        """Open the pool, retrying with backoff until it works or a stop is requested."""
+        """Open the pool, retrying with backoff until it works or a stop is requested.
+
+        Each attempt first opens one plain connection: its failure carries the server's reason (no such
+        role, a wrong password, connection refused), which a pool's timeout does not, and the pool is
+        opened only once that works, so its own reconnect warnings do not repeat the same story."""
         backoff = Backoff(self.settings.backoff_base, min(self.settings.backoff_max, 30.0))
         attempt = 0
         while not self.stop_requested.is_set():
             attempt += 1
             try:
+                probe = await db.connect(self.settings)
+                await probe.close()
                 await pool.open(wait=True, timeout=self.settings.connect_timeout + 1)
                 return True
-            except PoolTimeout as exc:
+            except (DatabaseUnavailable, PoolTimeout) as exc:
+                reason = str(exc) if isinstance(exc, DatabaseUnavailable) else "the connection pool timed out"
                 self.health.database_ok = False
-                self.health.database_error = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreachable"
+                self.health.database_error = reason
                 delay = backoff.delay(attempt, at_least=min(attempt, 5) * 0.5)
                 logger.warning(
-                    "database {db} unreachable (attempt {n}); not ready, retrying in {delay:.1f} s",
-                    db=self.settings.redacted_database_url(),
+                    "{reason} (attempt {n}); not ready, retrying in {delay:.1f} s",
+                    reason=reason,
                     n=attempt,
                     delay=delay,
                 )
@@ -147,14 +154,13 @@ class Daemon:
                         logger.info("reopened {n} row(s) a dry run left as would_delete", n=reopened)
             self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True
             sweeper = Sweeper(self.settings, pool, deleter, attachments=attachments, metrics=self.metrics)
-            listener = Listener(self.settings, pool, sweeper.notify, self.metrics) if self.settings.listen else None
+            listener = Listener(self.settings, pool, sweeper.notify, self.metrics) if self.settings.listens else None
             self.sweeper, self.listener = sweeper, listener
             logger.info(
                 "pod-sweeper running as {replica}, schema version {version}, {mode}",
                 replica=self.settings.replica_id,
                 version=version,
-                mode=("LISTEN/NOTIFY with poll backstop" if listener else "poll only (listen=false)")
-                + (", DRY RUN: nothing is deleted" if self.settings.dry_run else ""),
+                mode=_wakeup_mode(self.settings) + (", DRY RUN: nothing is deleted" if self.settings.dry_run else ""),
             )
             failed = False
             try:
@@ -221,7 +227,7 @@ class Daemon:
                             break
                         await asyncio.sleep(0.1)  # let the claim and the finalize through between batches
             except psycopg.Error as exc:
-                logger.warning("retention pass failed: {error}", error=str(exc).strip().splitlines()[0])
+                logger.warning("retention pass failed: {error}", error=first_line(exc))
             await asyncio.sleep(RETENTION_INTERVAL_SECONDS)
 
     def _status_line(self) -> str:
@@ -269,7 +275,16 @@ class Daemon:
             await asyncio.sleep(min(1.0, interval or 1.0))
 
 
+def _wakeup_mode(settings: Settings) -> str:
+    if settings.listens:
+        route = " (direct, listen_database_url)" if settings.listen_database_url is not None else ""
+        return f"LISTEN/NOTIFY{route} with poll backstop"
+    if settings.listen:
+        return "poll only (transaction_pooler and no listen_database_url)"
+    return "poll only (listen=false)"
+
+
 def _make_pool(settings: Settings) -> AsyncConnectionPool[db.Connection]:
     # claimer + finalizer + the listener's pings, and one spare for the metrics refresher; the
-    # reconciliation pass holds one more for its whole pass (its session advisory lock).
+    # reconciliation pass holds one more for its whole pass.
     return db.make_pool(settings, max_size=5 if settings.reconcile else 4)

@@ -34,6 +34,7 @@ _FOREIGN_ENV = {
     CONFIG_FILE_ENV,
     "POD_SWEEPER_TEST_DATABASE_URL",
     "POD_SWEEPER_TEST_KUBECONFIG",
+    "POD_SWEEPER_PG_BINDIR",  # pod_sweeper.testing.postgres: the binaries of throwaway clusters
     "POD_SWEEPER_FAILPOINTS",  # the chaos suite's, read by pod_sweeper.failpoints
     "POD_SWEEPER_UPDATE_REFERENCE",
 }
@@ -120,10 +121,23 @@ class Settings(BaseSettings):
         default=100,
         description="Requests the token bucket may send at once above the rate. Default 100.",
     )
+    transaction_pooler: bool = Field(
+        default=False,
+        description="Say true when `database_url` goes through a transaction pooler (PgBouncer with "
+        "pool_mode=transaction, RDS Proxy, pgcat, Supavisor). LISTEN cannot work through one, so the "
+        "daemon then polls every poll_interval unless `listen_database_url` gives a direct route for the "
+        "listener. Everything else pod-sweeper does is pooler-safe either way. Default false.",
+    )
+    listen_database_url: SecretStr | None = Field(
+        default=None,
+        description="Connection URL used by the LISTEN connection alone, straight to the PostgreSQL "
+        "server (not through a transaction pooler), so that NOTIFY wakeups keep working behind one. "
+        "Default unset: the listener uses `database_url` (or, with `transaction_pooler`, does not run).",
+    )
     listen: bool = Field(
         default=True,
-        description="Use LISTEN/NOTIFY for wakeups. Set false behind PgBouncer in transaction pooling "
-        "mode, where LISTEN does not work; the daemon then polls every poll_interval. Default true.",
+        description="Use LISTEN/NOTIFY for wakeups; false polls every poll_interval. Default true (and "
+        "ignored, as if false, with `transaction_pooler` unless `listen_database_url` is set).",
     )
     notify_check_interval: Seconds = Field(
         default=30.0,
@@ -262,7 +276,7 @@ class Settings(BaseSettings):
             raise ValueError("retention must be positive")
         return value
 
-    @field_validator("database_url")
+    @field_validator("database_url", "listen_database_url")
     @classmethod
     def _parse_database_url(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
@@ -296,6 +310,17 @@ class Settings(BaseSettings):
     def reconcile(self) -> bool:
         """Whether the reconciliation pass runs (both label keys set)."""
         return self.reconcile_sandbox_label is not None and self.reconcile_generation_label is not None
+
+    @property
+    def listens(self) -> bool:
+        """Whether the LISTEN connection runs: asked for, and with a route that is not a pooler."""
+        return self.listen and (self.listen_database_url is not None or not self.transaction_pooler)
+
+    def listen_conninfo(self) -> str:
+        """The connection string of the LISTEN connection."""
+        if self.listen_database_url is not None:
+            return self.listen_database_url.get_secret_value()
+        return self.require_database_url()
 
     def require_database_url(self) -> str:
         """The connection string; raises ConfigError when it is not set."""

@@ -175,7 +175,7 @@ class Sweeper:
                             recheck_retry_delay=self.backoff.delay(1),
                             # A poll-only replica cannot hear NOTIFY, so it neither arms nor clears
                             # the flag: clearing it would silence the retires for listening replicas.
-                            disarm=self.settings.listen and not just_armed,
+                            disarm=self.settings.listens and not just_armed,
                         )
             except psycopg.Error as exc:
                 db_failures += 1
@@ -211,7 +211,7 @@ class Sweeper:
             due = await self._next_due()
             pause = self.settings.poll_interval if due is None else min(self.settings.poll_interval, max(due, 0.0))
             pause = max(pause, MIN_CLAIM_PAUSE)
-            if self.settings.listen and not after_arming:
+            if self.settings.listens and not after_arming:
                 if await self._arm():
                     just_armed = True
                     continue  # claim once more: what committed before the arming was not announced

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from helpers import daemon_env, seed_executions, wait_until
 
@@ -86,27 +87,58 @@ def test_sigkill_mid_batch_then_a_new_process_takes_over_the_expired_leases(
     assert taken_over == stranded  # each lease taken over was charged once more
 
 
-def test_unreachable_database_at_start_keeps_retrying_not_crashing(kube: Any) -> None:
-    from pod_sweeper.testing.postgres import free_port
-
-    proc = spawn(
-        f"postgresql://app:s3cret@127.0.0.1:{free_port()}/x",
-        kube.kubeconfig,
-        POD_SWEEPER_CONNECT_TIMEOUT="1",
-        POD_SWEEPER_BACKOFF_BASE="0.1",
-    )
+def _attempt_lines(proc: subprocess.Popen[str], n: int) -> tuple[list[str], str]:
+    """Stderr lines until ``n`` retry lines have come, then SIGTERM: (every line, the rest)."""
     lines: list[str] = []
     assert proc.stderr is not None
     deadline = time.monotonic() + 20
-    while len([line for line in lines if "unreachable" in line]) < 2 and time.monotonic() < deadline:
+    while len([line for line in lines if "(attempt " in line]) < n and time.monotonic() < deadline:
         lines.append(proc.stderr.readline())
     assert proc.poll() is None  # still running, not crash-looping
     proc.send_signal(signal.SIGTERM)
     _, rest = proc.communicate(timeout=20)
     assert proc.returncode == 0
-    attempts = [line for line in lines if "unreachable" in line]
+    return lines, rest
+
+
+def test_unreachable_database_at_start_keeps_retrying_not_crashing(kube: Any) -> None:
+    from pod_sweeper.testing.postgres import free_port
+
+    port = free_port()
+    proc = spawn(
+        f"postgresql://app:s3cret@127.0.0.1:{port}/x",
+        kube.kubeconfig,
+        POD_SWEEPER_CONNECT_TIMEOUT="1",
+        POD_SWEEPER_BACKOFF_BASE="0.1",
+    )
+    lines, rest = _attempt_lines(proc, 2)
+    attempts = [line for line in lines if "(attempt " in line]
     assert "attempt 1" in attempts[0] and "attempt 2" in attempts[1]
+    assert f"Connection refused (at 127.0.0.1:{port})" in attempts[0]
     assert "s3cret" not in "".join(lines) + rest
+
+
+@pytest.mark.parametrize(
+    ("user", "dbname", "cause"),
+    [
+        ("nosuchuser", None, 'FATAL: role "nosuchuser" does not exist'),
+        (None, "nosuchdb", 'FATAL: database "nosuchdb" does not exist'),
+    ],
+    ids=["no-such-role", "no-such-database"],
+)
+def test_a_refusing_database_is_retried_with_its_cause_on_one_line_per_attempt(
+    pg_server_url: str, kube: Any, user: str | None, dbname: str | None, cause: str
+) -> None:
+    params = {k: v for k, v in conninfo_to_dict(pg_server_url).items() if v is not None}
+    params.update({k: v for k, v in (("user", user), ("dbname", dbname)) if v})
+    proc = spawn(make_conninfo("", **params), kube.kubeconfig, POD_SWEEPER_BACKOFF_BASE="0.1")
+    lines, rest = _attempt_lines(proc, 3)
+    logged = [line for line in lines + rest.splitlines() if line.strip()]
+    attempts = [line for line in logged if "(attempt " in line]
+    assert len(attempts) >= 3 and all(cause in line for line in attempts), attempts
+    # One line per attempt: nothing else says the same thing again (the pool is opened only once a
+    # connection works, so its own warnings do not repeat the story).
+    assert [line for line in logged if "does not exist" in line] == attempts
 
 
 def test_unmigrated_schema_exits_3(empty_db_url: str, kube: Any) -> None:

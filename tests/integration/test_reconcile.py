@@ -17,10 +17,10 @@ from helpers import DaemonThread, outbox, wait_until
 from pod_sweeper import db, status
 from pod_sweeper.kube import PodDeleter, load_configuration
 from pod_sweeper.metrics import Metrics
-from pod_sweeper.reconcile import RECONCILE_LOCK_KEY, Reconciler
+from pod_sweeper.reconcile import Reconciler
 from pod_sweeper.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.versions]
 
 NS = "sandboxes"
 SANDBOX, GENERATION = "example.com/sandbox", "example.com/generation"
@@ -144,17 +144,28 @@ def test_a_suspect_replaced_or_reactivated_before_confirmation_is_not_enqueued(
 def test_one_replica_at_a_time_and_one_pass_per_interval(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
+    def other_replica_started(ago: str) -> None:
+        execs.execute(
+            "UPDATE pod_sweeper.reconcile_state SET last_started_at = now() - %s::interval,"
+            " last_finished_at = NULL, last_replica = 'other'",
+            (ago,),
+        )
+
     async def scenario() -> list[Any]:
         async with reconciler(reconcile_settings(db_url, kube, reconcile_interval=3600)) as r:
-            execs.execute("SELECT pg_advisory_lock(%s)", (RECONCILE_LOCK_KEY,))
-            held = await r.pass_once()  # another replica is in its pass
-            execs.execute("SELECT pg_advisory_unlock(%s)", (RECONCILE_LOCK_KEY,))
-            return [held, await r.pass_once(), await r.pass_once()]
+            other_replica_started("40 minutes")  # past the gap, inside its lease: still in its pass
+            held = await r.pass_once()
+            other_replica_started("61 minutes")  # past its lease: that replica died mid-pass
+            taken_over = await r.pass_once()
+            return [held, taken_over, await r.pass_once()]
 
     held, ran, too_soon = run(scenario())
     assert held is None and ran is not None and ran.complete and too_soon is None
     state = execs.execute("SELECT * FROM pod_sweeper.reconcile_state").fetchone()
     assert state is not None and state["last_finished_at"] is not None and state["last_error"] is None
+    assert state["last_replica"] != "other" and state["last_finished_at"] >= state["last_started_at"]
+    locks = execs.execute("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'").fetchone()
+    assert locks is not None and locks["n"] == 0
 
 
 def test_pages_through_the_list_and_keeps_quarantine_when_a_listing_breaks(

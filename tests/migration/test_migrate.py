@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from conftest import run, settings_for
-from pod_sweeper import db, migrations
+from pod_sweeper import db, migrations, queries
 from pod_sweeper.errors import MigrationError, SchemaError
 
 pytestmark = pytest.mark.migration
@@ -97,8 +97,12 @@ def test_concurrent_runs_apply_each_migration_once(empty_db_url: str) -> None:
         return list(await asyncio.gather(*(_migrate(empty_db_url) for _ in range(4))))
 
     results = run(both())
-    assert sorted(len(r) for r in results) == [0, 0, 0, len(migrations.shipped())]
+    # Each migration is its own locked transaction: the runs may share the work, never repeat it.
+    applied = sorted(m.version for r in results for m in r)
+    assert applied == [m.version for m in migrations.shipped()]
     assert run(_check(empty_db_url)) == migrations.expected_version()
+    with psycopg.connect(empty_db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone() == (0,)
 
 
 def test_edited_applied_migration_is_a_hard_error(db_url: str) -> None:
@@ -125,7 +129,6 @@ def test_schema_check(empty_db_url: str, db_url: str) -> None:
 
 
 def test_claim_query_uses_the_partial_index_at_100k_done_rows(pg: psycopg.Connection[Any]) -> None:
-    from pod_sweeper import queries
 
     pg.execute("INSERT INTO pod_sweeper.attachments (table_schema, table_name, column_map) VALUES ('p', 't', '{}')")
     pg.execute(
@@ -157,10 +160,26 @@ def test_claim_query_uses_the_partial_index_at_100k_done_rows(pg: psycopg.Connec
     assert "Seq Scan" not in lag_plan, lag_plan
 
 
-def test_session_settings_are_applied(db_url: str) -> None:
-    async def read() -> Any:
-        async with db.connection(settings_for(db_url)) as conn:
-            cur = await conn.execute("SHOW idle_in_transaction_session_timeout")
-            return await cur.fetchone()
+def test_settings_are_scoped_to_each_transaction_and_nothing_is_prepared(db_url: str) -> None:
+    """Nothing of ours outlives a transaction, so a transaction pooler's next client sees none of it."""
+    show = "SHOW idle_in_transaction_session_timeout"
 
-    assert run(read()) == {"idle_in_transaction_session_timeout": "15s"}
+    async def read() -> dict[str, Any]:
+        async with db.connection(settings_for(db_url)) as conn:
+            seen: dict[str, Any] = {"before": (await (await conn.execute(show)).fetchone())}
+            async with conn.transaction():
+                seen["in_transaction"] = await (await conn.execute(show)).fetchone()
+                async with conn.transaction():
+                    seen["in_savepoint"] = await (await conn.execute(show)).fetchone()
+            seen["after"] = await (await conn.execute(show)).fetchone()
+            for _ in range(10):  # psycopg would prepare a statement run this often (prepare_threshold 5)
+                await conn.execute(queries.load("status_summary"))
+            seen["prepared"] = await (await conn.execute("SELECT count(*) AS n FROM pg_prepared_statements")).fetchone()
+            return seen
+
+    default = {"idle_in_transaction_session_timeout": "0"}
+    scoped = {"idle_in_transaction_session_timeout": "15s"}
+    seen = run(read())
+    assert seen["before"] == default and seen["after"] == default
+    assert seen["in_transaction"] == scoped and seen["in_savepoint"] == scoped
+    assert seen["prepared"] == {"n": 0}
