@@ -41,6 +41,26 @@ def wait_until(predicate: Any, *, timeout: float = 10.0, interval: float = 0.01,
         threading_event_wait(interval)
 
 
+def scrape(port: int, *, missing: str | None = None) -> str:
+    """The text of a daemon's /metrics; ``missing`` instead when nothing answers (not up yet)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            return str(answer.read().decode())
+    except OSError:
+        if missing is None:
+            raise
+        return missing
+
+
+def metric(text: str, name: str) -> float:
+    """The sum of every sample of ``name`` (all label sets) in a /metrics text; 0 when it has none."""
+    import re
+
+    return sum(float(m[1]) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
+
+
 def threading_event_wait(seconds: float) -> None:
     """A poll interval that is a wait on an event, not a bare sleep in the test body."""
     import threading
