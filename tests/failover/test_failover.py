@@ -1,0 +1,128 @@
+"""HA failover as Patroni or CloudNativePG do it: a primary with a synchronous streaming standby (built
+with ``pg_basebackup -R``), the daemon on a multi-host URL with ``target_session_attrs=read-write``, the
+primary stopped with ``-m immediate`` mid-drain and the standby promoted. Every retired pod must be
+deleted, no active pod touched, and the daemon ready again on the new primary."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from helpers import attach_table, create_executions, daemon_env, metric, scrape, seed_executions, wait_until
+from pod_sweeper import db, migrations
+from pod_sweeper.settings import Settings
+from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
+
+pytestmark = pytest.mark.versions
+
+
+@pytest.fixture
+def primary_and_standby() -> Iterator[tuple[ThrowawayCluster, ThrowawayCluster]]:
+    with ThrowawayCluster(extra_settings={"synchronous_commit": "on"}) as primary:
+        standby = primary.standby(name="standby")
+        try:
+            with psycopg.connect(primary.url(), autocommit=True) as conn:
+                conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'standby'")
+                conn.execute("SELECT pg_reload_conf()")
+                wait_until(
+                    lambda: conn.execute(
+                        "SELECT 1 FROM pg_stat_replication WHERE application_name = 'standby' AND sync_state = 'sync'"
+                    ).fetchone(),
+                    timeout=30,
+                    what="the standby to be synchronous",
+                )
+            yield primary, standby
+        finally:
+            standby.cleanup()
+
+
+async def _prepare(url: str) -> None:
+    async with db.connection(Settings(database_url=url, http_port=0)) as conn:
+        await migrations.migrate(conn)
+
+
+def test_the_daemon_drains_through_a_promoted_standby(
+    primary_and_standby: tuple[ThrowawayCluster, ThrowawayCluster], kube: Any, tmp_path: Path
+) -> None:
+    import asyncio
+
+    primary, standby = primary_and_standby
+    multi_host = (
+        f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} dbname=postgres user=postgres"
+        " target_session_attrs=read-write connect_timeout=2"
+    )
+    asyncio.run(_prepare(primary.url()))
+    asyncio.run(attach_table_after_create(primary.url()))
+    with psycopg.connect(primary.url(), autocommit=True, row_factory=dict_row) as conn:
+        seed_executions(conn, kube, 240)
+    active = {f"p{i}" for i in range(200, 240)}  # never retired: their pods must not be touched
+
+    port = free_port()
+    log = tmp_path / "daemon.log"
+    env = daemon_env(
+        multi_host,
+        kube.kubeconfig,
+        POD_SWEEPER_HTTP_PORT=str(port),
+        POD_SWEEPER_HTTP_HOST="127.0.0.1",
+        POD_SWEEPER_LEASE_SECONDS="5",
+        POD_SWEEPER_REQUEST_TIMEOUT="2",
+        POD_SWEEPER_CONCURRENCY="4",
+        POD_SWEEPER_BATCH_SIZE="10",
+        POD_SWEEPER_CONNECT_TIMEOUT="2",
+        POD_SWEEPER_MAX_ATTEMPTS="50",
+    )
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pod_sweeper", "run"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+    ready = "pod_sweeper_ready"
+    try:
+        wait_until(lambda: metric(scrape(port, missing=""), ready) == 1, timeout=60, what="the daemon ready")
+        kube.inject("delay", method="DELETE", seconds=0.05, times=None)  # a drain that lasts a few seconds
+        with psycopg.connect(primary.url(), autocommit=True) as conn:
+            conn.execute(
+                "UPDATE executions SET active = false WHERE sandbox_id <> ALL(%s)",
+                ([f"s{i}" for i in range(200, 240)],),
+            )
+        wait_until(lambda: len(kube.deletes()) >= 40, timeout=30, what="the drain under way")
+
+        primary.stop("immediate")
+        standby.promote()
+
+        # The retires committed on the primary are on the standby (synchronous replication); new
+        # retires after the failover go to the new primary.
+        with psycopg.connect(standby.url(), autocommit=True, row_factory=dict_row) as conn:
+            conn.execute("UPDATE executions SET active = false WHERE sandbox_id IN ('s198', 's199')")
+            done = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done'"
+            wait_until(lambda: conn.execute(done).fetchone()["n"] == 200, timeout=90, what="every retired row done")
+            rows = conn.execute("SELECT pod_name, outcome FROM pod_sweeper.outbox").fetchall()
+        wait_until(lambda: metric(scrape(port, missing=""), ready) == 1, timeout=30, what="the daemon ready again")
+        after = scrape(port)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    output = log.read_text()
+    assert code == 0, output[-3000:]
+    assert len(rows) == 200 and {r["pod_name"] for r in rows} == {f"p{i}" for i in range(200)}
+    # Every retired pod was deleted under its UID: by this DELETE, or by one whose answer was lost
+    # with the old primary (then the retry finds it gone or terminating).
+    accepted = {d.path.rsplit("/", 1)[1] for d in kube.deletes() if d.status == 200}
+    assert accepted == {f"p{i}" for i in range(200)}, sorted({f"p{i}" for i in range(200)} - accepted)
+    assert {r["outcome"] for r in rows} <= {"deleted", "absent"}
+    touched = {d.path.rsplit("/", 1)[1] for d in kube.deletes()}
+    assert touched.isdisjoint(active)
+    assert metric(after, "pod_sweeper_db_errors_total") >= 1  # the outage was noticed, and survived
+
+
+async def attach_table_after_create(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        create_executions(conn)
+    await attach_table(url)
