@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bouncer import PgBouncer, find_pgbouncer
+from pooler.bouncer import PgBouncer, find_pgbouncer
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

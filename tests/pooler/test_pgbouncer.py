@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from bouncer import PgBouncer
 from helpers import daemon_env, metric, scrape, seed_executions, wait_until
 from pod_sweeper.migrations import shipped
 from pod_sweeper.testing.postgres import free_port
+from pooler.bouncer import PgBouncer
 
 
 def cli(url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
