@@ -214,7 +214,8 @@ class Settings(BaseSettings):
     reconcile_interval: Seconds = Field(
         default=300.0,
         description="Seconds between reconciliation passes, counted across all replicas (one replica at a "
-        "time runs it, under an advisory lock). Default 300: a backstop, not the fast path.",
+        "time runs it, holding the lease row in pod_sweeper.reconcile_state). Default 300: a backstop, not the "
+        "fast path.",
     )
     reconcile_quarantine: Seconds = Field(
         default=600.0,
