@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from pod_sweeper import db, migrations
+from psycopg import sql
+
+from pod_sweeper import db, migrations, outbox
 from pod_sweeper.errors import PodSweeperError
 from pod_sweeper.kube import PodDeleter, load_configuration
 from pod_sweeper.settings import Settings
@@ -31,6 +33,19 @@ async def _namespaces(settings: Settings) -> list[str]:
         return [r["pod_namespace"] for r in await cur.fetchall()]
 
 
+async def _listen_route(settings: Settings) -> Check:
+    """The listener's own route (``listen_database_url``) connects and can LISTEN."""
+    try:
+        conn = await db.connect(settings, conninfo=settings.listen_conninfo(), application_name="pod-sweeper-check")
+    except PodSweeperError as exc:
+        return Check(False, "listen database", str(exc))
+    try:
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(outbox.CHANNEL)))
+    finally:
+        await conn.close()
+    return Check(True, "listen database", "connected, LISTEN works")
+
+
 async def run_checks(settings: Settings, namespaces: list[str]) -> list[Check]:
     checks = [Check(True, "settings", f"valid; database {settings.redacted_database_url()}")]
     schema_ok = False
@@ -42,6 +57,9 @@ async def run_checks(settings: Settings, namespaces: list[str]) -> list[Check]:
             schema_ok = True
     except PodSweeperError as exc:
         checks.append(Check(False, "database" if len(checks) == 1 else "schema", str(exc)))
+    checks.append(Check(True, "wakeups", settings.wakeup_mode()))
+    if settings.listens and settings.listen_database_url is not None:
+        checks.append(await _listen_route(settings))
     try:
         deleter = PodDeleter(load_configuration(settings.kubeconfig, settings.kube_context, pool_size=1))
     except PodSweeperError as exc:

@@ -1,12 +1,13 @@
 """Database connections: one place that opens them, safe both direct and behind a transaction pooler.
 
 A transaction pooler (PgBouncer in ``pool_mode = transaction``, RDS Proxy, pgcat, Supavisor) hands each
-*transaction* to whichever server connection is free, so nothing may outlive one: no server-side prepared
-statement (psycopg's automatic ones are off: another client could run ours, or we theirs, under the same
-``_pg3_N`` name), no session setting (``SET``, ``set_config(..., false)``: it would stay on a server
-connection another client gets next), no session-level lock (it would stay held by a server connection
-no client owns). That is the only way pod-sweeper talks to PostgreSQL, direct or not: measured, it costs
-nothing that shows (docs in the README's "Deploying against your database").
+*transaction* to whichever server connection is free, so nothing may outlive one. pod-sweeper never
+sets a session setting (``SET``, ``set_config(..., false)``: it would stay on a server connection another
+client gets next) and never takes a session-level lock (it would stay held by a server connection no
+client owns), direct or not: that costs nothing measurable. Server-side prepared statements do cost
+something to give up (the claim and the finalize planned on every run), so psycopg prepares them as
+usual on a direct connection and not at all with ``transaction_pooler`` set (another client could run
+ours, or we theirs, under the same ``_pg3_N`` name).
 
 The one setting every transaction carries, ``idle_in_transaction_session_timeout`` (a frozen replica
 cannot hold row locks for long), is therefore set with ``set_config(..., true)`` as the first statement
@@ -63,8 +64,10 @@ def connect_kwargs(settings: Settings, application_name: str = "pod-sweeper") ->
         "keepalives_interval": 5,
         "keepalives_count": 3,
         "tcp_user_timeout": 20_000,
-        # No server-side prepared statements: a transaction pooler would share or drop them.
-        "prepare_threshold": None,
+        # Server-side prepared statements only when no transaction pooler can share or drop them
+        # (psycopg's default threshold otherwise: re-planning the claim and the finalize each time cost
+        # a quarter of the SQL path's throughput, bench/README.md).
+        "prepare_threshold": None if settings.transaction_pooler else 5,
     }
 
 

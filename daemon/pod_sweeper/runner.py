@@ -160,7 +160,7 @@ class Daemon:
                 "pod-sweeper running as {replica}, schema version {version}, {mode}",
                 replica=self.settings.replica_id,
                 version=version,
-                mode=_wakeup_mode(self.settings) + (", DRY RUN: nothing is deleted" if self.settings.dry_run else ""),
+                mode=self.settings.wakeup_mode() + (", DRY RUN: nothing is deleted" if self.settings.dry_run else ""),
             )
             failed = False
             try:
@@ -273,15 +273,6 @@ class Daemon:
                 self.notifier.status(self._status_line())
                 last_status = now
             await asyncio.sleep(min(1.0, interval or 1.0))
-
-
-def _wakeup_mode(settings: Settings) -> str:
-    if settings.listens:
-        route = " (direct, listen_database_url)" if settings.listen_database_url is not None else ""
-        return f"LISTEN/NOTIFY{route} with poll backstop"
-    if settings.listen:
-        return "poll only (transaction_pooler and no listen_database_url)"
-    return "poll only (listen=false)"
 
 
 def _make_pool(settings: Settings) -> AsyncConnectionPool[db.Connection]:

@@ -126,7 +126,8 @@ class Settings(BaseSettings):
         description="Say true when `database_url` goes through a transaction pooler (PgBouncer with "
         "pool_mode=transaction, RDS Proxy, pgcat, Supavisor). LISTEN cannot work through one, so the "
         "daemon then polls every poll_interval unless `listen_database_url` gives a direct route for the "
-        "listener. Everything else pod-sweeper does is pooler-safe either way. Default false.",
+        "listener, and psycopg prepares no server-side statements (the pooler would share or drop them). "
+        "Everything else pod-sweeper does is pooler-safe either way. Default false.",
     )
     listen_database_url: SecretStr | None = Field(
         default=None,
@@ -316,6 +317,15 @@ class Settings(BaseSettings):
     def listens(self) -> bool:
         """Whether the LISTEN connection runs: asked for, and with a route that is not a pooler."""
         return self.listen and (self.listen_database_url is not None or not self.transaction_pooler)
+
+    def wakeup_mode(self) -> str:
+        """How a replica with these settings wakes up, in words (the start-up line, ``check``)."""
+        if self.listens:
+            route = " (direct, listen_database_url)" if self.listen_database_url is not None else ""
+            return f"LISTEN/NOTIFY{route} with poll backstop"
+        if self.listen:
+            return "poll only (transaction_pooler and no listen_database_url)"
+        return "poll only (listen=false)"
 
     def listen_conninfo(self) -> str:
         """The connection string of the LISTEN connection."""

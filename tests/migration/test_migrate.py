@@ -166,26 +166,28 @@ def test_claim_query_uses_the_partial_index_at_100k_done_rows(pg: psycopg.Connec
     assert "Seq Scan" not in lag_plan, lag_plan
 
 
-def test_settings_are_scoped_to_each_transaction_and_nothing_is_prepared(db_url: str) -> None:
-    """Nothing of ours outlives a transaction, so a transaction pooler's next client sees none of it."""
+def test_settings_are_scoped_to_each_transaction_and_nothing_is_prepared_behind_a_pooler(db_url: str) -> None:
+    """Nothing of ours outlives a transaction, so a transaction pooler's next client sees none of it;
+    server-side prepared statements are made on a direct connection only."""
     show = "SHOW idle_in_transaction_session_timeout"
 
-    async def read() -> dict[str, Any]:
-        async with db.connection(settings_for(db_url)) as conn:
+    async def read(pooler: bool) -> dict[str, Any]:
+        async with db.connection(settings_for(db_url, transaction_pooler=pooler)) as conn:
             seen: dict[str, Any] = {"before": (await (await conn.execute(show)).fetchone())}
             async with conn.transaction():
                 seen["in_transaction"] = await (await conn.execute(show)).fetchone()
                 async with conn.transaction():
                     seen["in_savepoint"] = await (await conn.execute(show)).fetchone()
             seen["after"] = await (await conn.execute(show)).fetchone()
-            for _ in range(10):  # psycopg would prepare a statement run this often (prepare_threshold 5)
+            for _ in range(10):  # psycopg prepares a statement run this often (prepare_threshold 5)
                 await conn.execute(queries.load("status_summary"))
             seen["prepared"] = await (await conn.execute("SELECT count(*) AS n FROM pg_prepared_statements")).fetchone()
             return seen
 
     default = {"idle_in_transaction_session_timeout": "0"}
     scoped = {"idle_in_transaction_session_timeout": "15s"}
-    seen = run(read())
-    assert seen["before"] == default and seen["after"] == default
-    assert seen["in_transaction"] == scoped and seen["in_savepoint"] == scoped
-    assert seen["prepared"] == {"n": 0}
+    for pooler in (True, False):
+        seen = run(read(pooler))
+        assert seen["before"] == default and seen["after"] == default
+        assert seen["in_transaction"] == scoped and seen["in_savepoint"] == scoped
+        assert (seen["prepared"]["n"] == 0) is pooler

@@ -17,7 +17,17 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from helpers import daemon_env, metric, scrape, seed_executions, wait_until
+from helpers import (
+    DaemonThread,
+    add_execution,
+    daemon_env,
+    daemon_settings,
+    metric,
+    retire,
+    scrape,
+    seed_executions,
+    wait_until,
+)
 from pod_sweeper.migrations import shipped
 from pod_sweeper.testing.postgres import free_port
 from pooler.bouncer import PgBouncer
@@ -40,7 +50,7 @@ def advisory_locks(direct_url: str) -> int:
 def test_three_concurrent_migrates_succeed_and_leave_no_lock(empty_db_url: str, pgbouncer: PgBouncer) -> None:
     url = pgbouncer.url(empty_db_url)
     environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}
-    environ["POD_SWEEPER_DATABASE_URL"] = url
+    environ.update({"POD_SWEEPER_DATABASE_URL": url, "POD_SWEEPER_TRANSACTION_POOLER": "true"})
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "pod_sweeper", "migrate"],
@@ -191,3 +201,35 @@ def test_two_poll_only_replicas_sweep_everything_and_the_pool_stays_clean(
     assert neighbour.error is None, neighbour.error
     assert neighbour.rounds > 20 and neighbour.seen == []
     assert advisory_locks(db_url) == 0
+
+
+def test_a_direct_listen_url_keeps_notify_wakeups_behind_the_pooler(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any, pgbouncer: PgBouncer
+) -> None:
+    """With a 30 s poll, a retire swept within seconds was woken by NOTIFY: LISTEN took the direct route
+    while every other statement went through the pooler."""
+    settings = daemon_settings(
+        pgbouncer.url(db_url), kube, transaction_pooler=True, listen_database_url=db_url, poll_interval=30.0
+    )
+    with DaemonThread(settings) as daemon:
+        add_execution(execs, kube, "woken")
+        retire(execs, "woken")
+        done = "SELECT status FROM pod_sweeper.outbox WHERE sandbox_id = 'woken'"
+        wait_until(lambda: (row := execs.execute(done).fetchone()) and row["status"] == "done", timeout=10)
+        assert daemon.daemon.metrics.value("pod_sweeper_wakeups_total", source="notify") >= 1
+        listeners = execs.execute(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'pod-sweeper-listener'"
+            " AND query ILIKE 'LISTEN%'"
+        ).fetchone()
+        assert listeners["n"] == 1
+    checked = cli(
+        pgbouncer.url(db_url),
+        "check",
+        "--namespace",
+        "sandboxes",
+        POD_SWEEPER_KUBECONFIG=str(kube.kubeconfig),
+        POD_SWEEPER_LISTEN_DATABASE_URL=db_url,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "wakeups: LISTEN/NOTIFY (direct, listen_database_url) with poll backstop" in checked.stdout
+    assert "listen database: connected, LISTEN works" in checked.stdout
