@@ -181,6 +181,7 @@ def test_check_reports_each_check_and_a_missing_verb(db_url: str, kube: Any) -> 
         "ok    settings",
         "ok    database",
         "ok    schema",
+        "ok    wakeups",
         "ok    kubernetes",
         "ok    get pods in sandboxes",
         "ok    delete pods in sandboxes",
