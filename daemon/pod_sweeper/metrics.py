@@ -2,7 +2,7 @@
 gauges read from the database by one query on a timer (never on a scrape, so a scrape storm cannot
 load the database and a slow database cannot stall a scrape).
 
-Names carry the ``pod_sweeper_`` prefix DESIGN.md fixes; the README lists every one with its meaning.
+Names carry the ``pod_sweeper_`` prefix (a contract, like the table names); the README lists every one with its meaning.
 """
 
 from __future__ import annotations
@@ -11,9 +11,20 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from pod_sweeper import __version__
 
+# Label values whose series exist from the first scrape, at 0: an alert or a panel that reads
+# ``rate(pod_sweeper_outcomes_total[10m])`` must see 0 on a replica that has just started, not nothing
+# (``sum(...) == 0`` over no series is empty, so an alert on it could never fire after a restart).
+OUTCOMES = ("deleted", "absent", "replaced", "skipped_active", "would_delete")
+STATUSES = ("pending", "claimed", "dead")
+ANSWERS = ("200", "404", "409", "429", "500", "503", "none")  # codes the outcome table names; others appear when seen
+WAKEUP_SOURCES = ("start", "poll", "notify", "listen", "retry")
+PASS_RESULTS = ("complete", "partial")
+
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, *, listening: bool = True) -> None:
+        """``listening``: whether this process runs a LISTEN connection; without one the listener's
+        health gauge is not exported at all (a poll-only replica's 0 would read as a failure)."""
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.outbox_rows = Gauge(
@@ -61,8 +72,10 @@ class Metrics:
             " again soon instead of sleeping",
             registry=r,
         )
-        self.listener_healthy = Gauge(
-            "pod_sweeper_listener_healthy", "1 while the LISTEN connection hears its own pings", registry=r
+        self.listener_healthy = (
+            Gauge("pod_sweeper_listener_healthy", "1 while the LISTEN connection hears its own pings", registry=r)
+            if listening
+            else None
         )
         self.db_errors = Counter(
             "pod_sweeper_db_errors", "Database errors in the claim or finalize path (each one reconnects)", registry=r
@@ -101,6 +114,15 @@ class Metrics:
         self.build_info = Gauge("pod_sweeper_build_info", "Build information", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
         self.pruned = Counter("pod_sweeper_pruned_rows", "Done rows deleted by the retention pass", registry=r)
+        for labelled, values in (
+            (self.outcomes, OUTCOMES),
+            (self.outbox_rows, STATUSES),
+            (self.kube_responses, ANSWERS),
+            (self.wakeups, WAKEUP_SOURCES),
+            (self.reconcile_passes, PASS_RESULTS),
+        ):
+            for value in values:
+                labelled.labels(value)
 
     def value(self, name: str, **labels: str) -> float:
         """A sample's current value (0 when absent): for tests and the systemd STATUS line."""

@@ -68,7 +68,7 @@ class Daemon:
         self.settings = settings
         self.handle_signals = handle_signals  # off when embedded (tests, the demo) off the main thread
         self.stop_requested = asyncio.Event()
-        self.metrics = Metrics()
+        self.metrics = Metrics(listening=settings.listens)
         self.health = Health(listener_ok=False if settings.listens else None)
         self.notifier = Notifier()
         self.http: HealthServer | None = None
@@ -256,7 +256,8 @@ class Daemon:
             self.health.heartbeat = now
             if self.listener is not None:
                 self.health.listener_ok = self.listener.healthy
-                self.metrics.listener_healthy.set(1 if self.listener.healthy else 0)
+                if self.metrics.listener_healthy is not None:
+                    self.metrics.listener_healthy.set(1 if self.listener.healthy else 0)
             if self.sweeper is not None:
                 refusing = now < self.sweeper.auth_blocked_until or self.sweeper.auth_error is not None
                 self.health.kube_error = self.sweeper.auth_error if refusing else None

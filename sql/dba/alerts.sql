@@ -1,15 +1,22 @@
--- The on-call alerts, for teams that alert from Postgres: one row per condition that holds now
--- (no rows: all clear). The same conditions as deploy/prometheusrule.yaml; thresholds in seconds.
-SELECT 'lag_high' AS alert, format('oldest claimable row waited %s s', round(oldest_claimable_seconds)) AS detail
-FROM pod_sweeper.lag WHERE oldest_claimable_seconds > 300
+-- The on-call alerts, for teams that alert from Postgres: one row per condition that holds now (no
+-- rows: all clear). The conditions of deploy/prometheusrule.yaml, each with its `for:` duration folded
+-- into the threshold, since a query sees one moment: "over T for D" becomes "over T + D" for an age
+-- that only grows while the condition holds. PodSweeperNotReady has no SQL form: a replica's
+-- readiness is not in the database. Ages in seconds.
+SELECT 'PodSweeperLagHigh' AS alert,
+       format('the oldest claimable row has waited %s s (300 s, for 10 min)', round(oldest_claimable_seconds)) AS detail
+FROM pod_sweeper.lag WHERE oldest_claimable_seconds > 300 + 600
 UNION ALL
-SELECT 'dead_rows', format('%s dead rows; see `pod-sweeper sql dead`', dead)
-FROM pod_sweeper.lag WHERE dead > 0
+SELECT 'PodSweeperDeadRows', format('%s dead row(s) for over 5 min; see `pod-sweeper sql dead`', count(*))
+FROM pod_sweeper.outbox WHERE status = 'dead' AND updated_at < now() - interval '5 minutes'
+HAVING count(*) > 0
 UNION ALL
-SELECT 'stuck_claim', format('a claim has been held %s s; its replica may be frozen', round(oldest_claim_seconds))
-FROM pod_sweeper.lag WHERE oldest_claim_seconds > 600
+SELECT 'PodSweeperStuckClaim',
+       format('a claim has been held %s s (600 s, for 5 min); its replica may be frozen', round(oldest_claim_seconds))
+FROM pod_sweeper.lag WHERE oldest_claim_seconds > 600 + 300
 UNION ALL
-SELECT 'no_progress', 'rows are claimable but none finished in 10 minutes'
+SELECT 'PodSweeperNoProgress', 'rows are claimable but none finished in 20 minutes (10 min window, for 10 min)'
 FROM pod_sweeper.lag
-WHERE oldest_claimable_seconds > 60
-  AND coalesce((SELECT max(done_at) FROM pod_sweeper.outbox WHERE status = 'done'), '-infinity') < now() - interval '10 minutes';
+WHERE oldest_claimable_seconds > 60 + 600
+  AND coalesce((SELECT max(done_at) FROM pod_sweeper.outbox WHERE status = 'done'), '-infinity')
+      < now() - interval '20 minutes';

@@ -3,15 +3,19 @@ status with failures and expired claims, and every shipped query."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+import yaml  # type: ignore[import-untyped]
 
 from conftest import run, settings_for
 from helpers import DaemonThread, outbox, wait_until
 from pod_sweeper import db, queries, status
 from pod_sweeper import outbox as transitions
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.integration, pytest.mark.versions]
 
@@ -102,13 +106,26 @@ def test_every_shipped_dba_query_runs(pg: psycopg.Connection[Any], name: str) ->
 
 
 def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) -> None:
-    assert pg.execute(queries.load("dba/alerts")).fetchall() == []
+    def alerts() -> set[str]:
+        return {r["alert"] for r in pg.execute(queries.load("dba/alerts")).fetchall()}
+
+    assert alerts() == set()
     add_rows(pg, 1, status="dead", last_error="x")
-    add_rows_more = (
+    assert alerts() == set()  # dead for less than the rule's 5 minutes
+    pg.execute("UPDATE pod_sweeper.outbox SET updated_at = now() - interval '6 minutes' WHERE status = 'dead'")
+    late = (
         "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name,"
         " pod_uid, reason, enqueued_at) VALUES (1, 'late', 1, 'ns', 'late', gen_random_uuid(), 'retired',"
         " now() - interval '1 hour')"
     )
-    pg.execute(add_rows_more)
-    alerts = {r["alert"] for r in pg.execute(queries.load("dba/alerts")).fetchall()}
-    assert alerts == {"dead_rows", "lag_high", "no_progress"}
+    pg.execute(late)
+    assert alerts() == {"PodSweeperDeadRows", "PodSweeperLagHigh", "PodSweeperNoProgress"}
+    pg.execute(
+        "UPDATE pod_sweeper.outbox SET status = 'claimed', claimed_by = 'frozen', claim_epoch = 1,"
+        " claimed_at = now() - interval '16 minutes', next_attempt_at = now() - interval '1 minute'"
+        " WHERE sandbox_id = 'late'"
+    )
+    assert "PodSweeperStuckClaim" in alerts()
+    rule = yaml.safe_load((ROOT / "deploy" / "prometheusrule.yaml").read_text())
+    in_sql = {"PodSweeperDeadRows", "PodSweeperLagHigh", "PodSweeperNoProgress", "PodSweeperStuckClaim"}
+    assert {r["alert"] for r in rule["spec"]["groups"][0]["rules"]} == in_sql | {"PodSweeperNotReady"}
