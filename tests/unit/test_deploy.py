@@ -37,7 +37,19 @@ def unit_file() -> dict[str, list[str]]:
 
 def test_every_manifest_parses_and_is_namespaced() -> None:
     docs = manifests()
-    assert set(docs) == {"ServiceAccount", "Role", "RoleBinding", "Deployment", "PrometheusRule", "Kustomization"}
+    assert set(docs) == {
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Job",
+        "Deployment",
+        "PodDisruptionBudget",
+        "PodMonitor",
+        "PrometheusRule",
+        "Kustomization",
+    }
+    listed = set(docs["Kustomization"]["resources"])
+    assert listed == {p.name for p in (ROOT / "deploy").glob("*.yaml")} - {"kustomization.yaml"}
     for kind, doc in docs.items():
         if kind != "Kustomization":
             assert doc["metadata"]["namespace"] == "sandboxes", kind
@@ -75,6 +87,7 @@ def test_alerts_use_exported_metrics() -> None:
     assert {r["alert"] for r in rules} == {
         "PodSweeperLagHigh",
         "PodSweeperDeadRows",
+        "PodSweeperStuckClaim",
         "PodSweeperNotReady",
         "PodSweeperNoProgress",
     }
@@ -104,3 +117,20 @@ def test_example_environment_file_names_real_settings() -> None:
     lines = (ROOT / "systemd" / "pod-sweeper.env.example").read_text().splitlines()
     names = [line.split("=", 1)[0] for line in lines if line and not line.startswith("#")]
     assert names and set(names) <= known
+
+
+def test_the_monitor_the_budget_and_the_job_fit_the_deployment() -> None:
+    docs = manifests()
+    template = docs["Deployment"]["spec"]["template"]
+    [container] = template["spec"]["containers"]
+    pod_labels = template["metadata"]["labels"]
+    monitor = docs["PodMonitor"]["spec"]
+    assert monitor["selector"]["matchLabels"].items() <= pod_labels.items()
+    [endpoint] = monitor["podMetricsEndpoints"]
+    assert endpoint["port"] in {p["name"] for p in container["ports"]} and endpoint["path"] == "/metrics"
+    budget = docs["PodDisruptionBudget"]["spec"]
+    assert budget["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert budget["minAvailable"] < docs["Deployment"]["spec"]["replicas"]
+    [migrate] = docs["Job"]["spec"]["template"]["spec"]["containers"]
+    assert migrate["image"] == container["image"] and migrate["args"] == ["migrate"]
+    assert docs["Job"]["spec"]["template"]["metadata"]["labels"].items() & pod_labels.items() == set()  # not scraped
