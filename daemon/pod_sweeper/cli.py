@@ -17,7 +17,7 @@ from loguru import logger
 
 from pod_sweeper import __version__, attach, backfill, check, migrations, outbox, queries, roles, runner, status
 from pod_sweeper.db import connection
-from pod_sweeper.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError
+from pod_sweeper.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError, first_line
 from pod_sweeper.logs import setup_logging
 from pod_sweeper.settings import CONFIG_FILE_ENV, Settings, load_settings, unknown_environment
 
@@ -275,20 +275,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
     handler: Handler = args.handler
+    log_format = "text"  # until the settings say otherwise (a bad setting is reported as text)
     try:
         if args.config:
             os.environ[CONFIG_FILE_ENV] = args.config
         settings = load_settings()
+        log_format = settings.log_format
         setup_logging(settings.log_format, settings.log_level)
         for name in unknown_environment():
             logger.warning("ignoring {variable}: no such setting", variable=name)
         return asyncio.run(handler(settings, args))
     except PodSweeperError as exc:
-        print(f"pod-sweeper: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever the cause said
+        _fail(log_format, " ".join(str(exc).split()))  # one line, whatever the cause said
         return exc.exit_code
     except psycopg.Error as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"pod-sweeper: database error: {first}", file=sys.stderr)
+        _fail(log_format, f"database error: {first_line(exc)}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
+
+
+def _fail(log_format: str, message: str) -> None:
+    """The one line a failed command leaves: plain for people, a JSON log line (level CRITICAL) for
+    journald and log shippers when the settings ask for JSON."""
+    if log_format == "json":
+        logger.critical("pod-sweeper: {error}", error=message)
+    else:
+        print(f"pod-sweeper: {message}", file=sys.stderr)

@@ -25,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper import queries
 from pod_sweeper.db import Connection
+from pod_sweeper.errors import ConfigError, first_line
 from pod_sweeper.metrics import Metrics
 
 # The loop beats every second; livez fails after this many seconds without a beat.
@@ -75,6 +76,11 @@ def _handler(health: Health, metrics: Metrics) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
+        def do_HEAD(self) -> None:
+            """What GET would answer, headers only (load balancers and curl -I probe this way)."""
+            self._head_only = True
+            self.do_GET()
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
@@ -91,7 +97,8 @@ def _handler(health: Health, metrics: Metrics) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if not getattr(self, "_head_only", False):
+                self.wfile.write(body)
 
     return Handler
 
@@ -100,7 +107,14 @@ class HealthServer:
     """``/metrics``, ``/livez``, ``/readyz`` on a thread of their own."""
 
     def __init__(self, host: str, port: int, health: Health, metrics: Metrics) -> None:
-        self._server = ThreadingHTTPServer((host, port), _handler(health, metrics))
+        try:
+            self._server = ThreadingHTTPServer((host, port), _handler(health, metrics))
+        except OSError as exc:
+            # A port in use (or an address not on this host) is the operator's to fix, not a crash.
+            raise ConfigError(
+                f"cannot serve /metrics and the probes on {host}:{port} ({exc.strerror or exc}): "
+                "free the port or set POD_SWEEPER_HTTP_PORT (0 turns the server off)"
+            ) from None
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
 
@@ -137,7 +151,7 @@ async def refresh_gauges(
             health.database_ok, health.database_error = True, None
         except psycopg.Error as exc:  # PoolTimeout included
             if health.database_ok:
-                logger.warning("database unreachable: {error}", error=str(exc).strip().splitlines()[0] or "?")
+                logger.warning("database unreachable: {error}", error=first_line(exc))
             health.database_ok = False
-            health.database_error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            health.database_error = first_line(exc)
         await asyncio.sleep(interval)

@@ -2,14 +2,18 @@
 routed through it so that every line has one format.
 
 ``text`` is for people at a terminal; ``json`` writes one object per line (time, level, message, the
-logger's name and any keyword fields) for journald and log shippers. Log calls use loguru's ``{}``
-placeholders with keyword arguments, which also land as fields in the JSON lines.
+logger's name and any keyword fields) for journald and log shippers. Under systemd, when the output
+is the journal (``$JOURNAL_STREAM``), each line starts with its syslog priority (``<4>`` for a
+warning), which journald files the line under and strips (``SyslogLevelPrefix=yes``), so
+``journalctl -p warning`` works. Log calls use loguru's ``{}`` placeholders with keyword arguments,
+which also land as fields in the JSON lines.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -19,6 +23,30 @@ if TYPE_CHECKING:
     from loguru import Message, Record
 
 _TEXT_FORMAT = "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> <level>{level: <7}</level> <cyan>{name}</cyan> {message}"
+# journald stamps each line itself; the "<N>" prefix is the syslog priority it files the line under.
+_JOURNAL_TEXT_FORMAT = "{level: <7} {name} {message}\n{exception}"
+# loguru level -> syslog priority (journalctl -p): debug 7, info 6, notice 5, warning 4, err 3, crit 2.
+_PRIORITY = {"TRACE": 7, "DEBUG": 7, "INFO": 6, "SUCCESS": 5, "WARNING": 4, "ERROR": 3, "CRITICAL": 2}
+
+
+def writes_to_journal(stream: TextIO) -> bool:
+    """Whether ``stream`` is systemd's journal stream: ``$JOURNAL_STREAM`` names its device and inode
+    (set by systemd for a service whose output goes to the journal)."""
+    expected = os.environ.get("JOURNAL_STREAM")
+    if not expected:
+        return False
+    try:
+        info = os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's StringIO)
+        return False
+    return expected == f"{info.st_dev}:{info.st_ino}"
+
+
+def _journal_format(record: Record) -> str:
+    # "\<" keeps loguru from reading "<6>" as a colour tag.
+    return f"\\<{_PRIORITY.get(record['level'].name, 6)}>" + _JOURNAL_TEXT_FORMAT
+
+
 _ROUTED = ("psycopg", "psycopg.pool", "urllib3", "kubernetes")
 
 
@@ -33,7 +61,9 @@ class _InterceptHandler(logging.Handler):
         logger.bind(logger_name=record.name).opt(depth=6, exception=record.exc_info).log(level, record.getMessage())
 
 
-def _json_sink(stream: TextIO) -> Any:
+def _json_sink(stream: TextIO, *, journal: bool = False) -> Any:
+    prefix = _PRIORITY if journal else None
+
     def sink(message: Message) -> None:
         record: Record = message.record
         entry: dict[str, Any] = {
@@ -47,7 +77,8 @@ def _json_sink(stream: TextIO) -> Any:
                 entry[key] = value
         if record["exception"] is not None and record["exception"].type is not None:
             entry["exception"] = f"{record['exception'].type.__name__}: {record['exception'].value}"
-        stream.write(json.dumps(entry, default=str) + "\n")
+        priority = f"<{prefix.get(record['level'].name, 6)}>" if prefix is not None else ""
+        stream.write(priority + json.dumps(entry, default=str) + "\n")
         stream.flush()
 
     return sink
@@ -56,9 +87,12 @@ def _json_sink(stream: TextIO) -> Any:
 def setup_logging(log_format: str = "text", level: str = "INFO", stream: TextIO | None = None) -> None:
     """(Re)configure every sink; idempotent, so the CLI can call it again once settings are read."""
     out = stream if stream is not None else sys.stderr
+    journal = writes_to_journal(out)
     logger.remove()
     if log_format == "json":
-        logger.add(_json_sink(out), level=level, format="{message}")
+        logger.add(_json_sink(out, journal=journal), level=level, format="{message}")
+    elif journal:
+        logger.add(out, level=level, format=_journal_format, colorize=False)
     else:
         logger.add(out, level=level, format=_TEXT_FORMAT, colorize=out.isatty())
     handler = _InterceptHandler()

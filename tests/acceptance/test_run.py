@@ -187,3 +187,53 @@ def test_second_signal_exits_at_once(execs: psycopg.Connection[Any], db_url: str
     proc.communicate(timeout=10)
     assert time.monotonic() - started < 5
     assert proc.returncode == 1
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_port_in_use_is_one_line_and_exit_2_in_the_configured_format(db_url: str, kube: Any, log_format: str) -> None:
+    import json
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = spawn(
+            db_url,
+            kube.kubeconfig,
+            POD_SWEEPER_HTTP_PORT=str(port),
+            POD_SWEEPER_HTTP_HOST="127.0.0.1",
+            POD_SWEEPER_LOG_FORMAT=log_format,
+        )
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err
+    last = lines[-1]
+    if log_format == "json":
+        assert [json.loads(line)["level"] for line in lines][-1] == "CRITICAL"
+        last = json.loads(last)["msg"]
+    assert last.startswith(f"pod-sweeper: cannot serve /metrics and the probes on 127.0.0.1:{port}")
+    assert "POD_SWEEPER_HTTP_PORT" in last
+
+
+def test_head_on_the_health_paths_answers_like_get(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    import http.client
+
+    from helpers import DaemonThread, daemon_settings
+    from pod_sweeper.testing.postgres import free_port
+
+    port = free_port()
+    with DaemonThread(daemon_settings(db_url, kube, http_port=port, http_host="127.0.0.1")):
+        for path in ("/livez", "/readyz", "/metrics", "/nope"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", path)
+            got = conn.getresponse()
+            body = got.read()
+            conn.request("HEAD", path)
+            head = conn.getresponse()
+            assert (head.status, head.read()) == (got.status, b""), path
+            assert head.getheader("Content-Type") == got.getheader("Content-Type")
+            if path != "/metrics":  # the metrics text changes between two scrapes
+                assert int(head.getheader("Content-Length") or -1) == len(body)
+            conn.close()

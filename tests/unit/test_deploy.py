@@ -110,6 +110,7 @@ def test_systemd_unit() -> None:
     stop = int(unit["TimeoutStopSec"][0].rstrip("s"))
     assert stop > Settings.model_fields["shutdown_timeout"].default
     assert unit["RestartPreventExitStatus"] == ["2 3"]
+    assert unit["SyslogLevelPrefix"] == ["yes"] and unit["StandardError"] == ["journal"]
 
 
 def test_example_environment_file_names_real_settings() -> None:
