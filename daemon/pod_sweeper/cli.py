@@ -69,6 +69,16 @@ async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_explain(settings: Settings, args: argparse.Namespace) -> int:
+    from pod_sweeper import explain
+
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        story = await explain.gather(conn, args.target)
+    print(explain.render_json(story) if args.json else explain.render_text(story))
+    return EXIT_OK
+
+
 async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     settings.require_database_url()
     logger.info(
@@ -212,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("status", help="print the outbox state and lag")
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
     p.set_defaults(handler=cmd_status)
+
+    p = commands.add_parser("explain", help="the whole story of one pod: executions, outbox row, attempts, what next")
+    p.add_argument("target", metavar="POD|UID|SANDBOX_ID", help="a pod UID, NAMESPACE/NAME, a pod name or a sandbox id")
+    p.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    p.set_defaults(handler=cmd_explain)
 
     p = commands.add_parser("run", help="run the daemon until SIGTERM or SIGINT")
     p.set_defaults(handler=cmd_run)

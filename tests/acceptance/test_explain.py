@@ -1,0 +1,47 @@
+"""`pod-sweeper explain` as on-call runs it: the story of a deleted pod, a dead row, an active
+generation and an unknown name, in text and as JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+from test_cli import cli
+
+from helpers import DaemonThread, add_execution, daemon_settings, retire, wait_until
+
+pytestmark = pytest.mark.acceptance
+
+
+def test_explain_tells_each_pods_story(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    gone_uid = add_execution(execs, kube, "gone")
+    add_execution(execs, kube, "broken")
+    add_execution(execs, kube, "alive")
+    kube.inject("status", method="DELETE", code=500, path="pod-broken", times=None)
+    with DaemonThread(daemon_settings(db_url, kube, max_attempts=1)):
+        retire(execs, "gone")
+        retire(execs, "broken")
+        settled = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status IN ('done', 'dead')"
+        wait_until(lambda: execs.execute(settled).fetchone()["n"] == 2, timeout=20, what="both rows settled")
+
+    deleted = cli("explain", gone_uid, url=db_url)
+    assert deleted.returncode == 0, deleted.stderr
+    assert "public.executions: sandbox gone generation 1" in deleted.stdout and "retired" in deleted.stdout
+    assert "HTTP 200" in deleted.stdout and "-> deleted" in deleted.stdout
+    assert "done: deleted" in deleted.stdout
+
+    dead = cli("explain", "broken", "--json", url=db_url)
+    assert dead.returncode == 0, dead.stderr
+    story = json.loads(dead.stdout)
+    [row] = story["outbox"]
+    assert row["status"] == "dead" and [a["http_status"] for a in story["attempts"]] == [500]
+    assert story["next"] == [f"row {row['id']}: " + story["next"][0].split(": ", 1)[1]]
+    assert f"`pod-sweeper retry {row['id']}`" in story["next"][0]
+
+    active = cli("explain", "sandboxes/pod-alive-1", url=db_url)
+    assert "its generation is active: nothing happens until a writer retires it" in active.stdout
+
+    unknown = cli("explain", "no-such-thing", url=db_url)
+    assert unknown.returncode == 0 and "knows nothing of it" in unknown.stdout

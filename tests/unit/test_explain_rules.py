@@ -1,0 +1,92 @@
+"""`pod-sweeper explain`'s rules, without a database: what the operator named, and what happens next
+to a row in each state of the outbox's state machine."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from pod_sweeper.explain import Target, next_step, no_row_story
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+
+
+def row(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "id": 7,
+        "status": "pending",
+        "outcome": None,
+        "attempts": 0,
+        "claimed_by": None,
+        "claimed_at": None,
+        "next_attempt_at": NOW,
+        "lease_expires_at": None,
+        "last_error": None,
+        "confirm_after": None,
+        "confirmed_at": None,
+        "stuck_at": None,
+        "now": NOW,
+    }
+    return {**base, **overrides}
+
+
+def test_target_parsing() -> None:
+    uid = "5f0c2d0e-8a39-4bb5-9f3a-0c2b8a7d9e11"
+    assert Target.parse(uid) == Target(uid=uid)
+    assert Target.parse("sandboxes/pod-1") == Target(namespace="sandboxes", name="pod-1")
+    assert Target.parse("s-42") == Target(name="s-42", sandbox="s-42")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "tripped", "expected"),
+    [
+        ({}, False, "claimable now: the next claim takes it, attempt 1"),
+        ({}, True, "held back: the blast-radius breaker is tripped"),
+        ({"attempts": 2, "next_attempt_at": NOW + timedelta(seconds=30)}, False, "waits in backoff until"),
+        ({"attempts": 2, "next_attempt_at": NOW + timedelta(seconds=30)}, False, "(30 s from now), then attempt 3"),
+        (
+            {
+                "status": "claimed",
+                "claimed_by": "r1",
+                "claimed_at": NOW - timedelta(seconds=5),
+                "lease_expires_at": NOW + timedelta(seconds=55),
+            },
+            False,
+            "claimed by r1 5 s ago",
+        ),
+        ({"status": "dead", "attempts": 10, "last_error": "HTTP 403"}, False, "`pod-sweeper retry 7`"),
+        ({"status": "done", "outcome": "deleted"}, False, "done: deleted"),
+        (
+            {"status": "done", "outcome": "deleted", "confirm_after": NOW + timedelta(seconds=40)},
+            False,
+            "deleted and terminating: looked at again at",
+        ),
+        (
+            {"status": "done", "outcome": "deleted", "confirmed_at": NOW - timedelta(minutes=3)},
+            False,
+            "seen gone 3 min ago",
+        ),
+        ({"status": "done", "outcome": "deleted", "stuck_at": NOW}, False, "stuck terminating"),
+        ({"status": "done", "outcome": "absent"}, False, "already gone"),
+        ({"status": "done", "outcome": "replaced"}, False, "another pod (another UID), which was left alone"),
+        ({"status": "done", "outcome": "skipped_active"}, False, "active again when claimed"),
+        ({"status": "done", "outcome": "would_delete"}, False, "the next real run reopens it"),
+    ],
+)
+def test_what_happens_next_to_a_row(overrides: dict[str, Any], tripped: bool, expected: str) -> None:
+    assert expected in next_step(row(**overrides), breaker_tripped=tripped)
+
+
+def test_what_happens_to_a_pod_without_a_row() -> None:
+    active = {"active": True}
+    retired = {"active": False}
+    suspect = {"why": "retired", "first_seen_at": NOW}
+    assert "active: nothing happens until a writer retires it" in no_row_story([active, retired], [])
+    assert "active" in no_row_story([{"active": None}], [])  # NULL counts as active, as the re-check says
+    assert "reconciliation suspect (retired)" in no_row_story([retired], [suspect])
+    assert "`pod-sweeper backfill`" in no_row_story([retired], [])
+    assert "knows nothing of it" in no_row_story([], [])
