@@ -273,7 +273,7 @@ class Bench:
         self.backlog(url, n)
 
         async def run() -> float:
-            async with db.connection(self.settings(url)) as conn:
+            async with db.connection(self.settings(url), prepare=True) as conn:  # as the daemon's pool
                 attachments = await load_attachments(conn)
                 started = time.monotonic()
                 total = 0

@@ -5,9 +5,9 @@ A transaction pooler (PgBouncer in ``pool_mode = transaction``, RDS Proxy, pgcat
 sets a session setting (``SET``, ``set_config(..., false)``: it would stay on a server connection another
 client gets next) and never takes a session-level lock (it would stay held by a server connection no
 client owns), direct or not: that costs nothing measurable. Server-side prepared statements do cost
-something to give up (the claim and the finalize planned on every run), so psycopg prepares them as
-usual on a direct connection and not at all with ``transaction_pooler`` set (another client could run
-ours, or we theirs, under the same ``_pg3_N`` name).
+something to give up (the claim and the finalize planned on every run), so the daemon's pool prepares
+them as usual on a direct connection and not at all with ``transaction_pooler`` set (another client
+could run ours, or we theirs, under the same ``_pg3_N`` name); one-shot commands never prepare.
 
 The one setting every transaction carries, ``idle_in_transaction_session_timeout`` (a frozen replica
 cannot hold row locks for long), is therefore set with ``set_config(..., true)`` as the first statement
@@ -54,8 +54,11 @@ class Connection(AsyncConnection[DictRow]):
             yield tx
 
 
-def connect_kwargs(settings: Settings, application_name: str = "pod-sweeper") -> dict[str, Any]:
-    """libpq and psycopg parameters added to the configured URL."""
+def connect_kwargs(
+    settings: Settings, application_name: str = "pod-sweeper", *, prepare: bool = False
+) -> dict[str, Any]:
+    """libpq and psycopg parameters added to the configured URL. ``prepare``: let psycopg prepare
+    statements it runs often (the daemon's pool, when no transaction pooler is in the way)."""
     return {
         "connect_timeout": settings.connect_timeout,
         "application_name": application_name,
@@ -64,10 +67,11 @@ def connect_kwargs(settings: Settings, application_name: str = "pod-sweeper") ->
         "keepalives_interval": 5,
         "keepalives_count": 3,
         "tcp_user_timeout": 20_000,
-        # Server-side prepared statements only when no transaction pooler can share or drop them
-        # (psycopg's default threshold otherwise: re-planning the claim and the finalize each time cost
-        # a quarter of the SQL path's throughput, bench/README.md).
-        "prepare_threshold": None if settings.transaction_pooler else 5,
+        # Server-side prepared statements only where they pay and no transaction pooler can share or
+        # drop them: the daemon's claim and finalize (planning them each time cost a quarter of the SQL
+        # path's throughput, bench/README.md). A one-shot command gains nothing from them, so it never
+        # prepares, and `migrate` through a pooler is safe even without the setting.
+        "prepare_threshold": 5 if prepare and not settings.transaction_pooler else None,
     }
 
 
@@ -77,23 +81,33 @@ def describe_connect_error(conninfo: str, exc: BaseException) -> str:
 
 
 async def connect(
-    settings: Settings, *, autocommit: bool = True, application_name: str = "pod-sweeper", conninfo: str | None = None
+    settings: Settings,
+    *,
+    autocommit: bool = True,
+    application_name: str = "pod-sweeper",
+    conninfo: str | None = None,
+    prepare: bool = False,
 ) -> Connection:
     """A connection to ``conninfo`` (default: the database URL); raises DatabaseUnavailable with one
     line when it cannot be had."""
     conninfo = conninfo or settings.require_database_url()
     try:
         return await Connection.connect(
-            conninfo, autocommit=autocommit, row_factory=dict_row, **connect_kwargs(settings, application_name)
+            conninfo,
+            autocommit=autocommit,
+            row_factory=dict_row,
+            **connect_kwargs(settings, application_name, prepare=prepare),
         )
     except psycopg.Error as exc:
         raise DatabaseUnavailable(describe_connect_error(conninfo, exc)) from exc
 
 
 @asynccontextmanager
-async def connection(settings: Settings, *, autocommit: bool = True) -> AsyncIterator[Connection]:
+async def connection(
+    settings: Settings, *, autocommit: bool = True, prepare: bool = False
+) -> AsyncIterator[Connection]:
     """``connect`` as an async context manager that always closes."""
-    conn = await connect(settings, autocommit=autocommit)
+    conn = await connect(settings, autocommit=autocommit, prepare=prepare)
     try:
         yield conn
     finally:
@@ -107,7 +121,7 @@ def make_pool(settings: Settings, *, max_size: int, name: str = "pod-sweeper") -
         conninfo,
         min_size=1,
         max_size=max_size,
-        kwargs={"autocommit": True, "row_factory": dict_row, **connect_kwargs(settings, name)},
+        kwargs={"autocommit": True, "row_factory": dict_row, **connect_kwargs(settings, name, prepare=True)},
         connection_class=Connection,
         open=False,
         name=name,

@@ -168,11 +168,13 @@ def test_claim_query_uses_the_partial_index_at_100k_done_rows(pg: psycopg.Connec
 
 def test_settings_are_scoped_to_each_transaction_and_nothing_is_prepared_behind_a_pooler(db_url: str) -> None:
     """Nothing of ours outlives a transaction, so a transaction pooler's next client sees none of it;
-    server-side prepared statements are made on a direct connection only."""
+    the daemon's pool prepares statements on a direct connection only, a one-shot command never."""
     show = "SHOW idle_in_transaction_session_timeout"
 
     async def read(pooler: bool) -> dict[str, Any]:
-        async with db.connection(settings_for(db_url, transaction_pooler=pooler)) as conn:
+        pool = db.make_pool(settings_for(db_url, transaction_pooler=pooler), max_size=1)  # the daemon's
+        await pool.open(wait=True, timeout=10)
+        async with pool, pool.connection() as conn:
             seen: dict[str, Any] = {"before": (await (await conn.execute(show)).fetchone())}
             async with conn.transaction():
                 seen["in_transaction"] = await (await conn.execute(show)).fetchone()
@@ -191,3 +193,11 @@ def test_settings_are_scoped_to_each_transaction_and_nothing_is_prepared_behind_
         assert seen["before"] == default and seen["after"] == default
         assert seen["in_transaction"] == scoped and seen["in_savepoint"] == scoped
         assert (seen["prepared"]["n"] == 0) is pooler
+
+    async def one_shot() -> Any:
+        async with db.connection(settings_for(db_url)) as conn:
+            for _ in range(10):
+                await conn.execute(queries.load("status_summary"))
+            return await (await conn.execute("SELECT count(*) AS n FROM pg_prepared_statements")).fetchone()
+
+    assert run(one_shot()) == {"n": 0}
