@@ -1,5 +1,5 @@
 """The ``pod-sweeper`` command line: parses flags, reads settings, runs one command, and turns every
-failure into one line on stderr and the exit code DESIGN.md fixes (0 ok, 1 failure, 2 bad
+failure into one line on stderr and the exit code docs/design.md fixes (0 ok, 1 failure, 2 bad
 configuration or usage, 3 schema missing or of another version)."""
 
 from __future__ import annotations

@@ -204,7 +204,7 @@ async def next_due(conn: Connection) -> float | None:
     return None if row is None or row["seconds"] is None else float(row["seconds"])
 
 
-# DESIGN.md's channel: the enqueue NOTIFYs it, the listener LISTENs on it.
+# docs/design.md's channel: the enqueue NOTIFYs it, the listener LISTENs on it.
 CHANNEL = "pod_sweeper"
 
 # The enqueue holds this advisory lock shared from reading the wakeup flag to its commit; arming takes

@@ -1,6 +1,6 @@
 """The re-check: at claim time, is the execution row behind an outbox row still retired?
 
-DESIGN.md's rule: delete only if the row for (sandbox_id, generation) is inactive or gone; an active
+docs/design.md's rule: delete only if the row for (sandbox_id, generation) is inactive or gone; an active
 row means a newer activation owns the pod, and the outbox row ends ``skipped_active``. The lookup goes
 through each attachment's column mapping, one query per attachment per claim batch, with the keys
 cast to the host columns' own types so that the host's primary key index serves it.

@@ -346,7 +346,7 @@ class Sweeper:
         return out
 
     def _settle(self, claim: Claim, request: _Request | None) -> None:
-        """Record how one row's request ended (see the outcome table in DESIGN.md)."""
+        """Record how one row's request ended (see the outcome table in docs/design.md)."""
         if request is None:
             self._record(Final.hand_back(claim, error=self.auth_error or self.breaker_reason))
             return

@@ -1,5 +1,5 @@
 """The chaos harness: a workload of executions with pods, replicas run as real processes, and one
-check of every invariant of DESIGN.md at the end of a scenario, with the counts it printed.
+check of every invariant of docs/design.md at the end of a scenario, with the counts it printed.
 
 Invariants checked by ``Workload.verify``:
 - every retired pod was deleted under its UID, or recorded absent or replaced;

@@ -1,4 +1,4 @@
-"""The enqueue rule of DESIGN.md, case by case, on the reference table in a real PostgreSQL."""
+"""The enqueue rule of docs/design.md, case by case, on the reference table in a real PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The README's settings table is the one the settings themselves describe."""
+"""The settings table in docs/operations.md is the one the settings themselves describe."""
 
 from __future__ import annotations
 
@@ -12,5 +12,5 @@ pytestmark = pytest.mark.unit
 
 
 def test_readme_settings_table_is_current() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert settings_markdown() in readme, "regenerate the README's table with `pod-sweeper settings`"
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    assert settings_markdown() in readme, "regenerate the table in docs/operations.md with `pod-sweeper settings`"

@@ -1,4 +1,4 @@
-"""The reference executions table of DESIGN.md, for the demo, the tests and the benchmarks."""
+"""The reference executions table of docs/design.md, for the demo, the tests and the benchmarks."""
 
 from __future__ import annotations
 
