@@ -93,7 +93,7 @@ def test_metrics_move_as_rows_are_processed(execs: psycopg.Connection[Any], db_u
         )
         text = get(port, "/metrics")[1]
         assert (sample(text, 'pod_sweeper_kube_responses_total{code="503"}') or 0) >= 1
-        assert sample(text, "pod_sweeper_outcomes_total") is None  # nothing finished yet
+        assert sample(text, 'pod_sweeper_outcomes_total{outcome="deleted"}') == 0  # nothing finished yet, and it says 0
         kube.clear_faults()
         wait_until(
             lambda: sample(get(port, "/metrics")[1], 'pod_sweeper_outcomes_total{outcome="deleted"}') == 20,
