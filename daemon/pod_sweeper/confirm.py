@@ -16,7 +16,7 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper import queries
+from pod_sweeper import periodic, queries
 from pod_sweeper.db import Connection
 from pod_sweeper.errors import KubeError
 from pod_sweeper.kube import PodDeleter
@@ -35,13 +35,11 @@ class Confirmer:
         self.interval = min(settings.poll_interval, 5.0)
 
     async def run(self) -> None:
-        while True:
-            try:
-                while await self.pass_once() == BATCH:
-                    pass
-            except psycopg.Error as exc:
-                logger.warning("confirmation pass failed: {error}", error=str(exc).strip().splitlines()[0])
-            await asyncio.sleep(self.interval)
+        await periodic.every(lambda: self.interval, "confirmation pass", self._passes, expected=(psycopg.Error,))
+
+    async def _passes(self) -> None:
+        while await self.pass_once() == BATCH:  # a full batch: more may be due
+            pass
 
     async def pass_once(self) -> int:
         async with self.pool.connection() as conn:

@@ -248,10 +248,6 @@ class PodDeleter:
     def close(self) -> None:
         self._api_client.close()
 
-    def delete(self, namespace: str, name: str, uid: str, *, timeout: float) -> int:
-        """DELETE the pod if it still has ``uid``; returns the HTTP status, raises a KubeError."""
-        return self._delete_with_grace(namespace, name, uid, timeout=timeout)[0]
-
     def _call(self, method: Any, *args: Any, timeout: float, **kwargs: Any) -> Any:
         """Run one client call and return its raw response (no model deserialization); every
         failure comes out as one of our KubeError types, with the cause chained."""

@@ -23,7 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 from pod_sweeper import db, failpoints
 from pod_sweeper.backoff import Backoff
 from pod_sweeper.db import Connection
-from pod_sweeper.errors import DatabaseUnavailable
+from pod_sweeper.errors import DatabaseUnavailable, first_line
 from pod_sweeper.metrics import Metrics
 from pod_sweeper.outbox import CHANNEL
 from pod_sweeper.settings import Settings
@@ -75,7 +75,7 @@ class Listener:
                 delay = self._backoff.delay(failures)
                 logger.warning(
                     "listener lost ({error}); reconnecting in {delay:.1f} s, polling meanwhile",
-                    error=str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                    error=first_line(exc),
                     delay=delay,
                 )
                 await asyncio.sleep(delay)

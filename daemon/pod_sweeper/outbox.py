@@ -7,6 +7,7 @@ finalize is fenced on (id, claim_epoch), so a replica that lost its lease change
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -241,8 +242,9 @@ async def prune_batch(conn: Connection, *, retention_seconds: float, batch: int)
         return cur.rowcount
 
 
-async def prune(conn: Connection, *, retention_seconds: float, batch: int = 1000) -> int | None:
-    """Batches until no expired done row is left; the number deleted, None if another replica prunes."""
+async def prune(conn: Connection, *, retention_seconds: float, batch: int = 1000, pause: float = 0.0) -> int | None:
+    """Batches until no expired done row is left; the number deleted, None if another replica prunes.
+    ``pause`` seconds between batches let other transactions through (the daemon's pass)."""
     total = 0
     while True:
         deleted = await prune_batch(conn, retention_seconds=retention_seconds, batch=batch)
@@ -251,6 +253,8 @@ async def prune(conn: Connection, *, retention_seconds: float, batch: int = 1000
         total += deleted
         if deleted < batch:
             return total
+        if pause:
+            await asyncio.sleep(pause)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from psycopg import sql
 
 from pod_sweeper import queries
 from pod_sweeper.db import Connection
+from pod_sweeper.errors import first_line
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ async def recheck(conn: Connection, rows: list[Any], attachments: dict[int, Atta
             # A key that no longer casts to the host's type, a dropped table or column: uncertain, so
             # those rows wait for a retry (and an operator) rather than being deleted or dropped.
             for row in group:
-                verdict.unknown[row.id] = f"re-check failed: {str(exc).strip().splitlines()[0]}"
+                verdict.unknown[row.id] = f"re-check failed: {first_line(exc)}"
     return verdict
 
 

@@ -29,9 +29,9 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper import queries
+from pod_sweeper import periodic, queries
 from pod_sweeper.db import Connection
-from pod_sweeper.errors import KubeError, first_line
+from pod_sweeper.errors import KubeError
 from pod_sweeper.kube import PodDeleter, PodState
 from pod_sweeper.metrics import Metrics
 from pod_sweeper.recheck import Attachment, Generation, generations, load_attachments
@@ -75,13 +75,13 @@ class Reconciler:
 
     async def run(self) -> None:
         """Pass after pass; a failed pass (database or API) is logged and the next one tries again."""
-        while True:
-            try:
-                await self.pass_once()
-            except psycopg.Error as exc:
-                logger.warning("reconciliation pass failed: {error}", error=first_line(exc))
-            # Jitter so that replicas started together do not contend for the lease on every tick.
-            await asyncio.sleep(self.settings.reconcile_interval * random.uniform(0.9, 1.1))
+        # Jitter so that replicas started together do not contend for the lease on every tick.
+        await periodic.every(
+            lambda: self.settings.reconcile_interval * random.uniform(0.9, 1.1),
+            "reconciliation pass",
+            self.pass_once,
+            expected=(psycopg.Error,),
+        )
 
     async def pass_once(self) -> PassResult | None:
         """One pass, or None when another replica holds the lease or ran one less than half an

@@ -28,10 +28,10 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pod_sweeper import db, migrations, outbox, queries
+from pod_sweeper import db, migrations, outbox, periodic, queries
 from pod_sweeper.backoff import Backoff
 from pod_sweeper.confirm import Confirmer
-from pod_sweeper.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable, first_line
+from pod_sweeper.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable
 from pod_sweeper.health import Health, HealthServer, refresh_gauges
 from pod_sweeper.kube import PodDeleter, load_configuration
 from pod_sweeper.listener import Listener
@@ -216,19 +216,14 @@ class Daemon:
     async def _retention(self, pool: AsyncConnectionPool[db.Connection]) -> None:
         """Delete done rows older than POD_SWEEPER_RETENTION, a batch at a time, one replica at a time."""
         retention = self.settings.retention.total_seconds()
-        while True:
-            try:
-                async with pool.connection() as conn:
-                    while (
-                        deleted := await outbox.prune_batch(conn, retention_seconds=retention, batch=RETENTION_BATCH)
-                    ) is not None:
-                        self.metrics.pruned.inc(deleted)
-                        if deleted < RETENTION_BATCH:
-                            break
-                        await asyncio.sleep(0.1)  # let the claim and the finalize through between batches
-            except psycopg.Error as exc:
-                logger.warning("retention pass failed: {error}", error=first_line(exc))
-            await asyncio.sleep(RETENTION_INTERVAL_SECONDS)
+
+        async def prune() -> None:
+            async with pool.connection() as conn:
+                # A pause between batches lets the claim and the finalize through.
+                deleted = await outbox.prune(conn, retention_seconds=retention, batch=RETENTION_BATCH, pause=0.1)
+            self.metrics.pruned.inc(deleted or 0)
+
+        await periodic.every(lambda: RETENTION_INTERVAL_SECONDS, "retention pass", prune, expected=(psycopg.Error,))
 
     def _status_line(self) -> str:
         m = self.metrics

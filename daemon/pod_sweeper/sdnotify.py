@@ -19,10 +19,6 @@ class Notifier:
         self.watchdog_interval: float | None = int(usec) / 2e6 if watchdog_for_us and usec else None
         self._sock: socket.socket | None = None
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self.address)
-
     def send(self, *fields: str) -> None:
         """Send ``KEY=value`` lines in one datagram; errors are ignored (systemd may be gone)."""
         if not self.address:

@@ -37,7 +37,7 @@ from psycopg_pool import AsyncConnectionPool
 from pod_sweeper import failpoints, outbox
 from pod_sweeper.backoff import Backoff, TokenBucket
 from pod_sweeper.db import Connection
-from pod_sweeper.errors import KubeRejected, KubeRetryable, KubeUnauthorized
+from pod_sweeper.errors import KubeRejected, KubeRetryable, KubeUnauthorized, first_line
 from pod_sweeper.kube import Answer, PodDeleter, invalid_name
 from pod_sweeper.metrics import Metrics
 from pod_sweeper.outbox import Attempt, Claim, Final
@@ -181,7 +181,7 @@ class Sweeper:
                 db_failures += 1
                 self.metrics.db_errors.inc()
                 delay = self.backoff.delay(db_failures)
-                logger.warning("claim failed, retrying in {delay:.1f} s: {error}", delay=delay, error=_first(exc))
+                logger.warning("claim failed, retrying in {delay:.1f} s: {error}", delay=delay, error=first_line(exc))
                 await self._sleep_until_stop(delay)
                 continue
             db_failures = 0
@@ -451,7 +451,7 @@ class Sweeper:
                     "recording {n} result(s) failed, retrying in {delay:.1f} s: {error}",
                     n=len(self._results),
                     delay=delay,
-                    error=_first(exc),
+                    error=first_line(exc),
                 )
                 await asyncio.sleep(delay)
 
@@ -528,7 +528,7 @@ class Sweeper:
             logger.error(
                 "could not record {n} result(s) at shutdown; their leases will expire: {error}",
                 n=len(self._results),
-                error=_first(exc),
+                error=first_line(exc),
             )
         await self._wake_the_others()
         for task in getattr(self, "_tasks", []):
@@ -542,9 +542,4 @@ class Sweeper:
             async with asyncio.timeout(2), self.pool.connection() as conn:
                 await conn.execute("SELECT pg_notify(%s, '')", (outbox.CHANNEL,))
         except (psycopg.Error, TimeoutError) as exc:
-            logger.warning("could not wake the other replicas on the way out: {error}", error=_first(exc))
-
-
-def _first(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+            logger.warning("could not wake the other replicas on the way out: {error}", error=first_line(exc))

@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -609,13 +609,6 @@ def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
         do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
 
     return Handler
-
-
-@contextlib.contextmanager
-def running(tmp_dir: Path, **kwargs: Any) -> Iterator[tuple[FakeKube, Path]]:
-    """A started server and the kubeconfig that points at it."""
-    with FakeKube(**kwargs) as kube:
-        yield kube, kube.write_kubeconfig(tmp_dir / "kubeconfig")
 
 
 def serve(argv: list[str] | None = None) -> None:

@@ -1,0 +1,33 @@
+"""One shape for the daemon's background loops: do a step, log a failure in one line, wait, again.
+
+The retention pass, the confirmation pass, the reconciliation pass and the gauges all run this way; a
+step that fails with an expected error (the database went away) is logged and tried again at the next
+tick, anything else ends the task (and with it the process, see ``runner``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import NoReturn
+
+from loguru import logger
+
+from pod_sweeper.errors import first_line
+
+
+async def every(
+    interval: Callable[[], float],
+    what: str,
+    step: Callable[[], Awaitable[object]],
+    *,
+    expected: tuple[type[BaseException], ...],
+) -> NoReturn:
+    """Run ``step`` now and then every ``interval()`` seconds (a callable, for jitter), for ever.
+    An ``expected`` failure is logged as '``what`` failed: <first line>' and the loop goes on."""
+    while True:
+        try:
+            await step()
+        except expected as exc:
+            logger.warning("{what} failed: {error}", what=what, error=first_line(exc))
+        await asyncio.sleep(interval())
