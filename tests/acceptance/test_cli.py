@@ -17,8 +17,6 @@ from conftest import with_dbname
 from helpers import create_executions, outbox
 from pod_sweeper.migrations import shipped
 
-pytestmark = pytest.mark.acceptance
-
 
 def cli(*args: str, url: str | None = None, timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.slow, pytest.mark.versions]
+pytestmark = [pytest.mark.slow, pytest.mark.versions]
 
 
 def demo(*args: str) -> subprocess.Popen[str]:

@@ -7,12 +7,9 @@ import json
 from typing import Any
 
 import psycopg
-import pytest
-from test_cli import cli
 
+from acceptance.test_cli import cli
 from helpers import DaemonThread, add_execution, daemon_settings, retire, wait_until
-
-pytestmark = pytest.mark.acceptance
 
 
 def test_explain_tells_each_pods_story(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:

@@ -23,7 +23,7 @@ from helpers import daemon_env, wait_until
 from pod_sweeper import db, migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 def spawn(url: str, kubeconfig: Path, port: int, **env: str) -> subprocess.Popen[str]:

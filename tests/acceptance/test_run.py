@@ -16,8 +16,6 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from helpers import daemon_env, seed_executions, wait_until
 
-pytestmark = pytest.mark.acceptance
-
 
 def spawn(url: str, kubeconfig: Path, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(

@@ -10,13 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from conftest import with_dbname
 from pod_sweeper.testing.postgres import free_port
-
-pytestmark = pytest.mark.acceptance
 
 DB_PASSWORD = "db-s3cret-pw"
 TOKEN = "bearer-s3cret-token"

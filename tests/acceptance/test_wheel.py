@@ -14,7 +14,7 @@ import pytest
 
 from pod_sweeper.migrations import shipped
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -11,7 +12,14 @@ from chaos.harness import Workload
 from conftest import run
 from helpers import attach_table, create_executions
 
-pytestmark = pytest.mark.chaos
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here carries the ``chaos`` marker (a conftest's own ``pytestmark`` marks nothing)."""
+    for item in items:
+        if HERE in Path(item.path).parents:
+            item.add_marker(pytest.mark.chaos)
 
 
 @pytest.fixture

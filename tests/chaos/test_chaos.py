@@ -13,7 +13,7 @@ import pytest
 from chaos.harness import NAMESPACE, Workload, alive, spawn_replica, stop_replica
 from helpers import wait_until
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("point", ["after_claim", "after_answer", "during_finalize", "listener"])

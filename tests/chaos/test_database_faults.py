@@ -17,7 +17,7 @@ from helpers import DaemonThread, attach_table, create_executions, seed_executio
 from pod_sweeper import db, migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 ROWS = 400
 

@@ -13,8 +13,6 @@ from kubernetes.client.exceptions import ApiException
 
 from conformance.apiserver import ApiServer, api_server, manifest
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[ApiServer]:

@@ -15,8 +15,6 @@ import pytest
 from conformance.apiserver import ApiServer, api_server
 from helpers import DaemonThread, daemon_settings, retire, wait_until
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[ApiServer]:

@@ -18,7 +18,7 @@ from pod_sweeper import attach, db, recheck
 from pod_sweeper.errors import AttachError
 from pod_sweeper.settings import Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.versions]
+pytestmark = pytest.mark.versions
 
 UID = uuid.UUID("33333333-3333-4333-8333-333333333333")
 

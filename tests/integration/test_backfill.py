@@ -11,7 +11,7 @@ from conftest import run, settings_for
 from helpers import DaemonThread, add_execution, attach_table, create_executions, outbox, wait_until
 from pod_sweeper import backfill, db
 
-pytestmark = [pytest.mark.integration, pytest.mark.versions]
+pytestmark = pytest.mark.versions
 
 
 async def _backfill(url: str, **kwargs: Any) -> list[backfill.BackfillResult]:

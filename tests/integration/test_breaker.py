@@ -6,13 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-import pytest
 
 from conftest import run, settings_for
 from helpers import DaemonThread, seed_executions, wait_until
 from pod_sweeper import db, outbox, status
-
-pytestmark = pytest.mark.integration
 
 LIMIT = 30
 

@@ -6,13 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-import pytest
 
 from conftest import run, settings_for
 from helpers import DaemonThread, row_for, wait_until
 from pod_sweeper import db, status
-
-pytestmark = pytest.mark.integration
 
 
 def add_scheduled(conn: psycopg.Connection[Any], kube: Any, sid: str, node: str, grace: int = 1) -> str:

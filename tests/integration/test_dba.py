@@ -17,7 +17,7 @@ from pod_sweeper import outbox as transitions
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.integration, pytest.mark.versions]
+pytestmark = pytest.mark.versions
 
 
 def add_rows(conn: psycopg.Connection[Any], n: int, **columns: Any) -> None:

@@ -6,14 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-import pytest
 
 from conftest import run, settings_for
 from helpers import DaemonThread, add_execution, outbox, wait_until
 from pod_sweeper import db
 from pod_sweeper import outbox as transitions
-
-pytestmark = pytest.mark.integration
 
 
 def test_dry_run_deletes_nothing_and_a_real_run_finishes(

@@ -11,7 +11,7 @@ import pytest
 
 from helpers import outbox, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.versions]
+pytestmark = pytest.mark.versions
 
 UID1 = uuid.UUID("11111111-1111-4111-8111-111111111111")
 UID2 = uuid.UUID("22222222-2222-4222-8222-222222222222")

@@ -14,8 +14,6 @@ from kubernetes.client.exceptions import ApiException
 
 from pod_sweeper.testing.fakekube import selector_matches
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def core(kube: Any) -> client.CoreV1Api:

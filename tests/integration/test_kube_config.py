@@ -15,8 +15,6 @@ import pytest
 from pod_sweeper.errors import ConfigError
 from pod_sweeper.kube import PodDeleter, ThrottledRefresh, load_configuration
 
-pytestmark = pytest.mark.integration
-
 
 def test_explicit_kubeconfig_talks_to_the_server(kube: Any) -> None:
     configuration = load_configuration(kube.kubeconfig, None, pool_size=7)

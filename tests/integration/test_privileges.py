@@ -17,7 +17,7 @@ from conftest import run, settings_for
 from helpers import DaemonThread, add_execution, attach_table, create_executions, outbox, wait_until
 from pod_sweeper import db, migrations, roles
 
-pytestmark = [pytest.mark.integration, pytest.mark.versions]
+pytestmark = pytest.mark.versions
 
 
 def as_role(url: str, role: str, password: str = "pw") -> str:

@@ -20,7 +20,7 @@ from pod_sweeper.metrics import Metrics
 from pod_sweeper.reconcile import Reconciler
 from pod_sweeper.settings import Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.versions]
+pytestmark = pytest.mark.versions
 
 NS = "sandboxes"
 SANDBOX, GENERATION = "example.com/sandbox", "example.com/generation"

@@ -14,8 +14,6 @@ import pytest
 from pod_sweeper.testing import postgres
 from pod_sweeper.testing.postgres import PostgresNotFound, ThrowawayCluster
 
-pytestmark = pytest.mark.integration
-
 
 def _clean_env(**extra: str) -> dict[str, str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}

@@ -15,7 +15,7 @@ from pod_sweeper import db, outbox
 from pod_sweeper.outbox import Final
 from pod_sweeper.recheck import load_attachments
 
-pytestmark = [pytest.mark.integration, pytest.mark.versions]
+pytestmark = pytest.mark.versions
 
 
 def finished(conn: psycopg.Connection[Any], sid: str) -> dict[str, Any] | None:

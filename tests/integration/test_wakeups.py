@@ -18,7 +18,7 @@ from helpers import DaemonThread, add_execution, daemon_settings, retire, row_fo
 from pod_sweeper import db, outbox
 from pod_sweeper.recheck import load_attachments
 
-pytestmark = [pytest.mark.integration, pytest.mark.versions]
+pytestmark = pytest.mark.versions
 
 
 def armed(conn: psycopg.Connection[Any]) -> bool:

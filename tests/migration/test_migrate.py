@@ -15,8 +15,6 @@ from conftest import run, settings_for
 from pod_sweeper import db, migrations, queries
 from pod_sweeper.errors import MigrationError, SchemaError
 
-pytestmark = pytest.mark.migration
-
 REFERENCE = Path(__file__).with_name("reference_schema.txt")
 
 # A normalized description of every object in our schema, stable across PostgreSQL versions and

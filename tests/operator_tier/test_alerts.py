@@ -10,14 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 import yaml  # type: ignore[import-untyped]
 
 from helpers import DaemonThread, daemon_settings, scrape, wait_until
 from operator_tier.tools import TARGET_LABELS, require
 from pod_sweeper.testing.postgres import free_port
-
-pytestmark = pytest.mark.acceptance
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).with_name("alerts.test.yaml")

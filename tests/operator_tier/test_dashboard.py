@@ -10,15 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from helpers import DaemonThread, daemon_settings, seed_executions, wait_until
 from operator_tier.prometheus import Prometheus
 from operator_tier.tools import require
 from pod_sweeper.metrics import Metrics
 from pod_sweeper.testing.postgres import free_port
-
-pytestmark = pytest.mark.acceptance
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
 # What Grafana substitutes before it sends a query; the sweep below is scraped every second.

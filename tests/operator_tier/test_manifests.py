@@ -7,12 +7,9 @@ import subprocess
 from pathlib import Path
 
 import kubernetes_validate  # type: ignore[import-untyped]
-import pytest
 import yaml  # type: ignore[import-untyped]
 
 from operator_tier.tools import require
-
-pytestmark = pytest.mark.acceptance
 
 ROOT = Path(__file__).resolve().parents[2]
 CUSTOM = {"PodMonitor", "PrometheusRule"}  # prometheus-operator's CRDs: no schema in kubernetes-validate

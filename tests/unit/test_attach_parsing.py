@@ -9,8 +9,6 @@ from hypothesis import strategies as st
 from pod_sweeper.attach import ROLES, Target, parse_mapping, parse_table
 from pod_sweeper.errors import ConfigError
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("text", "expected"),

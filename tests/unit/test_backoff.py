@@ -6,11 +6,7 @@ import asyncio
 import random
 import time
 
-import pytest
-
 from pod_sweeper.backoff import Backoff, TokenBucket
-
-pytestmark = pytest.mark.unit
 
 
 def test_ceiling_doubles_up_to_the_cap() -> None:

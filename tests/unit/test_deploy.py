@@ -7,13 +7,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml  # type: ignore[import-untyped]
 
 from pod_sweeper.metrics import Metrics
 from pod_sweeper.settings import Settings
-
-pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,6 @@ import pytest
 
 from pod_sweeper.errors import connection_failure, first_line
 
-pytestmark = pytest.mark.unit
-
 
 def test_first_line_of_an_empty_message_is_the_type() -> None:
     assert first_line(ValueError("")) == "ValueError"

@@ -10,8 +10,6 @@ import pytest
 
 from pod_sweeper.explain import Target, next_step, no_row_story
 
-pytestmark = pytest.mark.unit
-
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
 
 

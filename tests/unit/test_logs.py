@@ -14,8 +14,6 @@ from loguru import logger
 
 from pod_sweeper.logs import setup_logging
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def stream() -> io.StringIO:

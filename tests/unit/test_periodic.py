@@ -11,8 +11,6 @@ import pytest
 from pod_sweeper import periodic
 from pod_sweeper.logs import setup_logging
 
-pytestmark = pytest.mark.unit
-
 
 def test_expected_failures_are_logged_in_one_line_and_the_loop_goes_on() -> None:
     out = io.StringIO()

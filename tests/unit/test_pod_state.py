@@ -8,8 +8,6 @@ import pytest
 
 from pod_sweeper.kube import PodState
 
-pytestmark = pytest.mark.unit
-
 
 def test_a_whole_pod() -> None:
     pod = PodState.from_json(

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from pod_sweeper.cli import settings_markdown
-
-pytestmark = pytest.mark.unit
 
 
 def test_readme_settings_table_is_current() -> None:

@@ -12,8 +12,6 @@ from hypothesis import strategies as st
 from pod_sweeper.errors import ConfigError
 from pod_sweeper.settings import CONFIG_FILE_ENV, Settings, load_settings, redact_conninfo, unknown_environment
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
