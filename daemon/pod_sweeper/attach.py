@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
+from pod_sweeper import queries
 from pod_sweeper.db import Connection
 from pod_sweeper.errors import AttachError, ConfigError
 
@@ -138,7 +139,7 @@ def _trigger_names() -> dict[str, sql.Identifier]:
 async def attach(conn: Connection, target: Target, mapping: dict[str, str]) -> int:
     """Install (or replace) the trigger on ``target``; returns the attachment id."""
     async with conn.transaction():
-        await conn.execute("SELECT set_config('lock_timeout', %s, true)", (LOCK_TIMEOUT,))
+        await conn.execute(queries.load("lock_timeout"), {"timeout": LOCK_TIMEOUT})
         types = await _column_types(conn, target)
         check_fit(target, mapping, types)
         row = await (
@@ -206,7 +207,7 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str]) -> i
 async def detach(conn: Connection, target: Target) -> bool:
     """Remove the trigger; False when the table was not attached. Outbox rows stay as they are."""
     async with conn.transaction():
-        await conn.execute("SELECT set_config('lock_timeout', %s, true)", (LOCK_TIMEOUT,))
+        await conn.execute(queries.load("lock_timeout"), {"timeout": LOCK_TIMEOUT})
         row = await (
             await conn.execute(
                 "UPDATE pod_sweeper.attachments SET detached_at = now()"
@@ -217,7 +218,7 @@ async def detach(conn: Connection, target: Target) -> bool:
         if row is None:
             return False
         exists = await (
-            await conn.execute("SELECT to_regclass(%s) IS NOT NULL AS present", (target.identifier().as_string(conn),))
+            await conn.execute(queries.load("relation_exists"), {"name": target.identifier().as_string(conn)})
         ).fetchone()
         if exists and exists["present"]:
             for trigger in _trigger_names().values():

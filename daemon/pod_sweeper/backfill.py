@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from psycopg import sql
 from psycopg.rows import tuple_row
 
+from pod_sweeper import queries
 from pod_sweeper.db import Connection
 from pod_sweeper.recheck import Attachment, load_attachments
 
@@ -81,6 +82,6 @@ async def backfill(conn: Connection, *, batch: int = 1000, dry_run: bool = False
                 inserted = await conn.execute(_INSERT, (attachment.id, *map(list, columns)))
                 result.enqueued += inserted.rowcount
             if result.enqueued:
-                await conn.execute("SELECT pg_notify('pod_sweeper', '')")
+                await conn.execute(queries.load("notify"), queries.notify_params())
         results.append(result)
     return results

@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from psycopg import sql
-
-from pod_sweeper import db, migrations, outbox
+from pod_sweeper import db, migrations, queries
 from pod_sweeper.errors import PodSweeperError
 from pod_sweeper.kube import PodDeleter, load_configuration
 from pod_sweeper.settings import Settings
@@ -29,7 +27,7 @@ class Check:
 
 async def _namespaces(settings: Settings) -> list[str]:
     async with db.connection(settings) as conn:
-        cur = await conn.execute("SELECT DISTINCT pod_namespace FROM pod_sweeper.outbox ORDER BY 1 LIMIT 50")
+        cur = await conn.execute(queries.load("check_namespaces"))
         return [r["pod_namespace"] for r in await cur.fetchall()]
 
 
@@ -40,7 +38,7 @@ async def _listen_route(settings: Settings) -> Check:
     except PodSweeperError as exc:
         return Check(False, "listen database", str(exc))
     try:
-        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(outbox.CHANNEL)))
+        await conn.execute(queries.listen())
     finally:
         await conn.close()
     return Check(True, "listen database", "connected, LISTEN works")

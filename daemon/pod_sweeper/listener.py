@@ -20,12 +20,11 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper import db, failpoints
+from pod_sweeper import db, failpoints, queries
 from pod_sweeper.backoff import Backoff
 from pod_sweeper.db import Connection
 from pod_sweeper.errors import DatabaseUnavailable, first_line
 from pod_sweeper.metrics import Metrics
-from pod_sweeper.outbox import CHANNEL
 from pod_sweeper.settings import Settings
 
 
@@ -59,7 +58,7 @@ class Listener:
                 conn = await db.connect(
                     self.settings, application_name="pod-sweeper-listener", conninfo=self.settings.listen_conninfo()
                 )
-                await conn.execute("LISTEN pod_sweeper")  # CHANNEL
+                await conn.execute(queries.listen())
                 self.healthy = True
                 self.listening.set()
                 failures = 0
@@ -106,4 +105,4 @@ class Listener:
                 expected_by = now + interval
                 next_ping = now + interval
                 async with self.pool.connection() as other:
-                    await other.execute("SELECT pg_notify(%s, %s)", (CHANNEL, expected))
+                    await other.execute(queries.load("notify"), queries.notify_params(expected))

@@ -16,7 +16,6 @@ from functools import cache
 from pathlib import Path
 
 from loguru import logger
-from psycopg import sql
 
 from pod_sweeper import queries
 from pod_sweeper.db import Connection
@@ -25,8 +24,6 @@ from pod_sweeper.resources import resource_dir
 
 SCHEMA = "pod_sweeper"
 LEDGER = "schema_migrations"
-# pg_advisory_lock key: the bytes of "podswep" read as an integer; any fixed bigint would do.
-MIGRATION_LOCK_KEY = 0x706F6473776570
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
@@ -69,20 +66,14 @@ def expected_version() -> int:
 
 
 async def _ledger_exists(conn: Connection) -> bool:
-    row = await (
-        await conn.execute("SELECT to_regclass(%s) IS NOT NULL AS present", (f"{SCHEMA}.{LEDGER}",))
-    ).fetchone()
+    row = await (await conn.execute(queries.load("relation_exists"), {"name": f"{SCHEMA}.{LEDGER}"})).fetchone()
     return bool(row and row["present"])
 
 
 async def _applied(conn: Connection) -> dict[int, str]:
     if not await _ledger_exists(conn):
         return {}
-    cur = await conn.execute(
-        sql.SQL("SELECT version, checksum FROM {}.{} ORDER BY version").format(
-            sql.Identifier(SCHEMA), sql.Identifier(LEDGER)
-        )
-    )
+    cur = await conn.execute(queries.load("ledger_read"))
     return {row["version"]: row["checksum"] for row in await cur.fetchall()}
 
 
@@ -119,8 +110,8 @@ async def migrate(conn: Connection, *, dry_run: bool = False) -> list[Migration]
     applied: list[Migration] = []
     while True:
         async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
-            await _create_ledger(conn)
+            await conn.execute(queries.load("advisory_lock"), {"key": queries.Lock.MIGRATION})
+            await conn.execute(queries.load("ledger_create"))
             pending = _verify(await _applied(conn))
             if not pending:
                 return applied
@@ -128,28 +119,10 @@ async def migrate(conn: Connection, *, dry_run: bool = False) -> list[Migration]
             logger.info("applying migration {migration}", migration=migration.filename)
             await conn.execute(queries.shipped_sql(migration.path))
             await conn.execute(
-                sql.SQL("INSERT INTO {}.{} (version, name, checksum) VALUES (%s, %s, %s)").format(
-                    sql.Identifier(SCHEMA), sql.Identifier(LEDGER)
-                ),
-                (migration.version, migration.name, migration.checksum),
+                queries.load("ledger_record"),
+                {"version": migration.version, "name": migration.name, "checksum": migration.checksum},
             )
         applied.append(migration)
-
-
-async def _create_ledger(conn: Connection) -> None:
-    """The schema and the ledger table, if missing (under the migration lock: two concurrent
-    ``CREATE ... IF NOT EXISTS`` can still collide)."""
-    await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
-    await conn.execute(
-        sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {}.{} ("
-            " version integer PRIMARY KEY,"
-            " name text NOT NULL,"
-            " checksum text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now(),"
-            " applied_by text NOT NULL DEFAULT current_user)"
-        ).format(sql.Identifier(SCHEMA), sql.Identifier(LEDGER))
-    )
 
 
 async def check_schema(conn: Connection) -> int:

@@ -205,24 +205,12 @@ async def next_due(conn: Connection) -> float | None:
     return None if row is None or row["seconds"] is None else float(row["seconds"])
 
 
-# docs/design.md's channel: the enqueue NOTIFYs it, the listener LISTENs on it.
-CHANNEL = "pod_sweeper"
-
-# The enqueue holds this advisory lock shared from reading the wakeup flag to its commit; arming takes
-# it exclusively (try, never wait). The same literal is in migrations/0007_quiet_wakeups.sql.
-WAKEUP_LOCK_KEY = 0x706F6477616B6575  # "podwakeu"
-
-
 async def arm(conn: Connection, owner: str) -> bool:
     """Ask retires to NOTIFY again, before sleeping; False while an enqueue that may have read the flag
     clear is still open (then poll again soon instead of sleeping). After True, claim once more
     (``disarm=False``) before sleeping: rows committed before the arming are not announced."""
-    cur = await conn.execute(queries.load("arm"), {"key": WAKEUP_LOCK_KEY, "owner": owner})
+    cur = await conn.execute(queries.load("arm"), {"key": queries.Lock.WAKEUP, "owner": owner})
     return await cur.fetchone() is not None
-
-
-# Transaction-scoped advisory lock key of the retention pass: one replica prunes at a time.
-PRUNE_LOCK_KEY = 0x706F647072756E  # "podprun"
 
 
 async def reopen(conn: Connection, *, ids: list[int], all_dead: bool, who: str) -> list[int]:
@@ -234,7 +222,7 @@ async def reopen(conn: Connection, *, ids: list[int], all_dead: bool, who: str) 
 async def prune_batch(conn: Connection, *, retention_seconds: float, batch: int) -> int | None:
     """Delete one batch of expired done rows; None when another replica holds the prune lock."""
     async with conn.transaction():
-        cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS mine", (PRUNE_LOCK_KEY,))
+        cur = await conn.execute(queries.load("try_advisory_lock"), {"key": queries.Lock.PRUNE})
         row = await cur.fetchone()
         if not (row and row["mine"]):
             return None
@@ -273,11 +261,6 @@ async def breaker_window(conn: Connection) -> BreakerWindow:
     tripped = rows[0]["reason"] or "tripped" if rows and rows[0]["tripped_at"] else None
     claimed = int(rows[0]["claimed"]) if rows else 0
     return BreakerWindow(tripped, {r["pod_namespace"]: r["deletes"] for r in rows if r["pod_namespace"]}, claimed)
-
-
-# Transaction-scoped advisory lock key: the breaker's budget and the claim that spends it, one replica
-# at a time, so that two replicas cannot spend the same budget.
-BREAKER_LOCK_KEY = 0x706F64627265616B  # "podbreak"
 
 
 async def trip_breaker(conn: Connection, reason: str, who: str) -> None:

@@ -7,6 +7,7 @@ what runs; read-only queries meant for people live in ``sql/dba/``. Statements b
 
 from __future__ import annotations
 
+import enum
 from functools import cache
 from pathlib import Path
 from typing import LiteralString, cast
@@ -14,6 +15,30 @@ from typing import LiteralString, cast
 from psycopg import sql
 
 from pod_sweeper.resources import resource_dir
+
+# The NOTIFY channel (a contract name, docs/design.md): the enqueue NOTIFYs it, the listener LISTENs on it.
+CHANNEL = "pod_sweeper"
+
+
+class Lock(enum.IntEnum):
+    """The transaction-scoped advisory lock keys, each the bytes of a short word read as a bigint.
+    ``WAKEUP``'s value is also written in migrations/0007_quiet_wakeups.sql (an applied migration
+    cannot change); ``tests/unit/test_queries.py`` checks the two agree."""
+
+    MIGRATION = 0x706F6473776570  # "podswep": one migration at a time
+    PRUNE = 0x706F647072756E  # "podprun": one retention pass at a time
+    BREAKER = 0x706F64627265616B  # "podbreak": the breaker's budget and the claim that spends it
+    WAKEUP = 0x706F6477616B6575  # "podwakeu": enqueues hold it shared, arming takes it exclusively
+
+
+def notify_params(payload: str = "") -> dict[str, str]:
+    """The parameters of ``sql/notify.sql``: our channel and ``payload``."""
+    return {"channel": CHANNEL, "payload": payload}
+
+
+def listen() -> sql.Composed:
+    """``LISTEN`` on our channel (a name, so composed rather than parameterised)."""
+    return sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL))
 
 
 @cache

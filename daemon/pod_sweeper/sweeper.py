@@ -34,7 +34,7 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper import failpoints, outbox
+from pod_sweeper import failpoints, outbox, queries
 from pod_sweeper.backoff import Backoff, TokenBucket
 from pod_sweeper.db import Connection
 from pod_sweeper.errors import KubeRejected, KubeRetryable, KubeUnauthorized, first_line
@@ -247,7 +247,7 @@ class Sweeper:
             yield
             return
         async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (outbox.BREAKER_LOCK_KEY,))
+            await conn.execute(queries.load("advisory_lock"), {"key": queries.Lock.BREAKER})
             yield
 
     async def _breaker_budget(self, conn: Connection, want: int) -> int:
@@ -540,6 +540,6 @@ class Sweeper:
         # NOTIFY now, and the other replicas sleep. One NOTIFY makes them claim, and arm it themselves.
         try:
             async with asyncio.timeout(2), self.pool.connection() as conn:
-                await conn.execute("SELECT pg_notify(%s, '')", (outbox.CHANNEL,))
+                await conn.execute(queries.load("notify"), queries.notify_params())
         except (psycopg.Error, TimeoutError) as exc:
             logger.warning("could not wake the other replicas on the way out: {error}", error=first_line(exc))

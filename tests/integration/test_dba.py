@@ -70,7 +70,7 @@ def test_prune_deletes_only_old_done_rows_in_batches(pg: psycopg.Connection[Any]
 def test_prune_yields_to_the_replica_holding_the_lock(pg: psycopg.Connection[Any], db_url: str) -> None:
     add_rows(pg, 5, status="done", outcome="deleted", done_at="2000-01-01")
     with psycopg.connect(db_url) as other:
-        other.execute("SELECT pg_advisory_xact_lock(%s)", (transitions.PRUNE_LOCK_KEY,))
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (queries.Lock.PRUNE.value,))
         assert run(_with(db_url, lambda c: transitions.prune(c, retention_seconds=1))) is None
     assert run(_with(db_url, lambda c: transitions.prune(c, retention_seconds=1))) == 5
 

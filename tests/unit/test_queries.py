@@ -1,0 +1,93 @@
+"""The SQL's one owner: every statement in ``sql/`` is loaded by some caller, and every caller passes
+exactly the parameters its statement names; the lock key baked into a migration is the one the code
+uses."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from pod_sweeper import queries
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "daemon" / "pod_sweeper"
+_PARAM = re.compile(r"%\((\w+)\)s")
+# Helpers of queries.py that build a statement's parameters, and the names they give.
+_BUILDERS = {"notify_params": {"channel", "payload"}}
+
+
+def statement_params(name: str) -> set[str]:
+    text = (ROOT / "sql" / f"{name}.sql").read_text()
+    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    assert not re.search(r"(?<!%)%s\b", code), f"{name}.sql: use named %(param)s placeholders"
+    return set(_PARAM.findall(code))
+
+
+def _load_name(node: ast.expr) -> str | None:
+    """NAME when ``node`` is ``queries.load("NAME")``."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "load"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "queries"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    ):
+        return str(node.args[0].value)
+    return None
+
+
+def _passed(node: ast.expr | None) -> set[str] | None:
+    """The parameter names an argument passes; None when they cannot be read statically."""
+    if node is None:
+        return set()
+    if isinstance(node, ast.Dict):
+        if any(key is None or not isinstance(key, ast.Constant) for key in node.keys):
+            return None  # ** unpacking
+        return {str(key.value) for key in node.keys if isinstance(key, ast.Constant)}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _BUILDERS:
+        return _BUILDERS[node.func.attr]
+    return None
+
+
+def calls() -> list[tuple[str, str, set[str] | None]]:
+    """(where, statement, parameters passed) for every ``execute(queries.load(...), ...)`` in the package."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "execute"
+                and node.args
+                and (name := _load_name(node.args[0])) is not None
+            ):
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                found.append((where, name, _passed(node.args[1] if len(node.args) > 1 else None)))
+    return found
+
+
+def test_every_caller_passes_exactly_the_parameters_of_its_statement() -> None:
+    checked = 0
+    for where, name, passed in calls():
+        if passed is None:
+            continue
+        assert passed == statement_params(name), f"{where}: {name}.sql wants {sorted(statement_params(name))}"
+        checked += 1
+    assert checked >= 30, checked  # the scan finds the callers (it is not silently empty)
+
+
+def test_every_shipped_statement_has_a_caller() -> None:
+    loaded = {name for _, name, _ in calls()}
+    for path in PACKAGE.rglob("*.py"):
+        loaded |= set(re.findall(r'queries\.load\(\s*"([\w/]+)"', path.read_text()))
+    shipped = {p.stem for p in (ROOT / "sql").glob("*.sql")}
+    assert shipped - loaded == set(), "statements in sql/ that nothing runs"
+
+
+def test_the_wakeup_lock_key_in_the_migration_is_the_codes() -> None:
+    migration = (ROOT / "migrations" / "0007_quiet_wakeups.sql").read_text()
+    assert f"pg_advisory_xact_lock_shared({int(queries.Lock.WAKEUP)})" in migration
+    assert len(set(queries.Lock)) == len(queries.Lock.__members__)  # no two locks share a key
