@@ -50,19 +50,21 @@ def test_as_root_without_a_postgres_user_the_cluster_runs_as_nobody(monkeypatch:
 
 
 def test_the_demo_without_a_server_says_so_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
-    before = set(Path("/tmp").glob("pod-sweeper-*"))
+    empty, scratch = tmp_path / "bin", tmp_path / "tmp"  # its own TMPDIR: other processes use /tmp too
+    empty.mkdir()
+    scratch.mkdir()
     done = subprocess.run(
         [sys.executable, "-m", "pod_sweeper", "demo", "--duration", "1"],
-        env=_clean_env(**{postgres.BINDIR_ENV: str(tmp_path)}),
+        env=_clean_env(**{postgres.BINDIR_ENV: str(empty), "TMPDIR": str(scratch)}),
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        f"pod-sweeper: {postgres.BINDIR_ENV}={tmp_path} holds no initdb, pg_ctl and postgres"
+        f"pod-sweeper: {postgres.BINDIR_ENV}={empty} holds no initdb, pg_ctl and postgres"
     ]
-    assert set(Path("/tmp").glob("pod-sweeper-*")) <= before  # no folder left behind
+    assert list(scratch.iterdir()) == []  # no folder left behind
 
 
 def test_the_suite_without_a_server_stops_once_early_with_that_line(tmp_path: Path) -> None:
