@@ -34,13 +34,14 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper import failpoints, outbox, queries
+from pod_sweeper import failpoints, outbox, outcomes, queries
 from pod_sweeper.backoff import Backoff, TokenBucket
 from pod_sweeper.db import Connection
-from pod_sweeper.errors import KubeRejected, KubeRetryable, KubeUnauthorized, first_line
+from pod_sweeper.errors import KubeRetryable, KubeUnauthorized, first_line
 from pod_sweeper.kube import Answer, PodDeleter, invalid_name
 from pod_sweeper.metrics import Metrics
 from pod_sweeper.outbox import Attempt, Claim, Final
+from pod_sweeper.outcomes import Decision, Verdict
 from pod_sweeper.recheck import Attachment
 from pod_sweeper.settings import Settings
 
@@ -63,7 +64,6 @@ FINALIZE_LINGER = 0.025
 # At most this many rows per hand-off from a worker to its thread (see Sweeper.worker).
 MAX_CHUNK = 8
 # A terminating pod is looked at again this long after its grace period ends (kubelet needs a moment).
-CONFIRM_MARGIN_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -352,55 +352,54 @@ class Sweeper:
             return
         result = request.result
         self.metrics.delete_latency.observe(request.seconds)
-
-        def attempt(reason: str | None) -> Attempt:
-            return Attempt(request.started_at, request.seconds * 1000, reason)
-
-        if isinstance(result, Answer):
-            self._answered(str(result.http_status)).inc()
+        self._answered(outcomes.answer_label(result)).inc()
+        decision = outcomes.decide(
+            result, attempts=claim.attempts, max_attempts=self.settings.max_attempts, backoff=self.backoff
+        )
+        attempt = Attempt(request.started_at, request.seconds * 1000, decision.reason)
+        if decision.verdict is Verdict.DONE:
+            assert decision.outcome is not None
             self._auth_failures = 0
             self.auth_error = None
-            confirm_in = result.grace_seconds + CONFIRM_MARGIN_SECONDS if result.grace_seconds else None
-            final = Final.done(claim, result.outcome, result.http_status, attempt(None))
-            self._record(dataclasses.replace(final, confirm_in=confirm_in) if confirm_in else final)
-            return
-        status = getattr(result, "status", None)
-        self._answered(str(status or "none")).inc()
-        if isinstance(result, KubeUnauthorized):
-            self._auth_refused(claim, result, attempt(result.reason))
-        elif isinstance(result, KubeRetryable):
-            reason = result.reason or (type(result.__cause__).__name__ if result.__cause__ else None)
-            self._record(self._retry_or_dead(claim, str(result), result.status, result.retry_after, attempt(reason)))
-        elif isinstance(result, KubeRejected):
+            final = Final.done(claim, decision.outcome, decision.http_status, attempt)
+            self._record(dataclasses.replace(final, confirm_in=decision.confirm_in) if decision.confirm_in else final)
+        elif decision.verdict is Verdict.REFUSED:
+            assert isinstance(result, KubeUnauthorized)
+            self._auth_refused(claim, result, attempt)
+        elif decision.verdict is Verdict.DEAD:
+            self._log_dead(claim, decision, result)
+            self._record(Final.dead(claim, decision.error or "", decision.http_status, attempt))
+        else:
+            if isinstance(result, Exception) and not isinstance(result, KubeRetryable):  # a bug, or unforeseen
+                logger.opt(exception=result).error("unexpected error deleting row {id}", id=claim.id)
+            logger.info(
+                "row {id} will be retried in {delay:.1f} s: {error}",
+                id=claim.id,
+                delay=decision.delay,
+                error=decision.error,
+            )
+            self._record(Final.retry(claim, decision.delay, decision.error or "", decision.http_status, attempt))
+
+    def _log_dead(self, claim: Claim, decision: Decision, result: BaseException | Answer) -> None:
+        if not decision.exhausted:
             logger.error(
                 "DELETE {ns}/{pod} rejected, row {id} is dead: {error}",
                 ns=claim.pod_namespace,
                 pod=claim.pod_name,
                 id=claim.id,
-                error=str(result),
+                error=decision.error,
             )
-            self._record(Final.dead(claim, str(result), result.status, attempt(result.reason)))
-        else:  # a bug or an unforeseen answer: uncertain, so keep the row
+            return
+        if isinstance(result, Exception) and not isinstance(result, KubeRetryable):
             logger.opt(exception=result).error("unexpected error deleting row {id}", id=claim.id)
-            error = f"{type(result).__name__}: {result}"[:500]
-            self._record(self._retry_or_dead(claim, error, None, None, attempt(type(result).__name__)))
-
-    def _retry_or_dead(
-        self, claim: Claim, error: str, status: int | None, retry_after: float | None, attempt: Attempt
-    ) -> Final:
-        if claim.attempts >= self.settings.max_attempts:
-            logger.error(
-                "row {id} ({ns}/{pod}) is dead after {n} attempts: {error}",
-                id=claim.id,
-                ns=claim.pod_namespace,
-                pod=claim.pod_name,
-                n=claim.attempts,
-                error=error,
-            )
-            return Final.dead(claim, error, status, attempt)
-        delay = self.backoff.delay(claim.attempts, at_least=retry_after)
-        logger.info("row {id} will be retried in {delay:.1f} s: {error}", id=claim.id, delay=delay, error=error)
-        return Final.retry(claim, delay, error, status, attempt)
+        logger.error(
+            "row {id} ({ns}/{pod}) is dead after {n} attempts: {error}",
+            id=claim.id,
+            ns=claim.pod_namespace,
+            pod=claim.pod_name,
+            n=claim.attempts,
+            error=decision.error,
+        )
 
     def _auth_refused(self, claim: Claim, exc: KubeUnauthorized, attempt: Attempt) -> None:
         # A fault of the daemon, not of the row: charge nothing, stop claiming for a while, say why.

@@ -1,0 +1,96 @@
+"""The answer table of docs/design.md, row by row, as ``outcomes.decide`` applies it: no database, no
+thread, no server."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pod_sweeper.backoff import Backoff
+from pod_sweeper.errors import KubeConflict, KubeRejected, KubeRetryable, KubeUnauthorized
+from pod_sweeper.kube import Answer, Outcome
+from pod_sweeper.outcomes import CONFIRM_MARGIN_SECONDS, Verdict, answer_label, decide
+
+BACKOFF = Backoff(1.0, 300.0, rng=random.Random(7))
+
+
+def ruling(result: Answer | BaseException, attempts: int = 1, max_attempts: int = 10) -> tuple[object, ...]:
+    d = decide(result, attempts=attempts, max_attempts=max_attempts, backoff=BACKOFF)
+    return (d.verdict, d.outcome, d.http_status, d.reason)
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome"),
+    [
+        (Answer(Outcome.DELETED, 200), Outcome.DELETED),  # 200 / 202
+        (Answer(Outcome.ABSENT, 404), Outcome.ABSENT),  # 404, or a 409 whose GET finds nothing
+        (Answer(Outcome.REPLACED, 409), Outcome.REPLACED),  # 409 whose GET finds another UID
+        (Answer(Outcome.WOULD_DELETE, 200), Outcome.WOULD_DELETE),  # dry run
+    ],
+)
+def test_an_answer_ends_the_row_done_with_its_outcome(answer: Answer, outcome: Outcome) -> None:
+    assert ruling(answer) == (Verdict.DONE, outcome, answer.http_status, None)
+    assert decide(answer, attempts=1, max_attempts=10, backoff=BACKOFF).confirm_in is None
+
+
+def test_a_pod_left_terminating_is_looked_at_again_after_its_grace() -> None:
+    d = decide(Answer(Outcome.DELETED, 200, grace_seconds=30), attempts=1, max_attempts=10, backoff=BACKOFF)
+    assert (d.verdict, d.confirm_in) == (Verdict.DONE, 30 + CONFIRM_MARGIN_SECONDS)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        KubeRetryable("429 TooManyRequests", status=429, reason="TooManyRequests", retry_after=None),
+        KubeRetryable("500 InternalError", status=500, reason="InternalError"),
+        KubeRetryable("503 ServiceUnavailable", status=503, reason="ServiceUnavailable"),
+        KubeRetryable("504 Timeout", status=504, reason="Timeout"),
+        KubeRetryable("read timed out"),  # a timeout or a connection error: no status
+    ],
+    ids=["429", "500", "503", "504", "timeout"],
+)
+def test_transient_answers_retry_with_backoff_until_the_attempts_run_out(error: KubeRetryable) -> None:
+    retry = decide(error, attempts=3, max_attempts=10, backoff=BACKOFF)
+    assert retry.verdict is Verdict.RETRY and 0 <= retry.delay <= BACKOFF.ceiling(3)
+    assert retry.http_status == error.status and retry.error == str(error)
+    dead = decide(error, attempts=10, max_attempts=10, backoff=BACKOFF)
+    assert (dead.verdict, dead.exhausted, dead.error) == (Verdict.DEAD, True, str(error))
+
+
+def test_retry_after_is_a_floor_for_the_backoff() -> None:
+    error = KubeRetryable("429", status=429, reason="TooManyRequests", retry_after=120.0)
+    assert decide(error, attempts=1, max_attempts=10, backoff=BACKOFF).delay >= 120.0
+
+
+def test_a_transport_error_is_recorded_by_its_kind() -> None:
+    error = KubeRetryable("connection refused")
+    error.__cause__ = ConnectionRefusedError()
+    assert ruling(error)[3] == "ConnectionRefusedError"
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_401_and_403_are_the_daemons_fault_not_the_rows(status: int) -> None:
+    error = KubeUnauthorized(f"{status}", status=status, reason="Forbidden" if status == 403 else "Unauthorized")
+    assert ruling(error, attempts=10, max_attempts=10)[:3] == (Verdict.REFUSED, None, status)  # never dead
+
+
+@pytest.mark.parametrize("status", [400, 410, 422])
+def test_any_other_4xx_is_dead_at_once(status: int) -> None:
+    d = decide(
+        KubeRejected(f"{status} Invalid", status=status, reason="Invalid"), attempts=1, max_attempts=10, backoff=BACKOFF
+    )
+    assert (d.verdict, d.exhausted, d.http_status) == (Verdict.DEAD, False, status)
+
+
+def test_an_unforeseen_error_is_uncertain_so_the_row_is_kept() -> None:
+    assert ruling(RuntimeError("a bug"))[0] is Verdict.RETRY
+    assert ruling(KubeConflict("409 resolved elsewhere", status=409, reason="Conflict"))[0] is Verdict.RETRY
+    assert decide(RuntimeError("a bug"), attempts=10, max_attempts=10, backoff=BACKOFF).verdict is Verdict.DEAD
+
+
+def test_the_answer_label() -> None:
+    assert answer_label(Answer(Outcome.DELETED, 200)) == "200"
+    assert answer_label(KubeRetryable("503", status=503)) == "503"
+    assert answer_label(KubeRetryable("timed out")) == "none"
+    assert answer_label(RuntimeError("x")) == "none"
