@@ -254,8 +254,8 @@ class Daemon:
                 if self.metrics.listener_healthy is not None:
                     self.metrics.listener_healthy.set(1 if self.listener.healthy else 0)
             if self.sweeper is not None:
-                refusing = now < self.sweeper.auth_blocked_until or self.sweeper.auth_error is not None
-                self.health.kube_error = self.sweeper.auth_error if refusing else None
+                refusing = self.sweeper.auth.refusing
+                self.health.kube_error = refusing
                 self.metrics.kube_refusing.set(1 if refusing else 0)
                 self.health.breaker = self.sweeper.breaker_reason
                 self.metrics.breaker_tripped.set(1 if self.sweeper.breaker_reason else 0)

@@ -38,6 +38,7 @@ from pod_sweeper import failpoints, outbox, outcomes, queries
 from pod_sweeper.backoff import Backoff, TokenBucket
 from pod_sweeper.db import Connection
 from pod_sweeper.errors import KubeRetryable, KubeUnauthorized, first_line
+from pod_sweeper.gates import AuthGate, breaker_budget, trip_reason
 from pod_sweeper.kube import Answer, PodDeleter, invalid_name
 from pod_sweeper.metrics import Metrics
 from pod_sweeper.outbox import Attempt, Claim, Final
@@ -105,12 +106,10 @@ class Sweeper:
         # the drain ran at 0.54 of the client's ceiling, 0.76 with this; bench/README.md.) A queued
         # row whose lease runs short before a worker reaches it is handed back, not sent.
         self.capacity = settings.concurrency + settings.batch_size
-        self.auth_blocked_until = 0.0
+        self.auth = AuthGate(self.backoff, floor=settings.backoff_base)  # the 401/403 circuit
         self.last_turn = time.monotonic()  # the claimer's heartbeat, for the systemd watchdog
         self.breaker_reason: str | None = None  # set while the blast-radius breaker is tripped
-        self.auth_error: str | None = None
         self.first_claim_done = asyncio.Event()  # the start-up catch-up claim ran (readiness waits on it)
-        self._auth_failures = 0
         self._queue: asyncio.Queue[_Work] = asyncio.Queue()
         self._inflight: dict[int, Claim] = {}
         self._results: list[Final] = []
@@ -145,9 +144,9 @@ class Sweeper:
         just_armed = False  # the next claim is the one after arming: it must not clear the flag
         arm_retry = ARM_RETRY_MIN
         while not self._stopping.is_set():
-            now = self.last_turn = time.monotonic()
-            if now < self.auth_blocked_until:
-                await self._sleep_until_stop(self.auth_blocked_until - now)
+            self.last_turn = time.monotonic()
+            if not self.auth.open:
+                await self._sleep_until_stop(self.auth.wait())
                 continue
             room = self.capacity - len(self._inflight)
             # Claim when the workers may run dry, or a whole batch fits: claiming whatever room each
@@ -258,19 +257,11 @@ class Sweeper:
             return want
         window = await outbox.breaker_window(conn)
         self.breaker_reason = window.tripped_reason
-        if window.tripped_reason is not None:
-            return 0
-        budget = limit - window.total - window.claimed
-        if budget > 0:
-            return min(want, budget)
+        if (budget := breaker_budget(limit, window, want)) > 0 or window.tripped_reason is not None:
+            return budget
         due = await outbox.next_due(conn)
         if due is not None and due <= 0:  # work is waiting, and the minute's deletes are spent: trip
-            busiest = max(window.deletes, key=lambda ns: window.deletes[ns], default="-")
-            reason = (
-                f"{window.total} deletes within a minute reached POD_SWEEPER_MAX_DELETES_PER_MINUTE={limit} "
-                f"(most in namespace {busiest}: {window.deletes.get(busiest, 0)}) with more rows waiting; "
-                "check what retired them, then run `pod-sweeper resume`"
-            )
+            reason = trip_reason(limit, window)
             await outbox.trip_breaker(conn, reason, self.settings.replica_id)
             self.breaker_reason = reason
             logger.critical("blast-radius breaker tripped, no more deletes: {reason}", reason=reason)
@@ -301,7 +292,7 @@ class Sweeper:
                     continue
                 await self.bucket.acquire()
                 if not self._may_send(work):
-                    self._record(Final.hand_back(claim, error=self.auth_error or self.breaker_reason))
+                    self._record(Final.hand_back(claim, error=self.auth.error or self.breaker_reason))
                     continue
                 sendable.append(work)
             if sendable:
@@ -316,11 +307,7 @@ class Sweeper:
 
     def _may_send(self, work: _Work) -> bool:
         """Whether a DELETE for this row may start now (enough lease left, not refused, breaker closed)."""
-        return (
-            self._lease_left(work) >= MIN_REQUEST_SECONDS
-            and time.monotonic() >= self.auth_blocked_until
-            and not self.breaker_reason
-        )
+        return self._lease_left(work) >= MIN_REQUEST_SECONDS and self.auth.open and not self.breaker_reason
 
     def _send(self, chunk: list[_Work]) -> list[_Request | None]:
         """On a pool thread: each row's DELETE (and GET after a 409) in turn. None for a row not sent
@@ -348,7 +335,7 @@ class Sweeper:
     def _settle(self, claim: Claim, request: _Request | None) -> None:
         """Record how one row's request ended (see the outcome table in docs/design.md)."""
         if request is None:
-            self._record(Final.hand_back(claim, error=self.auth_error or self.breaker_reason))
+            self._record(Final.hand_back(claim, error=self.auth.error or self.breaker_reason))
             return
         result = request.result
         self.metrics.delete_latency.observe(request.seconds)
@@ -359,8 +346,7 @@ class Sweeper:
         attempt = Attempt(request.started_at, request.seconds * 1000, decision.reason)
         if decision.verdict is Verdict.DONE:
             assert decision.outcome is not None
-            self._auth_failures = 0
-            self.auth_error = None
+            self.auth.answered()
             final = Final.done(claim, decision.outcome, decision.http_status, attempt)
             self._record(dataclasses.replace(final, confirm_in=decision.confirm_in) if decision.confirm_in else final)
         elif decision.verdict is Verdict.REFUSED:
@@ -403,23 +389,15 @@ class Sweeper:
 
     def _auth_refused(self, claim: Claim, exc: KubeUnauthorized, attempt: Attempt) -> None:
         # A fault of the daemon, not of the row: charge nothing, stop claiming for a while, say why.
-        self._auth_failures += 1
-        delay = self.backoff.delay(self._auth_failures, at_least=self.settings.backoff_base)
-        self.auth_blocked_until = time.monotonic() + delay
-        need = (
-            f"the service account needs 'delete' (and 'get') on pods in namespace {claim.pod_namespace}"
-            if exc.status == 403
-            else "the API server does not accept the daemon's credentials (check the token or kubeconfig)"
-        )
-        self.auth_error = f"{exc}; {need}"
+        delay = self.auth.refused(exc.status, str(exc), claim.pod_namespace)
         logger.error(
-            "Kubernetes refused us ({status}); not claiming for {delay:.0f} s: {need}",
+            "Kubernetes refused us ({status}); not claiming for {delay:.0f} s: {error}",
             status=exc.status,
             delay=delay,
-            need=need,
+            error=self.auth.error,
         )
         self._record(
-            Final.hand_back(claim, error=self.auth_error, delay=delay, http_status=exc.status, attempt=attempt)
+            Final.hand_back(claim, error=self.auth.error, delay=delay, http_status=exc.status, attempt=attempt)
         )
 
     def _record(self, final: Final) -> None:

@@ -183,7 +183,7 @@ def test_forbidden_charges_nothing_and_says_which_permission(
         row = row_for(execs, "a")
         assert row is not None and row["attempts"] == 0
         assert "needs 'delete'" in row["last_error"] and row["last_http_status"] == 403
-        assert daemon.daemon.sweeper.auth_error is not None
+        assert daemon.daemon.sweeper.auth.error is not None
         kube.denied.clear()
         done = wait_until(lambda: finished(execs, "a"), timeout=20)
     assert (done["outcome"], done["attempts"]) == ("deleted", 1)
