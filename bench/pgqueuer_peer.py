@@ -26,7 +26,7 @@ from pgqueuer.db import PsycopgDriver
 from pgqueuer.domain.types import QueueExecutionMode
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper.kube import PodDeleter
+from pod_sweeper.kube.api import PodDeleter
 
 
 async def install(url: str) -> None:

@@ -30,12 +30,12 @@ import urllib3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/pgqueuer_peer.py
 
-from pod_sweeper import attach, db, migrations, outbox
-from pod_sweeper.kube import Outcome, PodDeleter, load_configuration
-from pod_sweeper.outbox import Final
-from pod_sweeper.recheck import load_attachments
-from pod_sweeper.runner import Daemon
-from pod_sweeper.settings import Settings
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.kube.api import Outcome, PodDeleter, load_configuration
+from pod_sweeper.store import attach, db, migrations, outbox
+from pod_sweeper.store.outbox import Final
+from pod_sweeper.store.recheck import load_attachments
+from pod_sweeper.tasks.runner import Daemon
 from pod_sweeper.testing.postgres import ThrowawayCluster, find_bindir
 from pod_sweeper.testing.reference import executions_ddl
 
@@ -381,7 +381,7 @@ class Bench:
         databases with the same 100 open rows, measured in alternating rounds (a busy minute on a
         shared machine then weighs on both sides alike)."""
         empty_url, full_url = self.fresh_db(), self.fresh_db()
-        claim = __import__("pod_sweeper.queries", fromlist=["load"]).load("claim")
+        claim = __import__("pod_sweeper.store.queries", fromlist=["load"]).load("claim")
         params = {"batch": 100, "max_attempts": 10, "owner": "b", "lease_seconds": 60, "disarm": True}
 
         def claim_times(conn: psycopg.Connection[Any], n: int) -> list[float]:

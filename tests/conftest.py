@@ -20,8 +20,8 @@ from hypothesis import settings as hypothesis_settings
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pod_sweeper import db, migrations
-from pod_sweeper.settings import Settings
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.store import db, migrations
 from pod_sweeper.testing.postgres import (
     PostgresNotFound,
     docker_server,

@@ -7,8 +7,8 @@ from typing import Any
 
 import psycopg
 
-from pod_sweeper import attach, db
-from pod_sweeper.settings import Settings
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.store import attach, db
 from pod_sweeper.testing.reference import executions_ddl
 
 
@@ -91,7 +91,7 @@ def daemon_env(url: str, kubeconfig: Any, **overrides: str) -> dict[str, str]:
 
 
 class DaemonThread:
-    """The real daemon (``pod_sweeper.runner.Daemon``) on its own thread and event loop, for tests that
+    """The real daemon (``pod_sweeper.tasks.runner.Daemon``) on its own thread and event loop, for tests that
     need to look inside it; tests of signals and exit codes run the CLI as a subprocess instead."""
 
     def __init__(self, settings: Settings) -> None:
@@ -106,7 +106,7 @@ class DaemonThread:
     def _main(self) -> None:
         import asyncio
 
-        from pod_sweeper.runner import Daemon
+        from pod_sweeper.tasks.runner import Daemon
 
         async def body() -> int:
             self.loop = asyncio.get_running_loop()

@@ -1,8 +1,16 @@
 """pod-sweeper: a retired sandbox generation implies a deleted pod.
 
-The package is layered so that imports flow one way: settings, logs and errors at the bottom; the
-database pool, queries and migrations above them; outbox transitions, the re-check and the Kubernetes
-deleter above those; the sweeper loop, listener and runner on top; the CLI last.
+The package is in layers, and imports flow one way, top to bottom (import-linter holds it to that in
+CI, see pyproject.toml):
+
+- ``cli``: the command line and its verbs;
+- ``tasks``: the daemon's process and its long-lived tasks;
+- ``store``: the database side, and the one owner of SQL;
+- ``kube``: the Kubernetes side;
+- ``core``: settings, errors, logs, metrics, pacing.
+
+``testing`` (a throwaway PostgreSQL, the fake API server, the reference table) serves the demo, the
+tests and the benchmarks; nothing below ``cli`` imports it.
 """
 
 __version__ = "0.1.0"

@@ -1,5 +1,5 @@
 """Lets ``python -m pod_sweeper`` behave exactly like the ``pod-sweeper`` console script."""
 
-from pod_sweeper.cli import main
+from pod_sweeper.cli.main import main
 
 raise SystemExit(main())

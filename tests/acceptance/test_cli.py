@@ -15,7 +15,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from conftest import with_dbname
 from helpers import create_executions, outbox
-from pod_sweeper.migrations import shipped
+from pod_sweeper.store.migrations import shipped
 
 
 def cli(*args: str, url: str | None = None, timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import run, settings_for
 from helpers import daemon_env, wait_until
-from pod_sweeper import db, migrations
+from pod_sweeper.store import db, migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
 
 pytestmark = pytest.mark.slow

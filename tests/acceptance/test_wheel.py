@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pod_sweeper.migrations import shipped
+from pod_sweeper.store.migrations import shipped
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from psycopg.rows import dict_row
 
 from conftest import run, settings_for
 from helpers import DaemonThread, attach_table, create_executions, seed_executions, wait_until
-from pod_sweeper import db, migrations
+from pod_sweeper.store import db, migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster
 
 pytestmark = pytest.mark.slow

@@ -17,8 +17,8 @@ import pytest
 from psycopg.rows import dict_row
 
 from helpers import attach_table, create_executions, daemon_env, metric, scrape, seed_executions, wait_until
-from pod_sweeper import db, migrations
-from pod_sweeper.settings import Settings
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.store import db, migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
 
 pytestmark = pytest.mark.versions

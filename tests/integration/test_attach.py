@@ -14,9 +14,9 @@ from psycopg.rows import dict_row
 
 from conftest import run
 from helpers import attach_table, create_executions, outbox
-from pod_sweeper import attach, db, recheck
-from pod_sweeper.errors import AttachError
-from pod_sweeper.settings import Settings
+from pod_sweeper.core.errors import AttachError
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.store import attach, db, recheck
 
 pytestmark = pytest.mark.versions
 

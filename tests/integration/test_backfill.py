@@ -9,7 +9,7 @@ import pytest
 
 from conftest import run, settings_for
 from helpers import DaemonThread, add_execution, attach_table, create_executions, outbox, wait_until
-from pod_sweeper import backfill, db
+from pod_sweeper.store import backfill, db
 
 pytestmark = pytest.mark.versions
 

@@ -9,7 +9,7 @@ import psycopg
 
 from conftest import run, settings_for
 from helpers import DaemonThread, seed_executions, wait_until
-from pod_sweeper import db, outbox, status
+from pod_sweeper.store import db, outbox, status
 
 LIMIT = 30
 

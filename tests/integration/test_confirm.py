@@ -9,7 +9,7 @@ import psycopg
 
 from conftest import run, settings_for
 from helpers import DaemonThread, row_for, wait_until
-from pod_sweeper import db, status
+from pod_sweeper.store import db, status
 
 
 def add_scheduled(conn: psycopg.Connection[Any], kube: Any, sid: str, node: str, grace: int = 1) -> str:

@@ -12,8 +12,8 @@ import yaml  # type: ignore[import-untyped]
 
 from conftest import run, settings_for
 from helpers import DaemonThread, outbox, wait_until
-from pod_sweeper import db, queries, status
-from pod_sweeper import outbox as transitions
+from pod_sweeper.store import db, queries, status
+from pod_sweeper.store import outbox as transitions
 
 ROOT = Path(__file__).resolve().parents[2]
 

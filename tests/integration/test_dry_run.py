@@ -9,8 +9,8 @@ import psycopg
 
 from conftest import run, settings_for
 from helpers import DaemonThread, add_execution, outbox, wait_until
-from pod_sweeper import db
-from pod_sweeper import outbox as transitions
+from pod_sweeper.store import db
+from pod_sweeper.store import outbox as transitions
 
 
 def test_dry_run_deletes_nothing_and_a_real_run_finishes(

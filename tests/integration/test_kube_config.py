@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from pod_sweeper.errors import ConfigError
-from pod_sweeper.kube import PodDeleter, ThrottledRefresh, load_configuration
+from pod_sweeper.core.errors import ConfigError
+from pod_sweeper.kube.api import PodDeleter, ThrottledRefresh, load_configuration
 
 
 def test_explicit_kubeconfig_talks_to_the_server(kube: Any) -> None:

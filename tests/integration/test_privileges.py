@@ -15,7 +15,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from conftest import run, settings_for
 from helpers import DaemonThread, add_execution, attach_table, create_executions, outbox, wait_until
-from pod_sweeper import db, migrations, roles
+from pod_sweeper.store import db, migrations, roles
 
 pytestmark = pytest.mark.versions
 
@@ -126,7 +126,7 @@ def test_daemon_runs_as_the_runtime_role(
 
 
 def test_migration_0003_converts_functions_attached_before_it(empty_db_url: str, role_names: dict[str, str]) -> None:
-    from pod_sweeper.migrations import shipped
+    from pod_sweeper.store.migrations import shipped
 
     first_two = [m for m in shipped() if m.version <= 2]
     with psycopg.connect(empty_db_url, autocommit=True) as conn:

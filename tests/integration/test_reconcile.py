@@ -14,11 +14,11 @@ import pytest
 
 from conftest import run, settings_for
 from helpers import DaemonThread, outbox, wait_until
-from pod_sweeper import db, status
-from pod_sweeper.kube import PodDeleter, load_configuration
-from pod_sweeper.metrics import Metrics
-from pod_sweeper.reconcile import Reconciler
-from pod_sweeper.settings import Settings
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.kube.api import PodDeleter, load_configuration
+from pod_sweeper.store import db, status
+from pod_sweeper.tasks.reconcile import Reconciler
 
 pytestmark = pytest.mark.versions
 

@@ -11,9 +11,9 @@ import pytest
 
 from conftest import run, settings_for
 from helpers import DaemonThread, add_execution, daemon_settings, retire, row_for, seed_executions, wait_until
-from pod_sweeper import db, outbox
-from pod_sweeper.outbox import Final
-from pod_sweeper.recheck import load_attachments
+from pod_sweeper.store import db, outbox
+from pod_sweeper.store.outbox import Final
+from pod_sweeper.store.recheck import load_attachments
 
 pytestmark = pytest.mark.versions
 
@@ -293,7 +293,7 @@ def test_stale_replica_cannot_overwrite_the_new_owners_outcome(
             await conn.execute("UPDATE pod_sweeper.outbox SET next_attempt_at = now() - interval '1 s'")
             fresh = (await outbox.claim(conn, owner="alive", **common)).to_delete[0]
             assert fresh.epoch == stale.epoch + 1 and fresh.attempts == 2
-            from pod_sweeper.kube import Outcome
+            from pod_sweeper.kube.api import Outcome
 
             took = await outbox.finalize(conn, [Final.done(fresh, Outcome.ABSENT, 404)], "alive")
             refused = await outbox.finalize(conn, [Final.dead(stale, "woke up late")], "frozen")

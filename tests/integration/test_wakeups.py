@@ -15,8 +15,8 @@ import pytest
 
 from conftest import run, settings_for
 from helpers import DaemonThread, add_execution, daemon_settings, retire, row_for, wait_until
-from pod_sweeper import db, outbox
-from pod_sweeper.recheck import load_attachments
+from pod_sweeper.store import db, outbox
+from pod_sweeper.store.recheck import load_attachments
 
 pytestmark = pytest.mark.versions
 
@@ -176,7 +176,7 @@ def test_a_poll_only_daemon_leaves_the_flag_to_the_listening_ones(
 
 
 def test_status_shows_the_flag(execs: psycopg.Connection[Any], db_url: str) -> None:
-    from pod_sweeper import status
+    from pod_sweeper.store import status
 
     async def text() -> str:
         async with db.connection(settings_for(db_url)) as conn:

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from conftest import run, settings_for
-from pod_sweeper import db, migrations, queries
-from pod_sweeper.errors import MigrationError, SchemaError
+from pod_sweeper.core.errors import MigrationError, SchemaError
+from pod_sweeper.store import db, migrations, queries
 
 REFERENCE = Path(__file__).with_name("reference_schema.txt")
 

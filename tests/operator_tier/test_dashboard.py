@@ -14,7 +14,7 @@ import psycopg
 from helpers import DaemonThread, daemon_settings, seed_executions, wait_until
 from operator_tier.prometheus import Prometheus
 from operator_tier.tools import require
-from pod_sweeper.metrics import Metrics
+from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.testing.postgres import free_port
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"

@@ -28,7 +28,7 @@ from helpers import (
     seed_executions,
     wait_until,
 )
-from pod_sweeper.migrations import shipped
+from pod_sweeper.store.migrations import shipped
 from pod_sweeper.testing.postgres import free_port
 from pooler.bouncer import PgBouncer
 

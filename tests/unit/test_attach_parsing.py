@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pod_sweeper.attach import ROLES, Target, parse_mapping, parse_table
-from pod_sweeper.errors import ConfigError
+from pod_sweeper.core.errors import ConfigError
+from pod_sweeper.store.attach import ROLES, Target, parse_mapping, parse_table
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import asyncio
 import random
 import time
 
-from pod_sweeper.backoff import Backoff, TokenBucket
+from pod_sweeper.core.backoff import Backoff, TokenBucket
 
 
 def test_ceiling_doubles_up_to_the_cap() -> None:

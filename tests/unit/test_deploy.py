@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
-from pod_sweeper.metrics import Metrics
-from pod_sweeper.settings import Settings
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

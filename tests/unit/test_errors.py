@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pod_sweeper.errors import connection_failure, first_line
+from pod_sweeper.core.errors import connection_failure, first_line
 
 
 def test_first_line_of_an_empty_message_is_the_type() -> None:

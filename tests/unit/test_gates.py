@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from pod_sweeper.backoff import Backoff
-from pod_sweeper.gates import AuthGate, breaker_budget, trip_reason
-from pod_sweeper.outbox import BreakerWindow
+from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.store.outbox import BreakerWindow
+from pod_sweeper.tasks.gates import AuthGate, breaker_budget, trip_reason
 
 
 class Clock:

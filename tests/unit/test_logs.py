@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from pod_sweeper.logs import setup_logging
+from pod_sweeper.core.logs import setup_logging
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from pod_sweeper.backoff import Backoff
-from pod_sweeper.errors import KubeConflict, KubeRejected, KubeRetryable, KubeUnauthorized
-from pod_sweeper.kube import Answer, Outcome
-from pod_sweeper.outcomes import CONFIRM_MARGIN_SECONDS, Verdict, answer_label, decide
+from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.core.errors import KubeConflict, KubeRejected, KubeRetryable, KubeUnauthorized
+from pod_sweeper.kube.api import Answer, Outcome
+from pod_sweeper.tasks.outcomes import CONFIRM_MARGIN_SECONDS, Verdict, answer_label, decide
 
 BACKOFF = Backoff(1.0, 300.0, rng=random.Random(7))
 

@@ -8,8 +8,8 @@ import io
 
 import pytest
 
-from pod_sweeper import periodic
-from pod_sweeper.logs import setup_logging
+from pod_sweeper.core import periodic
+from pod_sweeper.core.logs import setup_logging
 
 
 def test_expected_failures_are_logged_in_one_line_and_the_loop_goes_on() -> None:

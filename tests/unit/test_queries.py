@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from pod_sweeper import queries
+from pod_sweeper.store import queries
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "daemon" / "pod_sweeper"

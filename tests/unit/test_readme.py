@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pod_sweeper.cli import settings_markdown
+from pod_sweeper.cli.main import settings_markdown
 
 
 def test_readme_settings_table_is_current() -> None:

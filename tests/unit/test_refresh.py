@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pod_sweeper.kube import ThrottledRefresh
+from pod_sweeper.kube.api import ThrottledRefresh
 
 
 class _Configuration:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pod_sweeper.errors import ConfigError
-from pod_sweeper.settings import CONFIG_FILE_ENV, Settings, load_settings, redact_conninfo, unknown_environment
+from pod_sweeper.core.errors import ConfigError
+from pod_sweeper.core.settings import CONFIG_FILE_ENV, Settings, load_settings, redact_conninfo, unknown_environment
 
 
 @pytest.fixture(autouse=True)

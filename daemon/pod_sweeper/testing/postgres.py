@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from pod_sweeper.errors import PodSweeperError
+from pod_sweeper.core.errors import PodSweeperError
 
 BINDIR_ENV = "POD_SWEEPER_PG_BINDIR"
 _RUN_AS = ("postgres", "nobody")

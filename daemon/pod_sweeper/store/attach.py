@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from pod_sweeper import queries
-from pod_sweeper.db import Connection
-from pod_sweeper.errors import AttachError, ConfigError
+from pod_sweeper.core.errors import AttachError, ConfigError
+from pod_sweeper.store import queries
+from pod_sweeper.store.db import Connection
 
 ROLES = ("sandbox_id", "generation", "pod_namespace", "pod_name", "pod_uid", "active")
 TRIGGER_PREFIX = "pod_sweeper_enqueue"

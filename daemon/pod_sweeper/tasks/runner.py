@@ -28,19 +28,20 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pod_sweeper import db, migrations, outbox, periodic, queries
-from pod_sweeper.backoff import Backoff
-from pod_sweeper.confirm import Confirmer
-from pod_sweeper.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable
-from pod_sweeper.health import Health, HealthServer, refresh_gauges
-from pod_sweeper.kube import PodDeleter, load_configuration
-from pod_sweeper.listener import Listener
-from pod_sweeper.metrics import Metrics
-from pod_sweeper.recheck import load_attachments
-from pod_sweeper.reconcile import Reconciler
-from pod_sweeper.sdnotify import Notifier
-from pod_sweeper.settings import Settings
-from pod_sweeper.sweeper import Sweeper
+from pod_sweeper.core import periodic
+from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.kube.api import PodDeleter, load_configuration
+from pod_sweeper.store import db, migrations, outbox, queries
+from pod_sweeper.store.recheck import load_attachments
+from pod_sweeper.tasks.confirm import Confirmer
+from pod_sweeper.tasks.health import Health, HealthServer, refresh_gauges
+from pod_sweeper.tasks.listener import Listener
+from pod_sweeper.tasks.reconcile import Reconciler
+from pod_sweeper.tasks.sdnotify import Notifier
+from pod_sweeper.tasks.sweeper import Sweeper
 
 GAUGE_REFRESH_SECONDS = 5.0
 RETENTION_INTERVAL_SECONDS = 60.0

@@ -15,11 +15,14 @@ from typing import Any, NoReturn
 import psycopg
 from loguru import logger
 
-from pod_sweeper import __version__, attach, backfill, check, migrations, outbox, queries, roles, runner, status
-from pod_sweeper.db import connection
-from pod_sweeper.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError, first_line
-from pod_sweeper.logs import setup_logging
-from pod_sweeper.settings import CONFIG_FILE_ENV, Settings, load_settings, unknown_environment
+from pod_sweeper import __version__
+from pod_sweeper.cli import check
+from pod_sweeper.core.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError, first_line
+from pod_sweeper.core.logs import setup_logging
+from pod_sweeper.core.settings import CONFIG_FILE_ENV, Settings, load_settings, unknown_environment
+from pod_sweeper.store import attach, backfill, migrations, outbox, queries, roles, status
+from pod_sweeper.store.db import connection
+from pod_sweeper.tasks import runner
 
 Handler = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -70,7 +73,7 @@ async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_explain(settings: Settings, args: argparse.Namespace) -> int:
-    from pod_sweeper import explain
+    from pod_sweeper.store import explain
 
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
@@ -88,7 +91,7 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
-    from pod_sweeper.demo import run_demo  # the demo's stand-ins are not loaded by any other command
+    from pod_sweeper.cli.demo import run_demo  # the demo's stand-ins are not loaded by any other command
 
     url = args.database_url or (settings.database_url.get_secret_value() if settings.database_url else None)
     return await run_demo(url, args.rate, args.duration, args.seed)

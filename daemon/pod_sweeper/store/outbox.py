@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from pod_sweeper import queries
-from pod_sweeper.db import Connection
-from pod_sweeper.kube import Outcome
-from pod_sweeper.recheck import Attachment, recheck
+from pod_sweeper.kube.api import Outcome
+from pod_sweeper.store import queries
+from pod_sweeper.store.db import Connection
+from pod_sweeper.store.recheck import Attachment, recheck
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from loguru import logger
 
-from pod_sweeper import queries
-from pod_sweeper.db import Connection
-from pod_sweeper.errors import MigrationError, SchemaError
-from pod_sweeper.resources import resource_dir
+from pod_sweeper.core.errors import MigrationError, SchemaError
+from pod_sweeper.core.resources import resource_dir
+from pod_sweeper.store import queries
+from pod_sweeper.store.db import Connection
 
 SCHEMA = "pod_sweeper"
 LEDGER = "schema_migrations"

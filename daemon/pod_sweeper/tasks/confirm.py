@@ -16,12 +16,13 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper import periodic, queries
-from pod_sweeper.db import Connection
-from pod_sweeper.errors import KubeError
-from pod_sweeper.kube import PodDeleter
-from pod_sweeper.metrics import Metrics
-from pod_sweeper.settings import Settings
+from pod_sweeper.core import periodic
+from pod_sweeper.core.errors import KubeError
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.kube.api import PodDeleter
+from pod_sweeper.store import queries
+from pod_sweeper.store.db import Connection
 
 BATCH = 50
 RECHECK_SECONDS = 30.0  # how long a looked-at, still-terminating pod waits for the next look

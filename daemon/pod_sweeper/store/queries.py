@@ -14,7 +14,7 @@ from typing import LiteralString, cast
 
 from psycopg import sql
 
-from pod_sweeper.resources import resource_dir
+from pod_sweeper.core.resources import resource_dir
 
 # The NOTIFY channel (a contract name, docs/design.md): the enqueue NOTIFYs it, the listener LISTENs on it.
 CHANNEL = "pod_sweeper"

@@ -29,13 +29,14 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper import periodic, queries
-from pod_sweeper.db import Connection
-from pod_sweeper.errors import KubeError
-from pod_sweeper.kube import PodDeleter, PodState
-from pod_sweeper.metrics import Metrics
-from pod_sweeper.recheck import Attachment, Generation, generations, load_attachments
-from pod_sweeper.settings import Settings
+from pod_sweeper.core import periodic
+from pod_sweeper.core.errors import KubeError
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.kube.api import PodDeleter, PodState
+from pod_sweeper.store import queries
+from pod_sweeper.store.db import Connection
+from pod_sweeper.store.recheck import Attachment, Generation, generations, load_attachments
 
 _BIGINT = 2**63
 

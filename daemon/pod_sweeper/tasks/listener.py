@@ -20,12 +20,13 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper import db, failpoints, queries
-from pod_sweeper.backoff import Backoff
-from pod_sweeper.db import Connection
-from pod_sweeper.errors import DatabaseUnavailable, first_line
-from pod_sweeper.metrics import Metrics
-from pod_sweeper.settings import Settings
+from pod_sweeper.core import failpoints
+from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.core.errors import DatabaseUnavailable, first_line
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.store import db, queries
+from pod_sweeper.store.db import Connection
 
 
 class ListenerDeaf(Exception):

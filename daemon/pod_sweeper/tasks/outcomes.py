@@ -1,6 +1,6 @@
 """What a DELETE's result means for its row: the answer table of docs/design.md as one pure function.
 
-``decide`` takes what the request came back with (an :class:`~pod_sweeper.kube.Answer`, or the error it
+``decide`` takes what the request came back with (an :class:`~pod_sweeper.kube.api.Answer`, or the error it
 raised, already sorted into our Kubernetes error types) and the row's attempts so far, and says how the
 row ends this round: done with an outcome, back to pending after a backoff, dead, or refused (401/403,
 the daemon's fault: handed back uncharged while the auth gate closes). No I/O, no clock: the sweeper
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from pod_sweeper.backoff import Backoff
-from pod_sweeper.errors import KubeError, KubeRejected, KubeRetryable, KubeUnauthorized
-from pod_sweeper.kube import Answer, Outcome
+from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.core.errors import KubeError, KubeRejected, KubeRetryable, KubeUnauthorized
+from pod_sweeper.kube.api import Answer, Outcome
 
 # A terminating pod is looked at again this long after its grace period ends.
 CONFIRM_MARGIN_SECONDS = 5.0

@@ -34,17 +34,19 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper import failpoints, outbox, outcomes, queries
-from pod_sweeper.backoff import Backoff, TokenBucket
-from pod_sweeper.db import Connection
-from pod_sweeper.errors import KubeRetryable, KubeUnauthorized, first_line
-from pod_sweeper.gates import AuthGate, breaker_budget, trip_reason
-from pod_sweeper.kube import Answer, PodDeleter, invalid_name
-from pod_sweeper.metrics import Metrics
-from pod_sweeper.outbox import Attempt, Claim, Final
-from pod_sweeper.outcomes import Decision, Verdict
-from pod_sweeper.recheck import Attachment
-from pod_sweeper.settings import Settings
+from pod_sweeper.core import failpoints
+from pod_sweeper.core.backoff import Backoff, TokenBucket
+from pod_sweeper.core.errors import KubeRetryable, KubeUnauthorized, first_line
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.kube.api import Answer, PodDeleter, invalid_name
+from pod_sweeper.store import outbox, queries
+from pod_sweeper.store.db import Connection
+from pod_sweeper.store.outbox import Attempt, Claim, Final
+from pod_sweeper.store.recheck import Attachment
+from pod_sweeper.tasks import outcomes
+from pod_sweeper.tasks.gates import AuthGate, breaker_budget, trip_reason
+from pod_sweeper.tasks.outcomes import Decision, Verdict
 
 # A DELETE is not sent with less than this much of the lease left; the row is handed back instead.
 MIN_REQUEST_SECONDS = 1.0

@@ -23,10 +23,10 @@ from loguru import logger
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper import queries
-from pod_sweeper.db import Connection
-from pod_sweeper.errors import ConfigError, first_line
-from pod_sweeper.metrics import Metrics
+from pod_sweeper.core.errors import ConfigError, first_line
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.store import queries
+from pod_sweeper.store.db import Connection
 
 # The loop beats every second; livez fails after this many seconds without a beat.
 LIVENESS_GRACE_SECONDS = 15.0

@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from pod_sweeper.backoff import Backoff
-from pod_sweeper.outbox import BreakerWindow
+from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.store.outbox import BreakerWindow
 
 
 class AuthGate:

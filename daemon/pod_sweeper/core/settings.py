@@ -25,7 +25,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from pod_sweeper.errors import ConfigError
+from pod_sweeper.core.errors import ConfigError
 
 ENV_PREFIX = "POD_SWEEPER_"
 CONFIG_FILE_ENV = "POD_SWEEPER_CONFIG_FILE"
@@ -35,7 +35,7 @@ _FOREIGN_ENV = {
     "POD_SWEEPER_TEST_DATABASE_URL",
     "POD_SWEEPER_TEST_KUBECONFIG",
     "POD_SWEEPER_PG_BINDIR",  # pod_sweeper.testing.postgres: the binaries of throwaway clusters
-    "POD_SWEEPER_FAILPOINTS",  # the chaos suite's, read by pod_sweeper.failpoints
+    "POD_SWEEPER_FAILPOINTS",  # the chaos suite's, read by pod_sweeper.core.failpoints
     "POD_SWEEPER_UPDATE_REFERENCE",
 }
 

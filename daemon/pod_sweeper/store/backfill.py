@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from psycopg import sql
 from psycopg.rows import tuple_row
 
-from pod_sweeper import queries
-from pod_sweeper.db import Connection
-from pod_sweeper.recheck import Attachment, load_attachments
+from pod_sweeper.store import queries
+from pod_sweeper.store.db import Connection
+from pod_sweeper.store.recheck import Attachment, load_attachments
 
 
 @dataclass

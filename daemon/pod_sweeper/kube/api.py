@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.incluster_config import InClusterConfigLoader
 
-from pod_sweeper.errors import (
+from pod_sweeper.core.errors import (
     ConfigError,
     KubeConflict,
     KubeError,

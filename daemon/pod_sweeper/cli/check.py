@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from pod_sweeper import db, migrations, queries
-from pod_sweeper.errors import PodSweeperError
-from pod_sweeper.kube import PodDeleter, load_configuration
-from pod_sweeper.settings import Settings
+from pod_sweeper.core.errors import PodSweeperError
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.kube.api import PodDeleter, load_configuration
+from pod_sweeper.store import db, migrations, queries
 
 VERBS = ("get", "delete")  # what the daemon sends; deploy/role.yaml grants list and watch too
 

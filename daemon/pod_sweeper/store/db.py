@@ -28,8 +28,8 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper.errors import DatabaseUnavailable, connection_failure
-from pod_sweeper.settings import Settings, redact_conninfo
+from pod_sweeper.core.errors import DatabaseUnavailable, connection_failure
+from pod_sweeper.core.settings import Settings, redact_conninfo
 
 # A daemon transaction is a few statements long; 15 s idle inside one means the process is frozen.
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 15_000

@@ -6,8 +6,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from pod_sweeper import queries
-from pod_sweeper.db import Connection
+from pod_sweeper.store import queries
+from pod_sweeper.store.db import Connection
 
 
 async def read_status(conn: Connection) -> dict[str, Any]:

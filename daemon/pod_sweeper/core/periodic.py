@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from loguru import logger
 
-from pod_sweeper.errors import first_line
+from pod_sweeper.core.errors import first_line
 
 
 async def every(

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from pod_sweeper.db import Connection
-from pod_sweeper.recheck import load_attachments
+from pod_sweeper.store.db import Connection
+from pod_sweeper.store.recheck import load_attachments
 
 
 async def runtime_grants(

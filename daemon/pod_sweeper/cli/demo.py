@@ -26,10 +26,10 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pod_sweeper import attach, db, migrations, status
-from pod_sweeper.logs import setup_logging
-from pod_sweeper.runner import Daemon
-from pod_sweeper.settings import Settings
+from pod_sweeper.core.logs import setup_logging
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.store import attach, db, migrations, status
+from pod_sweeper.tasks.runner import Daemon
 from pod_sweeper.testing.fakekube import FakeKube
 from pod_sweeper.testing.postgres import provide_server
 from pod_sweeper.testing.reference import executions_ddl

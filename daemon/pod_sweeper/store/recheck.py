@@ -20,9 +20,9 @@ from typing import Any, LiteralString, cast
 import psycopg
 from psycopg import sql
 
-from pod_sweeper import queries
-from pod_sweeper.db import Connection
-from pod_sweeper.errors import first_line
+from pod_sweeper.core.errors import first_line
+from pod_sweeper.store import queries
+from pod_sweeper.store.db import Connection
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from typing import Any
 
 from psycopg import sql
 
-from pod_sweeper import queries
-from pod_sweeper.db import Connection
-from pod_sweeper.recheck import Attachment, load_attachments
+from pod_sweeper.store import queries
+from pod_sweeper.store.db import Connection
+from pod_sweeper.store.recheck import Attachment, load_attachments
 
 
 @dataclass(frozen=True)
