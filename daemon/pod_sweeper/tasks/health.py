@@ -14,6 +14,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -41,10 +42,21 @@ class Health:
     database_ok: bool = False
     database_error: str | None = "not connected yet"
     schema_ok: bool = False
-    listener_ok: bool | None = None  # None: poll-only mode
-    kube_error: str | None = None
-    breaker: str | None = None  # the blast-radius breaker's reason while tripped
     heartbeat: float = field(default_factory=time.monotonic)
+    # Read from their owners at the moment a probe asks (see ``watch``), never copied on a timer.
+    listener_ok: Callable[[], bool | None] = lambda: None  # None: poll-only mode
+    kube_error: Callable[[], str | None] = lambda: None
+    breaker: Callable[[], str | None] = lambda: None  # the blast-radius breaker's reason while tripped
+
+    def watch(
+        self,
+        *,
+        listener_ok: Callable[[], bool | None],
+        kube_error: Callable[[], str | None],
+        breaker: Callable[[], str | None],
+    ) -> None:
+        """Where readiness reads the listener's health, Kubernetes' refusal and the breaker from."""
+        self.listener_ok, self.kube_error, self.breaker = listener_ok, kube_error, breaker
 
     def readiness(self) -> tuple[bool, str]:
         problems = []
@@ -54,12 +66,12 @@ class Health:
             problems.append(f"database: {self.database_error}")
         if not self.schema_ok:
             problems.append("schema not checked")
-        if self.listener_ok is False:
+        if self.listener_ok() is False:
             problems.append("listener not hearing NOTIFY")
-        if self.kube_error:
-            problems.append(f"kubernetes refuses us: {self.kube_error}")
-        if self.breaker:
-            problems.append(f"blast-radius breaker tripped: {self.breaker}")
+        if kube_error := self.kube_error():
+            problems.append(f"kubernetes refuses us: {kube_error}")
+        if breaker := self.breaker():
+            problems.append(f"blast-radius breaker tripped: {breaker}")
         if not self.started:
             problems.append("starting")
         return (not problems, "; ".join(problems) or "ok")

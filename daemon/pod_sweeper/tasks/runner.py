@@ -70,7 +70,10 @@ class Daemon:
         self.handle_signals = handle_signals  # off when embedded (tests, the demo) off the main thread
         self.stop_requested = asyncio.Event()
         self.metrics = Metrics(listening=settings.listens)
-        self.health = Health(listener_ok=False if settings.listens else None)
+        self.health = Health()
+        self.metrics.ready.set_function(lambda: 1.0 if self.ready else 0.0)
+        if settings.listens:  # not ready until the listener hears (it is replaced by the listener's own)
+            self.health.listener_ok = lambda: False
         self.notifier = Notifier()
         self.http: HealthServer | None = None
         self.sweeper: Sweeper | None = None
@@ -157,6 +160,7 @@ class Daemon:
             sweeper = Sweeper(self.settings, pool, deleter, attachments=attachments, metrics=self.metrics)
             listener = Listener(self.settings, pool, sweeper.notify, self.metrics) if self.settings.listens else None
             self.sweeper, self.listener = sweeper, listener
+            self._watch(sweeper, listener)
             logger.info(
                 "pod-sweeper running as {replica}, schema version {version}, {mode}",
                 replica=self.settings.replica_id,
@@ -243,24 +247,27 @@ class Daemon:
         stall = max(self.settings.poll_interval, self.settings.request_timeout) * 2 + 10
         return time.monotonic() - sweeper.last_turn < stall
 
+    def _watch(self, sweeper: Sweeper, listener: Listener | None) -> None:
+        """Readiness and the state gauges read the listener, the auth gate and the breaker where they
+        live, when a probe or a scrape asks."""
+        self.health.watch(
+            listener_ok=(lambda: listener.healthy) if listener is not None else (lambda: None),
+            kube_error=lambda: sweeper.auth.refusing,
+            breaker=lambda: sweeper.breaker_reason,
+        )
+        if listener is not None and self.metrics.listener_healthy is not None:
+            self.metrics.listener_healthy.set_function(lambda: 1.0 if listener.healthy else 0.0)
+        self.metrics.kube_refusing.set_function(lambda: 1.0 if sweeper.auth.refusing else 0.0)
+        self.metrics.breaker_tripped.set_function(lambda: 1.0 if sweeper.breaker_reason else 0.0)
+
     async def _heartbeat(self) -> None:
         """The main loop's beat: keeps /livez and the gauges of process state current, pets the systemd
-        watchdog while healthy, and refreshes the systemd STATUS line."""
+        watchdog while healthy, and refreshes the systemd STATUS line. (Readiness and the state gauges
+        are read from their sources when asked: see ``_watch``.)"""
         last_pet = last_status = 0.0
         while True:
             now = time.monotonic()
             self.health.heartbeat = now
-            if self.listener is not None:
-                self.health.listener_ok = self.listener.healthy
-                if self.metrics.listener_healthy is not None:
-                    self.metrics.listener_healthy.set(1 if self.listener.healthy else 0)
-            if self.sweeper is not None:
-                refusing = self.sweeper.auth.refusing
-                self.health.kube_error = refusing
-                self.metrics.kube_refusing.set(1 if refusing else 0)
-                self.health.breaker = self.sweeper.breaker_reason
-                self.metrics.breaker_tripped.set(1 if self.sweeper.breaker_reason else 0)
-            self.metrics.ready.set(1 if self.ready else 0)
             interval = self.notifier.watchdog_interval
             # Petted only once READY=1 is out: before that, the unit's TimeoutStartSec governs.
             if interval is not None and self.health.started and now - last_pet >= interval and self._loop_healthy():
