@@ -61,6 +61,27 @@ def metric(text: str, name: str) -> float:
     return sum(float(m[1]) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
 
 
+def spawn_daemon(env: dict[str, str], log: Any) -> Any:
+    """``pod-sweeper run`` as a subprocess with ``env``, its stdout and stderr in the file ``log``."""
+    import subprocess
+    import sys
+
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pod_sweeper", "run"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+
+
+def mark_tier(items: list[Any], folder: Any, *markers: Any) -> None:
+    """Give every collected test under ``folder`` the ``markers`` (each tier's conftest calls this)."""
+    from pathlib import Path
+
+    for item in items:
+        if Path(folder) in Path(item.path).parents:
+            for marker in markers:
+                item.add_marker(marker)
+
+
 def threading_event_wait(seconds: float) -> None:
     """A poll interval that is a wait on an event, not a bare sleep in the test body."""
     import threading

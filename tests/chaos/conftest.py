@@ -10,16 +10,11 @@ import pytest
 
 from chaos.harness import Workload
 from conftest import run
-from helpers import attach_table, create_executions
-
-HERE = Path(__file__).parent
+from helpers import attach_table, create_executions, mark_tier
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test here carries the ``chaos`` marker (a conftest's own ``pytestmark`` marks nothing)."""
-    for item in items:
-        if HERE in Path(item.path).parents:
-            item.add_marker(pytest.mark.chaos)
+    mark_tier(items, Path(__file__).parent, pytest.mark.chaos)
 
 
 @pytest.fixture

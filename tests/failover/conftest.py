@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 
 import pytest
 
+from helpers import mark_tier
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = os.path.dirname(__file__)
-    for item in items:
-        if str(item.path).startswith(here):
-            item.add_marker(pytest.mark.failover)
-            item.add_marker(pytest.mark.slow)
+    mark_tier(items, Path(__file__).parent, pytest.mark.failover, pytest.mark.slow)

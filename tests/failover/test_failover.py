@@ -6,8 +6,6 @@ deleted, no active pod touched, and the daemon ready again on the new primary.""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,16 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from helpers import attach_table, create_executions, daemon_env, metric, scrape, seed_executions, wait_until
+from helpers import (
+    attach_table,
+    create_executions,
+    daemon_env,
+    metric,
+    scrape,
+    seed_executions,
+    spawn_daemon,
+    wait_until,
+)
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import db, migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
@@ -79,10 +86,7 @@ def test_the_daemon_drains_through_a_promoted_standby(
         POD_SWEEPER_CONNECT_TIMEOUT="2",
         POD_SWEEPER_MAX_ATTEMPTS="50",
     )
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pod_sweeper", "run"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True
-        )
+    proc = spawn_daemon(env, log)
     ready = "pod_sweeper_ready"
     try:
         wait_until(lambda: metric(scrape(port, missing=""), ready) == 1, timeout=60, what="the daemon ready")

@@ -26,6 +26,7 @@ from helpers import (
     retire,
     scrape,
     seed_executions,
+    spawn_daemon,
     wait_until,
 )
 from pod_sweeper.store.migrations import shipped
@@ -162,11 +163,7 @@ def test_two_poll_only_replicas_sweep_everything_and_the_pool_stays_clean(
             POD_SWEEPER_CONCURRENCY="2",
             POD_SWEEPER_LOG_FORMAT="json",
         )
-        with log.open("w") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "pod_sweeper", "run"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True
-            )
-        replicas.append((proc, port, log))
+        replicas.append((spawn_daemon(env, log), port, log))
     try:
         for proc, port, log in replicas:
             wait_until(

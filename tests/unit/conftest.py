@@ -6,10 +6,8 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent
+from helpers import mark_tier
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in Path(item.path).parents:
-            item.add_marker(pytest.mark.unit)
+    mark_tier(items, Path(__file__).parent, pytest.mark.unit)

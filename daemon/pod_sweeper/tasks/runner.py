@@ -78,6 +78,7 @@ class Daemon:
         self.http: HealthServer | None = None
         self.sweeper: Sweeper | None = None
         self.listener: Listener | None = None
+        self._pool: AsyncConnectionPool[db.Connection]  # made and opened by run()
         self._signals = 0
 
     @property
@@ -96,8 +97,9 @@ class Daemon:
         )
         self.stop_requested.set()
 
-    async def _open_pool(self, pool: AsyncConnectionPool[db.Connection]) -> bool:
-        """Open the pool, retrying with backoff until it works or a stop is requested.
+    async def _open_pool(self) -> bool:
+        """Open ``self._pool``, retrying with backoff until it works or a stop is requested (a pool that
+        failed to open is closed and replaced: a closed pool cannot be opened again).
 
         Each attempt first opens one plain connection: its failure carries the server's reason (no such
         role, a wrong password, connection refused), which a pool's timeout does not, and the pool is
@@ -109,7 +111,7 @@ class Daemon:
             try:
                 probe = await db.connect(self.settings)
                 await probe.close()
-                await pool.open(wait=True, timeout=self.settings.connect_timeout + 1)
+                await self._pool.open(wait=True, timeout=self.settings.connect_timeout + 1)
                 return True
             except (DatabaseUnavailable, PoolTimeout) as exc:
                 reason = str(exc) if isinstance(exc, DatabaseUnavailable) else "the connection pool timed out"
@@ -122,8 +124,8 @@ class Daemon:
                     n=attempt,
                     delay=delay,
                 )
-                await pool.close()
-                pool = self._pool = _make_pool(self.settings)
+                await self._pool.close()
+                self._pool = _make_pool(self.settings)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stop_requested.wait(), delay)
         return False
@@ -146,7 +148,7 @@ class Daemon:
         heart = asyncio.create_task(self._heartbeat(), name="heartbeat")
         try:
             self.notifier.status("connecting to the database")
-            if not await self._open_pool(self._pool):
+            if not await self._open_pool():
                 return EXIT_OK
             pool = self._pool
             async with pool.connection() as conn:

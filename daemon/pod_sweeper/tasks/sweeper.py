@@ -36,7 +36,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core import failpoints
 from pod_sweeper.core.backoff import Backoff, TokenBucket
-from pod_sweeper.core.errors import KubeRetryable, KubeUnauthorized, first_line
+from pod_sweeper.core.errors import KubeError, KubeUnauthorized, first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import Answer, PodDeleter, invalid_name
@@ -113,6 +113,7 @@ class Sweeper:
         self.breaker_reason: str | None = None  # set while the blast-radius breaker is tripped
         self.first_claim_done = asyncio.Event()  # the start-up catch-up claim ran (readiness waits on it)
         self._queue: asyncio.Queue[_Work] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []  # claimer, finalizer and workers, once run() starts
         self._inflight: dict[int, Claim] = {}
         self._results: list[Final] = []
         self._results_ready = asyncio.Event()
@@ -346,6 +347,8 @@ class Sweeper:
             result, attempts=claim.attempts, max_attempts=self.settings.max_attempts, backoff=self.backoff
         )
         attempt = Attempt(request.started_at, request.seconds * 1000, decision.reason)
+        if isinstance(result, Exception) and not isinstance(result, KubeError):  # a bug, or nobody foresaw it
+            logger.opt(exception=result).error("unexpected error deleting row {id}", id=claim.id)
         if decision.verdict is Verdict.DONE:
             assert decision.outcome is not None
             self.auth.answered()
@@ -355,11 +358,9 @@ class Sweeper:
             assert isinstance(result, KubeUnauthorized)
             self._auth_refused(claim, result, attempt)
         elif decision.verdict is Verdict.DEAD:
-            self._log_dead(claim, decision, result)
+            self._log_dead(claim, decision)
             self._record(Final.dead(claim, decision.error or "", decision.http_status, attempt))
         else:
-            if isinstance(result, Exception) and not isinstance(result, KubeRetryable):  # a bug, or unforeseen
-                logger.opt(exception=result).error("unexpected error deleting row {id}", id=claim.id)
             logger.info(
                 "row {id} will be retried in {delay:.1f} s: {error}",
                 id=claim.id,
@@ -368,7 +369,7 @@ class Sweeper:
             )
             self._record(Final.retry(claim, decision.delay, decision.error or "", decision.http_status, attempt))
 
-    def _log_dead(self, claim: Claim, decision: Decision, result: BaseException | Answer) -> None:
+    def _log_dead(self, claim: Claim, decision: Decision) -> None:
         if not decision.exhausted:
             logger.error(
                 "DELETE {ns}/{pod} rejected, row {id} is dead: {error}",
@@ -378,8 +379,6 @@ class Sweeper:
                 error=decision.error,
             )
             return
-        if isinstance(result, Exception) and not isinstance(result, KubeRetryable):
-            logger.opt(exception=result).error("unexpected error deleting row {id}", id=claim.id)
         logger.error(
             "row {id} ({ns}/{pod}) is dead after {n} attempts: {error}",
             id=claim.id,
@@ -489,18 +488,16 @@ class Sweeper:
         self._room.set()
         while not self._queue.empty():  # claimed but not started: back to pending at once
             self._record(Final.hand_back(self._queue.get_nowait().claim))
-        # Rows still at the API are those in flight without a result yet; each result sets _settled.
-        while len(self._inflight) > len(self._results) and time.monotonic() < deadline:
+        # Each result sets _settled; wait until every row in flight has one, or the deadline.
+        while self._awaiting_answers() and time.monotonic() < deadline:
             self._settled.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._settled.wait(), deadline - time.monotonic())
-        for task in getattr(self, "_tasks", []):
+        for task in self._tasks:
             if task.get_name() != "finalizer":
                 task.cancel()
-        recorded = {f.id for f in self._results}
-        for claim in list(self._inflight.values()):
-            if claim.id not in recorded:  # still waiting on the API after the deadline
-                self._record(Final.hand_back(claim))
+        for claim in self._awaiting_answers():  # still at the API after the deadline
+            self._record(Final.hand_back(claim))
         try:
             await asyncio.wait_for(self._flush(), max(1.0, deadline - time.monotonic()))
         except (psycopg.Error, TimeoutError) as exc:
@@ -510,9 +507,14 @@ class Sweeper:
                 error=first_line(exc),
             )
         await self._wake_the_others()
-        for task in getattr(self, "_tasks", []):
+        for task in self._tasks:
             task.cancel()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _awaiting_answers(self) -> list[Claim]:
+        """The rows in flight whose request has no result yet (still at the API)."""
+        recorded = {f.id for f in self._results}
+        return [claim for claim in self._inflight.values() if claim.id not in recorded]
 
     async def _wake_the_others(self) -> None:
         # This replica may have cleared the wakeup flag (it was claiming) and is leaving: retires do not
