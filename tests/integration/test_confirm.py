@@ -10,6 +10,7 @@ import psycopg
 from conftest import run, settings_for
 from helpers import DaemonThread, row_for, wait_until
 from pod_sweeper.store import db, status
+from pod_sweeper.tasks.confirm import RECHECK_SECONDS
 
 
 def add_scheduled(conn: psycopg.Connection[Any], kube: Any, sid: str, node: str, grace: int = 1) -> str:
@@ -83,9 +84,11 @@ def test_stuck_pod_on_a_vanished_node_is_forced_only_when_allowed(
     assert kube.get_pod("sandboxes", "a") is not None  # FORCE_STUCK off: reported, never forced
     with DaemonThread(settings(db_url, kube, stuck_terminating_seconds=1, force_stuck=True)) as daemon:
         execs.execute("UPDATE executions SET active = false WHERE sandbox_id = 'b'")
+        # 'a' was looked at (stuck) just before this daemon started: its next look is RECHECK_SECONDS
+        # later, then up to one confirmer interval more.
         wait_until(
             lambda: kube.get_pod("sandboxes", "b") is None and kube.get_pod("sandboxes", "a") is None,
-            timeout=30,
+            timeout=RECHECK_SECONDS + 20,
             what="the forced deletes",
         )
         wait_until(lambda: row_for(execs, "b")["confirmed_at"] is not None, timeout=20)

@@ -61,6 +61,18 @@ class AuthGate:
         return self.error if (not self.open or self.error is not None) else None
 
 
+class BreakerGate:
+    """The blast-radius breaker as this replica last read it from the database: the claimer sets it,
+    the workers ask it before each DELETE, readiness reports it."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None  # set while tripped
+
+    @property
+    def open(self) -> bool:
+        return self.reason is None
+
+
 def breaker_budget(limit: int, window: BreakerWindow, want: int) -> int:
     """Rows a claim may take: ``want`` with the breaker off (``limit`` 0), none while it is tripped,
     else what is left of the minute's deletes after those done and those claimed right now."""

@@ -1,0 +1,200 @@
+"""The workers: send each held row's DELETE and turn what came back into the row's result.
+
+``concurrency`` workers each send one request at a time on a thread pool (the official client is
+synchronous), paced by the token bucket and never with a timeout that outlasts the row's lease; when
+the queue is deep a worker hands its thread a few rows at once, sent one after another. What a result
+means for the row is ``outcomes.decide``'s to say; this module only applies it: the pipeline gets the
+row's result, the auth gate hears of a 401/403, the metrics and the log of everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from loguru import logger
+
+from pod_sweeper.core.backoff import Backoff, TokenBucket
+from pod_sweeper.core.errors import KubeError, KubeUnauthorized
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.kube.api import Answer, PodDeleter, invalid_name
+from pod_sweeper.store.outbox import Attempt, Claim, Final
+from pod_sweeper.tasks import outcomes
+from pod_sweeper.tasks.gates import AuthGate, BreakerGate
+from pod_sweeper.tasks.outcomes import Decision, Verdict
+from pod_sweeper.tasks.pipeline import Pipeline, Work
+
+# A DELETE is not sent with less than this much of the lease left; the row is handed back instead.
+MIN_REQUEST_SECONDS = 1.0
+# Margin kept between the end of a request's timeout and the end of the lease.
+LEASE_MARGIN_SECONDS = 2.0
+# At most this many rows per hand-off from a worker to its thread (see Sender.worker).
+MAX_CHUNK = 8
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One row's request as the pool thread saw it: when it started, how long it took, how it ended."""
+
+    started_at: datetime
+    seconds: float
+    result: Answer | Exception
+
+
+class Sender:
+    def __init__(
+        self,
+        settings: Settings,
+        deleter: PodDeleter,
+        pipeline: Pipeline,
+        *,
+        metrics: Metrics,
+        backoff: Backoff,
+        auth: AuthGate,
+        breaker: BreakerGate,
+        stopping: asyncio.Event,
+    ) -> None:
+        self.settings, self.deleter, self.pipeline, self.metrics = settings, deleter, pipeline, metrics
+        self.auth, self.breaker, self.stopping = auth, breaker, stopping
+        self.bucket = TokenBucket(settings.rate_limit_qps, settings.rate_limit_burst)
+        self.backoff = backoff  # the delay of a retry
+        # Labelled counters looked up once per label value, not once per row.
+        self._answered = functools.cache(self.metrics.kube_responses.labels)
+        self.executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
+
+    async def worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        queue = self.pipeline.queue
+        while True:
+            chunk = [await queue.get()]
+            # With a deep queue, a worker takes a few rows per hand-off to its thread, which sends them
+            # one after another: the asyncio-to-thread round trip per row was a good part of the
+            # daemon's own CPU per row (bench/README.md). A shallow queue (a single retire) goes alone.
+            for _ in range(min(MAX_CHUNK - 1, queue.qsize() // self.settings.concurrency)):
+                chunk.append(queue.get_nowait())
+            sendable: list[Work] = []
+            for work in chunk:
+                claim = work.claim
+                bad_name = invalid_name(claim.pod_namespace, claim.pod_name)
+                if bad_name is not None:
+                    logger.error("row {id} is dead: {why}", id=claim.id, why=bad_name)
+                    self.pipeline.record(Final.dead(claim, bad_name))
+                    continue
+                await self.bucket.acquire()
+                if not self._may_send(work):
+                    self.pipeline.record(Final.hand_back(claim, error=self.auth.error or self.breaker.reason))
+                    continue
+                sendable.append(work)
+            if sendable:
+                sent = await loop.run_in_executor(self.executor, self._send, sendable)
+                for work, request in zip(sendable, sent, strict=True):
+                    self._settle(work.claim, request)
+
+    @staticmethod
+    def _lease_left(work: Work) -> float:
+        """Seconds a request for this row may still take, the margin kept before its lease ends."""
+        return work.lease_deadline - time.monotonic() - LEASE_MARGIN_SECONDS
+
+    def _may_send(self, work: Work) -> bool:
+        """Whether a DELETE for this row may start now (enough lease left, not refused, breaker closed)."""
+        return self._lease_left(work) >= MIN_REQUEST_SECONDS and self.auth.open and self.breaker.open
+
+    def _send(self, chunk: list[Work]) -> list[_Request | None]:
+        """On a pool thread: each row's DELETE (and GET after a 409) in turn. None for a row not sent
+        (to be handed back): the lease ran short, Kubernetes refused us, or shutdown began while it
+        waited behind the others of its chunk."""
+        out: list[_Request | None] = []
+        refused = False
+        for i, work in enumerate(chunk):
+            if refused or (i and (self.stopping.is_set() or not self._may_send(work))):
+                out.append(None)
+                continue
+            # resolve() may send a DELETE and then a GET: both must end before the lease does.
+            timeout = min(self.settings.request_timeout, self._lease_left(work) / 2)
+            claim = work.claim
+            started_at, sent = datetime.now(UTC), time.monotonic()
+            result: Answer | Exception
+            try:
+                result = self.deleter.resolve(claim.pod_namespace, claim.pod_name, str(claim.pod_uid), timeout=timeout)
+            except Exception as exc:  # settled on the event loop, where every kind is told apart
+                result = exc
+                refused = isinstance(exc, KubeUnauthorized)
+            out.append(_Request(started_at, time.monotonic() - sent, result))
+        return out
+
+    def _settle(self, claim: Claim, request: _Request | None) -> None:
+        """Record how one row's request ended (the answer table of docs/design.md, in outcomes)."""
+        if request is None:
+            self.pipeline.record(Final.hand_back(claim, error=self.auth.error or self.breaker.reason))
+            return
+        result = request.result
+        self.metrics.delete_latency.observe(request.seconds)
+        self._answered(outcomes.answer_label(result)).inc()
+        decision = outcomes.decide(
+            result, attempts=claim.attempts, max_attempts=self.settings.max_attempts, backoff=self.backoff
+        )
+        attempt = Attempt(request.started_at, request.seconds * 1000, decision.reason)
+        if isinstance(result, Exception) and not isinstance(result, KubeError):  # a bug, or nobody foresaw it
+            logger.opt(exception=result).error("unexpected error deleting row {id}", id=claim.id)
+        if decision.verdict is Verdict.DONE:
+            assert decision.outcome is not None
+            self.auth.answered()
+            final = Final.done(claim, decision.outcome, decision.http_status, attempt)
+            self.pipeline.record(
+                dataclasses.replace(final, confirm_in=decision.confirm_in) if decision.confirm_in else final
+            )
+        elif decision.verdict is Verdict.REFUSED:
+            assert isinstance(result, KubeUnauthorized)
+            self._refused(claim, result, attempt)
+        elif decision.verdict is Verdict.DEAD:
+            self._log_dead(claim, decision)
+            self.pipeline.record(Final.dead(claim, decision.error or "", decision.http_status, attempt))
+        else:
+            logger.info(
+                "row {id} will be retried in {delay:.1f} s: {error}",
+                id=claim.id,
+                delay=decision.delay,
+                error=decision.error,
+            )
+            self.pipeline.record(
+                Final.retry(claim, decision.delay, decision.error or "", decision.http_status, attempt)
+            )
+
+    @staticmethod
+    def _log_dead(claim: Claim, decision: Decision) -> None:
+        if decision.exhausted:
+            logger.error(
+                "row {id} ({ns}/{pod}) is dead after {n} attempts: {error}",
+                id=claim.id,
+                ns=claim.pod_namespace,
+                pod=claim.pod_name,
+                n=claim.attempts,
+                error=decision.error,
+            )
+        else:
+            logger.error(
+                "DELETE {ns}/{pod} rejected, row {id} is dead: {error}",
+                ns=claim.pod_namespace,
+                pod=claim.pod_name,
+                id=claim.id,
+                error=decision.error,
+            )
+
+    def _refused(self, claim: Claim, exc: KubeUnauthorized, attempt: Attempt) -> None:
+        # A fault of the daemon, not of the row: charge nothing, stop claiming for a while, say why.
+        delay = self.auth.refused(exc.status, str(exc), claim.pod_namespace)
+        logger.error(
+            "Kubernetes refused us ({status}); not claiming for {delay:.0f} s: {error}",
+            status=exc.status,
+            delay=delay,
+            error=self.auth.error,
+        )
+        self.pipeline.record(
+            Final.hand_back(claim, error=self.auth.error, delay=delay, http_status=exc.status, attempt=attempt)
+        )
