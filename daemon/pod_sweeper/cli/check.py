@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pod_sweeper.core.errors import PodSweeperError
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import PodDeleter, load_configuration
-from pod_sweeper.store import db, migrations, queries
+from pod_sweeper.store import db, migrations, outbox
 
 VERBS = ("get", "delete")  # what the daemon sends; deploy/role.yaml grants list and watch too
 
@@ -27,8 +27,7 @@ class Check:
 
 async def _namespaces(settings: Settings) -> list[str]:
     async with db.connection(settings) as conn:
-        cur = await conn.execute(queries.load("check_namespaces"))
-        return [r["pod_namespace"] for r in await cur.fetchall()]
+        return await outbox.namespaces(conn)
 
 
 async def _listen_route(settings: Settings) -> Check:
@@ -38,7 +37,7 @@ async def _listen_route(settings: Settings) -> Check:
     except PodSweeperError as exc:
         return Check(False, "listen database", str(exc))
     try:
-        await conn.execute(queries.listen())
+        await outbox.listen(conn)
     finally:
         await conn.close()
     return Check(True, "listen database", "connected, LISTEN works")

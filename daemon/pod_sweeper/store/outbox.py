@@ -271,3 +271,59 @@ async def resume_breaker(conn: Connection, who: str) -> bool:
     """Close the breaker; True when it had been tripped."""
     row = await (await conn.execute(queries.load("breaker_resume"), {"who": who})).fetchone()
     return bool(row and row["was_tripped_at"])
+
+
+# --- signals and small reads of the daemon's tasks ----------------------------------------------------
+
+
+async def notify(conn: Connection, payload: str = "") -> None:
+    """NOTIFY our channel: wakes the listening sweepers (``payload`` tells a listener's own ping)."""
+    await conn.execute(queries.load("notify"), queries.notify_params(payload))
+
+
+async def listen(conn: Connection) -> None:
+    """LISTEN on our channel (this connection must then stay this session's: not through a pooler)."""
+    await conn.execute(queries.listen())
+
+
+async def lock_breaker(conn: Connection) -> None:
+    """Inside a transaction: one replica at a time spends the breaker's budget."""
+    await conn.execute(queries.load("advisory_lock"), {"key": queries.Lock.BREAKER})
+
+
+async def reopen_dry_run(conn: Connection) -> int:
+    """Rows a dry run left as would_delete, back to pending for a real run; how many."""
+    return (await conn.execute(queries.load("reopen_dry_run"))).rowcount
+
+
+@dataclass(frozen=True)
+class Lag:
+    """The lag view's one row: what the gauges and on-call read."""
+
+    pending: int
+    claimed: int
+    dead: int
+    backoff: int
+    oldest_claimable_seconds: float
+    oldest_backoff_seconds: float
+    oldest_claim_seconds: float
+
+
+async def lag(conn: Connection) -> Lag | None:
+    row = await (await conn.execute(queries.load("status_lag"))).fetchone()
+    if row is None:
+        return None
+    return Lag(
+        row["pending"],
+        row["claimed"],
+        row["dead"],
+        row["backoff"],
+        row["oldest_claimable_seconds"],
+        row["oldest_backoff_seconds"],
+        row["oldest_claim_seconds"],
+    )
+
+
+async def namespaces(conn: Connection) -> list[str]:
+    """The namespaces the outbox names (at most 50), for ``check``."""
+    return [r["pod_namespace"] for r in await (await conn.execute(queries.load("check_namespaces"))).fetchall()]

@@ -25,7 +25,7 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.store import outbox, queries
+from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment
 from pod_sweeper.tasks.gates import AuthGate, BreakerGate, breaker_budget, trip_reason
@@ -182,7 +182,7 @@ class Claimer:
             yield
             return
         async with conn.transaction():
-            await conn.execute(queries.load("advisory_lock"), {"key": queries.Lock.BREAKER})
+            await outbox.lock_breaker(conn)
             yield
 
     async def _breaker_budget(self, conn: Connection, want: int) -> int:

@@ -21,7 +21,7 @@ from pod_sweeper.core.errors import KubeError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import PodDeleter
-from pod_sweeper.store import queries
+from pod_sweeper.store import confirmation
 from pod_sweeper.store.db import Connection
 
 BATCH = 50
@@ -44,10 +44,7 @@ class Confirmer:
 
     async def pass_once(self) -> int:
         async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                queries.load("confirm_claim"), {"batch": BATCH, "recheck_seconds": RECHECK_SECONDS}
-            )
-            rows = await cur.fetchall()
+            rows = await confirmation.take_due(conn, batch=BATCH, recheck_seconds=RECHECK_SECONDS)
         if not rows:
             return 0
         ids, gone, stuck = [], [], []
@@ -55,38 +52,38 @@ class Confirmer:
         for row in rows:
             try:
                 state = await asyncio.to_thread(
-                    self.deleter.pod_state, row["pod_namespace"], row["pod_name"], timeout=timeout
+                    self.deleter.pod_state, row.pod_namespace, row.pod_name, timeout=timeout
                 )
             except KubeError as exc:
                 logger.info(
                     "confirming {ns}/{pod} must wait: {error}",
-                    ns=row["pod_namespace"],
-                    pod=row["pod_name"],
+                    ns=row.pod_namespace,
+                    pod=row.pod_name,
                     error=str(exc),
                 )
                 continue
-            uid = str(row["pod_uid"])
+            uid = row.pod_uid
             still_there = state is not None and state.uid == uid
-            overdue = (datetime.now(UTC) - row["done_at"]).total_seconds() > self.settings.stuck_terminating_seconds
-            ids.append(row["id"])
+            overdue = (datetime.now(UTC) - row.done_at).total_seconds() > self.settings.stuck_terminating_seconds
+            ids.append(row.id)
             gone.append(not still_there)
             stuck.append(still_there and overdue)
             if not still_there:
                 self.metrics.confirmed.inc()
                 continue
-            if overdue and row["stuck_at"] is None:
+            if overdue and row.stuck_at is None:
                 self.metrics.stuck.inc()
                 logger.error(
                     "pod {ns}/{pod} (uid {uid}) is still terminating {s:.0f} s after its DELETE",
-                    ns=row["pod_namespace"],
-                    pod=row["pod_name"],
+                    ns=row.pod_namespace,
+                    pod=row.pod_name,
                     uid=uid,
-                    s=(datetime.now(UTC) - row["done_at"]).total_seconds(),
+                    s=(datetime.now(UTC) - row.done_at).total_seconds(),
                 )
             if overdue and self.settings.force_stuck and state is not None and state.node_name:
-                await self._force_if_node_gone(row["pod_namespace"], row["pod_name"], uid, state.node_name)
+                await self._force_if_node_gone(row.pod_namespace, row.pod_name, uid, state.node_name)
         async with self.pool.connection() as conn:
-            await conn.execute(queries.load("confirm_result"), {"ids": ids, "gone": gone, "stuck": stuck})
+            await confirmation.record(conn, ids=ids, gone=gone, stuck=stuck)
         return len(rows)
 
     async def _force_if_node_gone(self, namespace: str, name: str, uid: str, node: str) -> None:

@@ -26,7 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core.errors import ConfigError, first_line
 from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.store import queries
+from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
 
 # The loop beats every second; livez fails after this many seconds without a beat.
@@ -150,15 +150,15 @@ async def refresh_gauges(
     while True:
         try:
             async with pool.connection(timeout=max(1.0, interval)) as conn:
-                row = await (await conn.execute(queries.load("status_lag"))).fetchone()
-            if row is not None:
-                for status in ("pending", "claimed", "dead"):
-                    metrics.outbox_rows.labels(status).set(row[status])
-                metrics.lag.set(row["oldest_claimable_seconds"])
-                metrics.backoff_rows.set(row["backoff"])
-                metrics.oldest_backoff.set(row["oldest_backoff_seconds"])
-                metrics.dead_rows.set(row["dead"])
-                metrics.oldest_claim.set(row["oldest_claim_seconds"])
+                lag = await outbox.lag(conn)
+            if lag is not None:
+                for status, rows in (("pending", lag.pending), ("claimed", lag.claimed), ("dead", lag.dead)):
+                    metrics.outbox_rows.labels(status).set(rows)
+                metrics.lag.set(lag.oldest_claimable_seconds)
+                metrics.backoff_rows.set(lag.backoff)
+                metrics.oldest_backoff.set(lag.oldest_backoff_seconds)
+                metrics.dead_rows.set(lag.dead)
+                metrics.oldest_claim.set(lag.oldest_claim_seconds)
                 metrics.gauges_refreshed.set_to_current_time()
             health.database_ok, health.database_error = True, None
         except psycopg.Error as exc:  # PoolTimeout included

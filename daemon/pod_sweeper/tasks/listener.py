@@ -25,7 +25,7 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import DatabaseUnavailable, first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.store import db, queries
+from pod_sweeper.store import db, outbox
 from pod_sweeper.store.db import Connection
 
 
@@ -59,7 +59,7 @@ class Listener:
                 conn = await db.connect(
                     self.settings, application_name="pod-sweeper-listener", conninfo=self.settings.listen_conninfo()
                 )
-                await conn.execute(queries.listen())
+                await outbox.listen(conn)
                 self.healthy = True
                 self.listening.set()
                 failures = 0
@@ -106,4 +106,4 @@ class Listener:
                 expected_by = now + interval
                 next_ping = now + interval
                 async with self.pool.connection() as other:
-                    await other.execute(queries.load("notify"), queries.notify_params(expected))
+                    await outbox.notify(other, expected)

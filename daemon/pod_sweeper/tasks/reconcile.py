@@ -23,7 +23,6 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import psycopg
 from loguru import logger
@@ -34,7 +33,7 @@ from pod_sweeper.core.errors import KubeError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import PodDeleter, PodState
-from pod_sweeper.store import queries
+from pod_sweeper.store import reconciliation
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment, Generation, generations, load_attachments
 
@@ -91,17 +90,12 @@ class Reconciler:
             return await self._pass(conn)
 
     async def _pass(self, conn: Connection) -> PassResult | None:
-        cur = await conn.execute(
-            queries.load("reconcile_begin"),
-            {
-                "replica": self.settings.replica_id,
-                "gap": self.settings.reconcile_interval / 2,
-                "lease": self.settings.reconcile_interval,
-            },
+        interval = self.settings.reconcile_interval
+        started_at = await reconciliation.begin(
+            conn, replica=self.settings.replica_id, gap=interval / 2, lease=interval
         )
-        if (begun := await cur.fetchone()) is None:
+        if started_at is None:
             return None
-        started_at: datetime = begun["started_at"]
         attachments = await load_attachments(conn)
         result = PassResult()
         token: str | None = None
@@ -121,25 +115,21 @@ class Reconciler:
                     result.enqueued += await self._confirm(conn, due, attachments)
                 if not (token := page.continue_token):
                     break
-            await conn.execute(queries.load("reconcile_prune"), {"started_at": started_at})
+            await reconciliation.prune(conn, started_at=started_at)
             result.complete = True
         except KubeError as exc:
             # An expired continue token (410) or an unreachable API: the pods not listed keep their
             # quarantine as it was, and the next pass starts from the first page.
             result.error = f"listing pods in {self.namespace}: {exc}"[:500]
             logger.warning("reconciliation pass stopped early: {error}", error=result.error)
-        cur = await conn.execute(
-            queries.load("reconcile_finish"),
-            {
-                "seen": result.seen,
-                "enqueued": result.enqueued,
-                "error": result.error,
-                "replica": self.settings.replica_id,
-                "started_at": started_at,
-            },
+        result.suspects = await reconciliation.finish(
+            conn,
+            replica=self.settings.replica_id,
+            started_at=started_at,
+            seen=result.seen,
+            enqueued=result.enqueued,
+            error=result.error,
         )
-        finished = await cur.fetchone()
-        result.suspects = int(finished["last_suspects"]) if finished else 0
         self.metrics.reconcile_passes.labels("complete" if result.complete else "partial").inc()
         self.metrics.reconcile_suspects.set(result.suspects)
         self.metrics.reconcile_enqueued.inc(result.enqueued)
@@ -189,24 +179,24 @@ class Reconciler:
             suspect_uids = {s.pod.uid for s in suspects}
             cleared = [pod.uid for pod in pods if pod.uid not in suspect_uids]
             if cleared:
-                await conn.execute(queries.load("reconcile_forget"), {"uids": cleared})
+                await reconciliation.forget(conn, cleared)
             if not suspects:
                 return []
-            cur = await conn.execute(
-                queries.load("reconcile_suspect"),
-                {
-                    "uids": [s.pod.uid for s in suspects],
-                    "namespaces": [s.pod.namespace or self.namespace for s in suspects],
-                    "names": [s.pod.name for s in suspects],
-                    "sandbox_ids": [s.sandbox_id for s in suspects],
-                    "generations": [s.generation for s in suspects],
-                    "attachment_ids": [s.attachment_id for s in suspects],
-                    "whys": [s.why.value for s in suspects],
-                    "started_at": started_at,
-                    "quarantine": self.settings.reconcile_quarantine,
-                },
+            sightings = [
+                reconciliation.Sighting(
+                    s.pod.uid,
+                    s.pod.namespace or self.namespace,
+                    s.pod.name,
+                    s.sandbox_id,
+                    s.generation,
+                    s.attachment_id,
+                    s.why.value,
+                )
+                for s in suspects
+            ]
+            due = await reconciliation.sight(
+                conn, sightings, started_at=started_at, quarantine=self.settings.reconcile_quarantine
             )
-            due = {str(r["pod_uid"]) for r in await cur.fetchall() if r["due"]}
         return [s for s in suspects if s.pod.uid in due]
 
     async def _confirm(self, conn: Connection, due: list[_Suspect], attachments: dict[int, Attachment]) -> int:
@@ -245,11 +235,10 @@ class Reconciler:
             else:
                 confirmed = []
             if changed:
-                await conn.execute(queries.load("reconcile_forget"), {"uids": changed})
+                await reconciliation.forget(conn, changed)
             if not confirmed:
                 return 0
-            cur = await conn.execute(queries.load("reconcile_enqueue"), {"uids": [s.pod.uid for s in confirmed]})
-            row: Any = await cur.fetchone()
+            enqueued = await reconciliation.enqueue(conn, [s.pod.uid for s in confirmed])
         for s in confirmed:
             logger.warning(
                 "reconciled: pod {ns}/{pod} uid {uid} ({why}: sandbox {sandbox} generation {generation}) enqueued "
@@ -261,4 +250,4 @@ class Reconciler:
                 sandbox=s.sandbox_id,
                 generation=s.generation,
             )
-        return int(row["enqueued"]) if row else 0
+        return enqueued

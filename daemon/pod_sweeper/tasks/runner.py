@@ -34,7 +34,7 @@ from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import PodDeleter, load_configuration
-from pod_sweeper.store import db, migrations, outbox, queries
+from pod_sweeper.store import db, migrations, outbox
 from pod_sweeper.store.recheck import load_attachments
 from pod_sweeper.tasks.confirm import Confirmer
 from pod_sweeper.tasks.health import Health, HealthServer, refresh_gauges
@@ -155,7 +155,7 @@ class Daemon:
                 version = await migrations.check_schema(conn)
                 attachments = await load_attachments(conn)
                 if not self.settings.dry_run:
-                    reopened = (await conn.execute(queries.load("reopen_dry_run"))).rowcount
+                    reopened = await outbox.reopen_dry_run(conn)
                     if reopened:
                         logger.info("reopened {n} row(s) a dry run left as would_delete", n=reopened)
             self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True

@@ -26,7 +26,7 @@ from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import PodDeleter
-from pod_sweeper.store import queries
+from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.outbox import Final
 from pod_sweeper.store.recheck import Attachment
@@ -139,6 +139,6 @@ class Sweeper:
         # NOTIFY now, and the other replicas sleep. One NOTIFY makes them claim, and arm it themselves.
         try:
             async with asyncio.timeout(2), self.pool.connection() as conn:
-                await conn.execute(queries.load("notify"), queries.notify_params())
+                await outbox.notify(conn)
         except (psycopg.Error, TimeoutError) as exc:
             logger.warning("could not wake the other replicas on the way out: {error}", error=first_line(exc))
