@@ -165,8 +165,9 @@ def test_claim_query_uses_the_partial_index_at_100k_done_rows(pg: psycopg.Connec
 
 
 def test_settings_are_scoped_to_each_transaction_and_nothing_is_prepared_behind_a_pooler(db_url: str) -> None:
-    """Nothing of ours outlives a transaction, so a transaction pooler's next client sees none of it;
-    the daemon's pool prepares statements on a direct connection only, a one-shot command never."""
+    """Behind a transaction pooler nothing of ours outlives a transaction, so the pooler's next client
+    sees none of it; the daemon's pool prepares statements on a direct connection only, a one-shot
+    command never."""
     show = "SHOW idle_in_transaction_session_timeout"
 
     async def read(pooler: bool) -> dict[str, Any]:
@@ -185,12 +186,14 @@ def test_settings_are_scoped_to_each_transaction_and_nothing_is_prepared_behind_
             return seen
 
     default = {"idle_in_transaction_session_timeout": "0"}
-    scoped = {"idle_in_transaction_session_timeout": "15s"}
-    for pooler in (True, False):
-        seen = run(read(pooler))
-        assert seen["before"] == default and seen["after"] == default
-        assert seen["in_transaction"] == scoped and seen["in_savepoint"] == scoped
-        assert (seen["prepared"]["n"] == 0) is pooler
+    ours = {"idle_in_transaction_session_timeout": "15s"}
+    pooled = run(read(True))  # through a transaction pooler: only inside our transactions, nothing prepared
+    assert pooled["before"] == default and pooled["after"] == default
+    assert pooled["in_transaction"] == ours and pooled["in_savepoint"] == ours
+    assert pooled["prepared"] == {"n": 0}
+    direct = run(read(False))  # direct: the session is ours, set once; the claim and finalize prepared
+    assert direct["before"] == direct["in_transaction"] == direct["after"] == ours
+    assert direct["prepared"]["n"] > 0
 
     async def one_shot() -> Any:
         async with db.connection(settings_for(db_url)) as conn:
