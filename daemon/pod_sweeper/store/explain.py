@@ -18,7 +18,7 @@ from psycopg import sql
 
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.recheck import Attachment, load_attachments
+from pod_sweeper.store.recheck import Attachment, host_names, load_attachments
 
 
 @dataclass(frozen=True)
@@ -134,22 +134,12 @@ class Story:
 
 
 def _executions_query(attachment: Attachment) -> sql.Composed:
-    name = queries.name_in_parameterized
-    cols = {role: name(column) for role, column in attachment.columns.items()}
     return sql.SQL(
         "SELECT {sid}::text AS sandbox_id, {gen}::text AS generation, {ns}::text AS pod_namespace,"
         " {pod}::text AS pod_name, {uid}::text AS pod_uid, {active} AS active FROM {table}"
         " WHERE {uid}::text = %(uid)s OR ({pod}::text = %(name)s AND {ns}::text = coalesce(%(namespace)s, {ns}::text))"
         " OR {sid}::text = ANY(%(sandboxes)s::text[]) LIMIT 20"
-    ).format(
-        table=name(*attachment.table),
-        sid=cols["sandbox_id"],
-        gen=cols["generation"],
-        ns=cols["pod_namespace"],
-        pod=cols["pod_name"],
-        uid=cols["pod_uid"],
-        active=cols["active"],
-    )
+    ).format(**host_names(attachment))
 
 
 async def gather(conn: Connection, text: str) -> Story:

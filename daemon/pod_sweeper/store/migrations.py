@@ -71,8 +71,11 @@ async def _ledger_exists(conn: Connection) -> bool:
 
 
 async def _applied(conn: Connection) -> dict[int, str]:
-    if not await _ledger_exists(conn):
-        return {}
+    """The ledger's versions and checksums; empty when there is no ledger yet."""
+    return await _read_ledger(conn) if await _ledger_exists(conn) else {}
+
+
+async def _read_ledger(conn: Connection) -> dict[int, str]:
     cur = await conn.execute(queries.load("ledger_read"))
     return {row["version"]: row["checksum"] for row in await cur.fetchall()}
 
@@ -112,7 +115,7 @@ async def migrate(conn: Connection, *, dry_run: bool = False) -> list[Migration]
         async with conn.transaction():
             await conn.execute(queries.load("advisory_lock"), {"key": queries.Lock.MIGRATION})
             await conn.execute(queries.load("ledger_create"))
-            pending = _verify(await _applied(conn))
+            pending = _verify(await _read_ledger(conn))
             if not pending:
                 return applied
             migration = pending[0]

@@ -64,8 +64,9 @@ async def load_attachments(conn: Connection) -> dict[int, Attachment]:
     }
 
 
-def _names(attachment: Attachment) -> dict[str, sql.Composable]:
-    """The host table's names and key types, for statements that also carry parameters."""
+def host_names(attachment: Attachment) -> dict[str, sql.Composable]:
+    """The host table's names and key types, for statements that also carry parameters: ``table``,
+    ``sid``, ``gen``, ``ns``, ``pod``, ``uid``, ``active`` (its mapped columns) and the key types."""
     cols = attachment.columns
     name = queries.name_in_parameterized
     assert attachment.sandbox_id_type and attachment.generation_type
@@ -74,6 +75,9 @@ def _names(attachment: Attachment) -> dict[str, sql.Composable]:
         "table": name(*attachment.table),
         "sid": name(cols["sandbox_id"]),
         "gen": name(cols["generation"]),
+        "ns": name(cols["pod_namespace"]),
+        "pod": name(cols["pod_name"]),
+        "uid": name(cols["pod_uid"]),
         "active": name(cols["active"]),
         "sid_type": queries.for_parameterized(attachment.sandbox_id_type),
         "gen_type": queries.for_parameterized(attachment.generation_type),
@@ -85,7 +89,7 @@ def _active_query(attachment: Attachment) -> sql.Composed:
         "SELECT k.id FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) AS k(id, sandbox_id, generation)"
         " JOIN {table} AS t ON t.{sid} = k.sandbox_id::{sid_type} AND t.{gen} = k.generation::{gen_type}"
         " WHERE t.{active}"
-    ).format(**_names(attachment))
+    ).format(**host_names(attachment))
 
 
 @dataclass
@@ -140,7 +144,7 @@ def _generation_query(attachment: Attachment) -> sql.Composed:
         " FROM unnest(%s::int[], %s::text[], %s::bigint[]) AS k(i, sandbox_id, generation)"
         " JOIN {table} AS t ON t.{sid} = k.sandbox_id::{sid_type} AND t.{gen} = k.generation::{gen_type}"
         " GROUP BY k.i"
-    ).format(**_names(attachment))
+    ).format(**host_names(attachment))
 
 
 async def generations(

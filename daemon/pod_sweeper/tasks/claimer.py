@@ -21,15 +21,12 @@ from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core import failpoints
-from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import first_line
-from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate, breaker_budget, trip_reason
-from pod_sweeper.tasks.pipeline import Pipeline
+from pod_sweeper.tasks.gates import breaker_budget, trip_reason
+from pod_sweeper.tasks.pipeline import Shared
 
 # The shortest sleep between claims when rows are due but all locked by other replicas.
 MIN_CLAIM_PAUSE = 0.05
@@ -41,20 +38,16 @@ ARM_RETRY_MAX = 0.05
 
 class Claimer:
     def __init__(
-        self,
-        settings: Settings,
-        pool: AsyncConnectionPool[Connection],
-        pipeline: Pipeline,
-        *,
-        attachments: dict[int, Attachment],
-        metrics: Metrics,
-        backoff: Backoff,
-        auth: AuthGate,
-        breaker: BreakerGate,
-        stopping: asyncio.Event,
+        self, shared: Shared, pool: AsyncConnectionPool[Connection], *, attachments: dict[int, Attachment]
     ) -> None:
-        self.settings, self.pool, self.pipeline, self.attachments = settings, pool, pipeline, attachments
-        self.metrics, self.backoff, self.auth, self.breaker, self.stopping = metrics, backoff, auth, breaker, stopping
+        self.pool, self.attachments = pool, attachments
+        self.settings, self.pipeline, self.metrics = shared.settings, shared.pipeline, shared.metrics
+        self.backoff, self.auth, self.breaker, self.stopping = (
+            shared.backoff,
+            shared.auth,
+            shared.breaker,
+            shared.stopping,
+        )
         self.wake = asyncio.Event()
         self.wake_source = "start"
         self.last_turn = time.monotonic()  # the claimer's heartbeat, for the systemd watchdog

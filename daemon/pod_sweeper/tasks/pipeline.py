@@ -13,7 +13,11 @@ import asyncio
 from dataclasses import dataclass
 
 from pod_sweeper.core import failpoints
+from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.core.settings import Settings
 from pod_sweeper.store.outbox import Claim, Final
+from pod_sweeper.tasks.gates import AuthGate, BreakerGate
 
 
 @dataclass
@@ -58,3 +62,16 @@ class Pipeline:
         """The rows held whose request has no result yet (queued, or still at the API)."""
         recorded = {f.id for f in self.results}
         return [claim for claim in self.inflight.values() if claim.id not in recorded]
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What the claimer, the workers and the recorder of one sweeper share."""
+
+    settings: Settings
+    pipeline: Pipeline
+    metrics: Metrics
+    backoff: Backoff  # retry delays, database retries, and the auth gate's closings
+    auth: AuthGate
+    breaker: BreakerGate
+    stopping: asyncio.Event  # set by the graceful stop: no new claims, no new requests

@@ -17,13 +17,10 @@ from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core import failpoints
-from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import first_line
-from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
-from pod_sweeper.tasks.pipeline import Pipeline
+from pod_sweeper.tasks.pipeline import Shared
 
 FINALIZE_BATCH = 500
 # With fewer results than FINALIZE_GATHER waiting, the recorder waits FINALIZE_LINGER seconds for
@@ -35,18 +32,11 @@ FINALIZE_LINGER = 0.025
 
 class Recorder:
     def __init__(
-        self,
-        settings: Settings,
-        pool: AsyncConnectionPool[Connection],
-        pipeline: Pipeline,
-        *,
-        metrics: Metrics,
-        backoff: Backoff,
-        stopping: asyncio.Event,
-        wake_claimer: Callable[[str], None],
+        self, shared: Shared, pool: AsyncConnectionPool[Connection], *, wake_claimer: Callable[[str], None]
     ) -> None:
-        self.settings, self.pool, self.pipeline, self.metrics = settings, pool, pipeline, metrics
-        self.backoff, self.stopping, self.wake_claimer = backoff, stopping, wake_claimer
+        self.pool, self.wake_claimer = pool, wake_claimer
+        self.settings, self.pipeline, self.metrics = shared.settings, shared.pipeline, shared.metrics
+        self.backoff, self.stopping = shared.backoff, shared.stopping
         self._finished = functools.cache(self.metrics.outcomes.labels)
         self._lock = asyncio.Lock()
 

@@ -19,16 +19,13 @@ from datetime import UTC, datetime
 
 from loguru import logger
 
-from pod_sweeper.core.backoff import Backoff, TokenBucket
+from pod_sweeper.core.backoff import TokenBucket
 from pod_sweeper.core.errors import KubeError, KubeUnauthorized
-from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import Answer, PodDeleter, invalid_name
 from pod_sweeper.store.outbox import Attempt, Claim, Final
 from pod_sweeper.tasks import outcomes
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate
 from pod_sweeper.tasks.outcomes import Decision, Verdict
-from pod_sweeper.tasks.pipeline import Pipeline, Work
+from pod_sweeper.tasks.pipeline import Shared, Work
 
 # A DELETE is not sent with less than this much of the lease left; the row is handed back instead.
 MIN_REQUEST_SECONDS = 1.0
@@ -48,25 +45,23 @@ class _Request:
 
 
 class Sender:
-    def __init__(
-        self,
-        settings: Settings,
-        deleter: PodDeleter,
-        pipeline: Pipeline,
-        *,
-        metrics: Metrics,
-        backoff: Backoff,
-        auth: AuthGate,
-        breaker: BreakerGate,
-        stopping: asyncio.Event,
-    ) -> None:
-        self.settings, self.deleter, self.pipeline, self.metrics = settings, deleter, pipeline, metrics
-        self.auth, self.breaker, self.stopping = auth, breaker, stopping
+    def __init__(self, shared: Shared, deleter: PodDeleter) -> None:
+        settings = self.settings = shared.settings
+        self.deleter, self.pipeline, self.metrics = deleter, shared.pipeline, shared.metrics
+        self.backoff, self.auth, self.breaker, self.stopping = (
+            shared.backoff,
+            shared.auth,
+            shared.breaker,
+            shared.stopping,
+        )
         self.bucket = TokenBucket(settings.rate_limit_qps, settings.rate_limit_burst)
-        self.backoff = backoff  # the delay of a retry
         # Labelled counters looked up once per label value, not once per row.
         self._answered = functools.cache(self.metrics.kube_responses.labels)
-        self.executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
+        self._executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
+
+    def close(self) -> None:
+        """No more requests: rows waiting for a thread are dropped (the drain hands them back)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def worker(self) -> None:
         loop = asyncio.get_running_loop()
@@ -92,7 +87,7 @@ class Sender:
                     continue
                 sendable.append(work)
             if sendable:
-                sent = await loop.run_in_executor(self.executor, self._send, sendable)
+                sent = await loop.run_in_executor(self._executor, self._send, sendable)
                 for work, request in zip(sendable, sent, strict=True):
                     self._settle(work.claim, request)
 

@@ -32,7 +32,7 @@ from pod_sweeper.store.outbox import Final
 from pod_sweeper.store.recheck import Attachment
 from pod_sweeper.tasks.claimer import Claimer
 from pod_sweeper.tasks.gates import AuthGate, BreakerGate
-from pod_sweeper.tasks.pipeline import Pipeline
+from pod_sweeper.tasks.pipeline import Pipeline, Shared
 from pod_sweeper.tasks.recorder import Recorder
 from pod_sweeper.tasks.sender import Sender
 
@@ -59,19 +59,10 @@ class Sweeper:
         # the drain ran at 0.54 of the client's ceiling, 0.76 with this; bench/README.md.) A queued
         # row whose lease runs short before a worker reaches it is handed back, not sent.
         self.pipeline = Pipeline(settings.concurrency + settings.batch_size)
-        metrics, stopping = self.metrics, self._stopping
-        self.claimer = Claimer(
-            settings, pool, self.pipeline, attachments=attachments, metrics=metrics, backoff=backoff,
-            auth=self.auth, breaker=self.breaker, stopping=stopping,
-        )  # fmt: skip
-        self.sender = Sender(
-            settings, deleter, self.pipeline, metrics=metrics, backoff=backoff, auth=self.auth,
-            breaker=self.breaker, stopping=stopping,
-        )  # fmt: skip
-        self.recorder = Recorder(
-            settings, pool, self.pipeline, metrics=metrics, backoff=backoff, stopping=stopping,
-            wake_claimer=self.claimer.notify,
-        )  # fmt: skip
+        shared = Shared(settings, self.pipeline, self.metrics, backoff, self.auth, self.breaker, self._stopping)
+        self.claimer = Claimer(shared, pool, attachments=attachments)
+        self.sender = Sender(shared, deleter)
+        self.recorder = Recorder(shared, pool, wake_claimer=self.claimer.notify)
         self._tasks: list[asyncio.Task[None]] = []  # claimer, recorder and workers, once run() starts
 
     # What the process (runner) and the probes read.
@@ -132,7 +123,7 @@ class Sweeper:
         await self._wake_the_others()
         for task in self._tasks:
             task.cancel()
-        self.sender.executor.shutdown(wait=False, cancel_futures=True)
+        self.sender.close()
 
     async def _wake_the_others(self) -> None:
         # This replica may have cleared the wakeup flag (it was claiming) and is leaving: retires do not
