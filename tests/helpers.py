@@ -41,24 +41,64 @@ def wait_until(predicate: Any, *, timeout: float = 10.0, interval: float = 0.01,
         threading_event_wait(interval)
 
 
-def scrape(port: int, *, missing: str | None = None) -> str:
-    """The text of a daemon's /metrics; ``missing`` instead when nothing answers (not up yet)."""
+def clean_env(**extra: str) -> dict[str, str]:
+    """The caller's environment without its POD_SWEEPER_* (and systemd) variables, ``extra`` on top."""
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("POD_SWEEPER_", "NOTIFY_", "WATCHDOG_"))}
+    return {**environ, **extra}
+
+
+def cli(*args: str, url: str | None = None, timeout: float = 30, **env: str) -> Any:
+    """The real ``pod-sweeper`` command as a subprocess, run to its end (a CompletedProcess)."""
+    import subprocess
+    import sys
+
+    environ = clean_env(**({"POD_SWEEPER_DATABASE_URL": url} if url else {}), **env)
+    return subprocess.run(
+        [sys.executable, "-m", "pod_sweeper", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """A daemon's answer on ``path``: (status, body); (0, "") when nothing answers (not up yet)."""
+    import urllib.error
     import urllib.request
 
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-            return str(answer.read().decode())
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
     except OSError:
-        if missing is None:
-            raise
-        return missing
+        return 0, ""
 
 
-def metric(text: str, name: str) -> float:
-    """The sum of every sample of ``name`` (all label sets) in a /metrics text; 0 when it has none."""
-    import re
+def sample(text: str, name: str) -> float | None:
+    """The first sample of ``name`` (a bare name, or with its labels) in a /metrics text; None if absent."""
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
 
-    return sum(float(m[1]) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
+
+def stop_process(proc: Any, timeout: float = 30) -> int | None:
+    """SIGTERM, then its exit code; killed when it has not exited within ``timeout`` seconds."""
+    import subprocess
+
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            return int(proc.wait(timeout))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode  # type: ignore[no-any-return]
 
 
 def spawn_daemon(env: dict[str, str], log: Any) -> Any:
@@ -92,9 +132,7 @@ def threading_event_wait(seconds: float) -> None:
 def daemon_env(url: str, kubeconfig: Any, **overrides: str) -> dict[str, str]:
     """The environment of a ``pod-sweeper run`` subprocess in a test: the caller's environment without
     its POD_SWEEPER_* (and systemd) variables, fast test pacing, and ``overrides`` on top."""
-    import os
-
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("POD_SWEEPER_", "NOTIFY_", "WATCHDOG_"))}
+    environ = clean_env()
     environ.update(
         {
             "POD_SWEEPER_DATABASE_URL": url,

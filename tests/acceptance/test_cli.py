@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -14,23 +11,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from conftest import with_dbname
-from helpers import create_executions, outbox
+from helpers import cli, create_executions, outbox
 from pod_sweeper.store.migrations import shipped
-
-
-def cli(*args: str, url: str | None = None, timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}
-    if url:
-        environ["POD_SWEEPER_DATABASE_URL"] = url
-    environ.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "pod_sweeper", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def test_quick_start_migrate_attach_retire_status(empty_db_url: str) -> None:

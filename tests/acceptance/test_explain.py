@@ -8,8 +8,7 @@ from typing import Any
 
 import psycopg
 
-from acceptance.test_cli import cli
-from helpers import DaemonThread, add_execution, daemon_settings, retire, wait_until
+from helpers import DaemonThread, add_execution, cli, daemon_settings, retire, wait_until
 
 
 def test_explain_tells_each_pods_story(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:

@@ -8,8 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ import psycopg
 import pytest
 
 from conftest import run, settings_for
-from helpers import daemon_env, wait_until
+from helpers import daemon_env, http_get, sample, wait_until
 from pod_sweeper.store import db, migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
 
@@ -42,23 +40,6 @@ def spawn(url: str, kubeconfig: Path, port: int, **env: str) -> subprocess.Popen
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return 0, ""
-
-
-def sample(text: str, name: str) -> float | None:
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 def stop(proc: subprocess.Popen[str]) -> str:
@@ -84,34 +65,34 @@ def test_metrics_move_as_rows_are_processed(execs: psycopg.Connection[Any], db_u
     port = free_port()
     proc = spawn(db_url, kube.kubeconfig, port, POD_SWEEPER_BACKOFF_BASE="1", POD_SWEEPER_BACKOFF_MAX="2")
     try:
-        wait_until(lambda: get(port, "/readyz")[0] == 200, timeout=20, what="ready")
+        wait_until(lambda: http_get(port, "/readyz")[0] == 200, timeout=20, what="ready")
         execs.execute("UPDATE executions SET active = false")
         wait_until(
-            lambda: (sample(get(port, "/metrics")[1], "pod_sweeper_backoff_rows") or 0) > 0,
+            lambda: (sample(http_get(port, "/metrics")[1], "pod_sweeper_backoff_rows") or 0) > 0,
             timeout=20,
             what="the lag gauges to see rows in backoff",
         )
-        text = get(port, "/metrics")[1]
+        text = http_get(port, "/metrics")[1]
         assert (sample(text, 'pod_sweeper_kube_responses_total{code="503"}') or 0) >= 1
         assert sample(text, 'pod_sweeper_outcomes_total{outcome="deleted"}') == 0  # nothing finished yet, and it says 0
         kube.clear_faults()
         wait_until(
-            lambda: sample(get(port, "/metrics")[1], 'pod_sweeper_outcomes_total{outcome="deleted"}') == 20,
+            lambda: sample(http_get(port, "/metrics")[1], 'pod_sweeper_outcomes_total{outcome="deleted"}') == 20,
             timeout=30,
             what="20 deletes counted",
         )
         wait_until(
-            lambda: sample(get(port, "/metrics")[1], 'pod_sweeper_outbox_rows{status="pending"}') == 0,
+            lambda: sample(http_get(port, "/metrics")[1], 'pod_sweeper_outbox_rows{status="pending"}') == 0,
             timeout=20,
             what="the pending gauge to fall to 0",
         )
-        text = get(port, "/metrics")[1]
+        text = http_get(port, "/metrics")[1]
         assert sample(text, "pod_sweeper_lag_seconds") == 0
         assert sample(text, 'pod_sweeper_build_info{version="0.1.0"}') == 1
         assert sample(text, "pod_sweeper_listener_healthy") == 1
         assert (sample(text, "pod_sweeper_delete_duration_seconds_count") or 0) >= 20
         assert (sample(text, 'pod_sweeper_wakeups_total{source="notify"}') or 0) >= 1
-        status, body = get(port, "/livez")
+        status, body = http_get(port, "/livez")
         assert (status, json.loads(body)["status"]) == (200, "ok")
     finally:
         stop(proc)
@@ -134,17 +115,17 @@ def test_readyz_follows_the_database(own_cluster: ThrowawayCluster, kube: Any) -
     port = free_port()
     proc = spawn(own_cluster.url("postgres"), kube.kubeconfig, port)
     try:
-        wait_until(lambda: get(port, "/readyz")[0] == 200, timeout=20, what="ready")
+        wait_until(lambda: http_get(port, "/readyz")[0] == 200, timeout=20, what="ready")
         own_cluster.stop("fast")
         _, body = wait_until(
-            lambda: (r := get(port, "/readyz"))[0] == 503 and "database" in r[1] and r,
+            lambda: (r := http_get(port, "/readyz"))[0] == 503 and "database" in r[1] and r,
             timeout=30,
             what="/readyz to turn 503 for the database",
         )
         assert json.loads(body)["status"] == "fail"
-        assert get(port, "/livez")[0] == 200  # alive all the while: no restart for a database outage
+        assert http_get(port, "/livez")[0] == 200  # alive all the while: no restart for a database outage
         own_cluster.start()
-        wait_until(lambda: get(port, "/readyz")[0] == 200, timeout=30, what="/readyz to return to 200")
+        wait_until(lambda: http_get(port, "/readyz")[0] == 200, timeout=30, what="/readyz to return to 200")
     finally:
         stop(proc)
 
@@ -153,9 +134,9 @@ def test_not_ready_while_the_database_is_unreachable_at_start(kube: Any) -> None
     port = free_port()
     proc = spawn(f"postgresql://x@127.0.0.1:{free_port()}/x", kube.kubeconfig, port)
     try:
-        _, body = wait_until(lambda: (r := get(port, "/readyz"))[0] == 503 and r, timeout=20, what="503")
+        _, body = wait_until(lambda: (r := http_get(port, "/readyz"))[0] == 503 and r, timeout=20, what="503")
         assert "database" in json.loads(body)["reason"]
-        assert get(port, "/livez")[0] == 200
+        assert http_get(port, "/livez")[0] == 200
     finally:
         stop(proc)
 

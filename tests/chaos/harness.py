@@ -12,7 +12,6 @@ Invariants checked by ``Workload.verify``:
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -69,16 +68,6 @@ def alive(proc: subprocess.Popen[bytes]) -> bool:
         return True
     tail = _logs[proc.pid].read_text(errors="replace").splitlines()[-5:] if proc.pid in _logs else []
     raise AssertionError(f"replica exited with {code} before it was expected to: " + " | ".join(tail))
-
-
-def stop_replica(proc: subprocess.Popen[bytes]) -> int | None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    return proc.returncode
 
 
 @dataclass

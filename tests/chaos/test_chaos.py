@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from chaos.harness import NAMESPACE, Workload, alive, spawn_replica, stop_replica
-from helpers import wait_until
+from chaos.harness import NAMESPACE, Workload, alive, spawn_replica
+from helpers import stop_process, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ def test_sigkill_at_each_failpoint_then_restart(workload: Workload, kube: Any, p
         wait_until(lambda: alive(survivor) and workload.listeners() == 1, timeout=30, what="the survivor to listen")
         wait_until(workload.outbox_done, timeout=60, what="the survivor to drain")
     finally:
-        assert stop_replica(survivor) == 0
+        assert stop_process(survivor) == 0
     workload.verify(f"sigkill at {point}")
 
 
@@ -65,7 +65,7 @@ def test_api_outages(workload: Workload, kube: Any, fault: dict[str, Any], secon
         kube.clear_faults()
         wait_until(workload.outbox_done, timeout=60, what="the drain after the outage")
     finally:
-        assert stop_replica(replica) == 0
+        assert stop_process(replica) == 0
     workload.verify(f"api {fault}")
 
 
@@ -91,7 +91,7 @@ def test_three_replicas_on_10000_rows_with_random_kills(workload: Workload, kube
                 generation += 1
     finally:
         for proc in replicas.values():
-            stop_replica(proc)
+            stop_process(proc)
     counts = workload.verify("3 replicas, 10k rows, 6 SIGKILLs")
     assert counts["rows"] == len(sids)
 
@@ -121,7 +121,7 @@ def test_retire_rerecord_and_delete_in_quick_succession(workload: Workload, kube
         # Two rows per execution (one per UID); the harness keys by pod name, so compare by hand.
         wait_until(lambda: _all_done(workload, 200), timeout=60, what="200 rows done")
     finally:
-        assert stop_replica(replica) == 0
+        assert stop_process(replica) == 0
     with workload.conn() as conn:
         rows = conn.execute("SELECT pod_name, pod_uid::text AS uid, outcome FROM pod_sweeper.outbox").fetchall()
     by_uid = {r["uid"]: r["outcome"] for r in rows}
@@ -154,7 +154,7 @@ def test_replacement_created_between_claim_and_delete(workload: Workload, kube: 
         workload.retire(sids)
         wait_until(workload.outbox_done, timeout=60)
     finally:
-        assert stop_replica(replica) == 0
+        assert stop_process(replica) == 0
     workload.survivors.update(replaced)
     counts = workload.verify("replacement between claim and delete")
     assert counts["outcomes"].get("replaced") == len(replaced) == 20
@@ -187,6 +187,6 @@ def test_notify_lost_silently_while_retires_keep_arriving(workload: Workload, ku
                 what="a fresh listener (the frozen one is still open, unanswered)",
             )
         finally:
-            assert stop_replica(replica) == 0
+            assert stop_process(replica) == 0
     counts = workload.verify("NOTIFY lost silently")
     assert counts["rows"] == 120

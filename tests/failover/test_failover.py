@@ -18,8 +18,8 @@ from helpers import (
     attach_table,
     create_executions,
     daemon_env,
-    metric,
-    scrape,
+    http_get,
+    sample,
     seed_executions,
     spawn_daemon,
     wait_until,
@@ -89,7 +89,7 @@ def test_the_daemon_drains_through_a_promoted_standby(
     proc = spawn_daemon(env, log)
     ready = "pod_sweeper_ready"
     try:
-        wait_until(lambda: metric(scrape(port, missing=""), ready) == 1, timeout=60, what="the daemon ready")
+        wait_until(lambda: sample(http_get(port, "/metrics")[1], ready) == 1, timeout=60, what="the daemon ready")
         kube.inject("delay", method="DELETE", seconds=0.05, times=None)  # a drain that lasts a few seconds
         before = [f"s{i}" for i in range(190)]
         with psycopg.connect(primary.url(), autocommit=True) as conn:
@@ -108,8 +108,8 @@ def test_the_daemon_drains_through_a_promoted_standby(
             conn.execute("UPDATE executions SET active = false WHERE sandbox_id = ANY(%s)", (after_failover,))
             wait_until(lambda: conn.execute(done).fetchone()["n"] == 200, timeout=90, what="every retired row done")
             rows = conn.execute("SELECT pod_name, outcome FROM pod_sweeper.outbox").fetchall()
-        wait_until(lambda: metric(scrape(port, missing=""), ready) == 1, timeout=30, what="the daemon ready again")
-        after = scrape(port)
+        wait_until(lambda: sample(http_get(port, "/metrics")[1], ready) == 1, timeout=30, what="the daemon ready again")
+        after = http_get(port, "/metrics")[1]
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)
@@ -123,7 +123,7 @@ def test_the_daemon_drains_through_a_promoted_standby(
     assert {r["outcome"] for r in rows} <= {"deleted", "absent"}
     touched = {d.path.rsplit("/", 1)[1] for d in kube.deletes()}
     assert touched.isdisjoint(active)
-    assert metric(after, "pod_sweeper_db_errors_total") >= 1  # the outage was noticed, and survived
+    assert sample(after, "pod_sweeper_db_errors_total") >= 1  # the outage was noticed, and survived
 
 
 async def attach_table_after_create(url: str) -> None:

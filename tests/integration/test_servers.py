@@ -11,13 +11,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from helpers import clean_env
 from pod_sweeper.testing import postgres
 from pod_sweeper.testing.postgres import PostgresNotFound, ThrowawayCluster
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}
-    return {**environ, **extra}
 
 
 def test_without_any_binaries_the_answer_is_one_line_saying_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,7 +51,7 @@ def test_the_demo_without_a_server_says_so_in_one_line_and_leaves_nothing(tmp_pa
     scratch.mkdir()
     done = subprocess.run(
         [sys.executable, "-m", "pod_sweeper", "demo", "--duration", "1"],
-        env=_clean_env(**{postgres.BINDIR_ENV: str(empty), "TMPDIR": str(scratch)}),
+        env=clean_env(**{postgres.BINDIR_ENV: str(empty), "TMPDIR": str(scratch)}),
         capture_output=True,
         text=True,
         timeout=60,
@@ -72,7 +68,7 @@ def test_the_suite_without_a_server_stops_once_early_with_that_line(tmp_path: Pa
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/migration", "tests/unit"],
         cwd=root,
-        env=_clean_env(**{postgres.BINDIR_ENV: str(tmp_path)}),
+        env=clean_env(**{postgres.BINDIR_ENV: str(tmp_path)}),
         capture_output=True,
         text=True,
         timeout=120,

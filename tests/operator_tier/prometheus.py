@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from helpers import wait_until
+from helpers import stop_process, wait_until
 from pod_sweeper.testing.postgres import free_port
 
 
@@ -74,11 +74,6 @@ class Prometheus:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc, timeout=20)
         shutil.rmtree(self.root, ignore_errors=True)

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import yaml  # type: ignore[import-untyped]
 
-from helpers import DaemonThread, daemon_settings, scrape, wait_until
+from helpers import DaemonThread, daemon_settings, http_get, wait_until
 from operator_tier.tools import TARGET_LABELS, require
 from pod_sweeper.testing.postgres import free_port
 
@@ -58,7 +58,7 @@ def test_the_cases_feed_the_series_a_fresh_daemon_exports(
 ) -> None:
     port = free_port()
     with DaemonThread(daemon_settings(db_url, kube, http_port=port, http_host="127.0.0.1")):
-        live_text = scrape(port)
+        live_text = http_get(port, "/metrics")[1]
     live = series(live_text)
     cases = yaml.safe_load(CASES.read_text())["tests"]
     fed = {
@@ -81,7 +81,7 @@ def test_a_poll_only_replica_exports_no_listener_health(db_url: str, execs: psyc
     with DaemonThread(daemon_settings(db_url, kube, http_port=port, http_host="127.0.0.1", listen=False)):
 
         def when_ready() -> str | None:
-            text = scrape(port)
+            text = http_get(port, "/metrics")[1]
             return text if "pod_sweeper_ready 1.0" in text else None
 
         text = wait_until(when_ready, what="pod_sweeper_ready 1")

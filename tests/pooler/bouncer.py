@@ -19,7 +19,7 @@ from typing import Self
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from helpers import wait_until
+from helpers import stop_process, wait_until
 from pod_sweeper.testing.postgres import free_port, run_as_user
 
 
@@ -108,13 +108,8 @@ pidfile = {self.root / "pgbouncer.pid"}
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc, timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> Self:

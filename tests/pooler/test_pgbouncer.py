@@ -5,7 +5,6 @@ replicas sweeping, and an unrelated client of the same pool that must never see 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -20,11 +19,13 @@ from psycopg.rows import dict_row
 from helpers import (
     DaemonThread,
     add_execution,
+    clean_env,
+    cli,
     daemon_env,
     daemon_settings,
-    metric,
+    http_get,
     retire,
-    scrape,
+    sample,
     seed_executions,
     spawn_daemon,
     wait_until,
@@ -34,12 +35,8 @@ from pod_sweeper.testing.postgres import free_port
 from pooler.bouncer import PgBouncer
 
 
-def cli(url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}
-    environ.update({"POD_SWEEPER_DATABASE_URL": url, "POD_SWEEPER_TRANSACTION_POOLER": "true", **env})
-    return subprocess.run(
-        [sys.executable, "-m", "pod_sweeper", *args], capture_output=True, text=True, env=environ, timeout=60
-    )
+def ready(port: int) -> bool:
+    return sample(http_get(port, "/metrics")[1], "pod_sweeper_ready") == 1
 
 
 def advisory_locks(direct_url: str) -> int:
@@ -50,8 +47,7 @@ def advisory_locks(direct_url: str) -> int:
 
 def test_three_concurrent_migrates_succeed_and_leave_no_lock(empty_db_url: str, pgbouncer: PgBouncer) -> None:
     url = pgbouncer.url(empty_db_url)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("POD_SWEEPER_")}
-    environ.update({"POD_SWEEPER_DATABASE_URL": url, "POD_SWEEPER_TRANSACTION_POOLER": "true"})
+    environ = clean_env(POD_SWEEPER_DATABASE_URL=url, POD_SWEEPER_TRANSACTION_POOLER="true")
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "pod_sweeper", "migrate"],
@@ -70,7 +66,9 @@ def test_three_concurrent_migrates_succeed_and_leave_no_lock(empty_db_url: str, 
         ledger = conn.execute("SELECT version FROM pod_sweeper.schema_migrations ORDER BY 1").fetchall()
     assert [v for (v,) in ledger] == [m.version for m in shipped()]
     assert advisory_locks(empty_db_url) == 0
-    again = cli(url, "migrate")  # the next migrate is not blocked by anything left behind
+    again = cli(
+        "migrate", url=url, POD_SWEEPER_TRANSACTION_POOLER="true"
+    )  # the next migrate is not blocked by anything left behind
     assert (again.returncode, again.stdout.strip()) == (0, "schema is up to date"), again.stderr
 
 
@@ -80,7 +78,8 @@ def test_every_command_works_through_the_pooler(
     url = pgbouncer.url(db_url)
     kubeconfig = str(kube.kubeconfig)
     # A retire from before attach, for backfill: detach, retire, attach again through the pooler.
-    assert cli(url, "detach", "--table", "public.executions").returncode == 0
+    pooled = {"url": url, "POD_SWEEPER_TRANSACTION_POOLER": "true"}
+    assert cli("detach", "--table", "public.executions", **pooled).returncode == 0
     seed_executions(execs, kube, 3)
     execs.execute("UPDATE executions SET active = false WHERE sandbox_id = 's0'")
     steps = [
@@ -94,7 +93,7 @@ def test_every_command_works_through_the_pooler(
         ("sql", "lag"),
     ]
     for step in steps:
-        result = cli(url, *step, POD_SWEEPER_KUBECONFIG=kubeconfig)
+        result = cli(*step, url=url, POD_SWEEPER_TRANSACTION_POOLER="true", POD_SWEEPER_KUBECONFIG=kubeconfig)
         assert result.returncode == 0, (step, result.stdout, result.stderr)
         assert "prepared statement" not in result.stderr, (step, result.stderr)
     rows = execs.execute("SELECT sandbox_id, status FROM pod_sweeper.outbox").fetchall()
@@ -167,7 +166,9 @@ def test_two_poll_only_replicas_sweep_everything_and_the_pool_stays_clean(
     try:
         for proc, port, log in replicas:
             wait_until(
-                lambda p=proc, q=port: p.poll() is None and metric(scrape(q, missing=""), "pod_sweeper_ready") == 1,
+                lambda p=proc, q=port: (
+                    p.poll() is None and sample(http_get(q, "/metrics")[1], "pod_sweeper_ready") == 1
+                ),
                 timeout=60,
                 what=f"replica on port {port} ready ({log.read_text()[-500:]})",
             )
@@ -176,7 +177,7 @@ def test_two_poll_only_replicas_sweep_everything_and_the_pool_stays_clean(
         execs.execute("UPDATE executions SET active = false")
         done = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done' AND outcome = 'deleted'"
         wait_until(lambda: execs.execute(done).fetchone()["n"] == n, timeout=60, what="every retired pod deleted")
-        texts = [scrape(port) for _, port, _ in replicas]
+        texts = [http_get(port, "/metrics")[1] for _, port, _ in replicas]
     finally:
         neighbour.stop.set()
         neighbour.join(10)
@@ -188,8 +189,8 @@ def test_two_poll_only_replicas_sweep_everything_and_the_pool_stays_clean(
     assert execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox").fetchone()["n"] == n
     assert sorted(d.path for d in kube.deletes() if d.status == 200) == sorted(set(d.path for d in kube.deletes()))
     # Both replicas took part, and neither saw a database error.
-    assert all(metric(t, "pod_sweeper_claimed_rows_total") > 0 for t in texts), texts
-    assert [metric(t, "pod_sweeper_db_errors_total") for t in texts] == [0, 0]
+    assert all(sample(t, "pod_sweeper_claimed_rows_total") > 0 for t in texts), texts
+    assert [sample(t, "pod_sweeper_db_errors_total") for t in texts] == [0, 0]
     for text in logs:
         entries = [json.loads(line) for line in text.splitlines()]
         assert [e for e in entries if e["level"] not in ("DEBUG", "INFO")] == [], text  # not one warning
@@ -220,10 +221,11 @@ def test_a_direct_listen_url_keeps_notify_wakeups_behind_the_pooler(
         ).fetchone()
         assert listeners["n"] == 1
     checked = cli(
-        pgbouncer.url(db_url),
         "check",
         "--namespace",
         "sandboxes",
+        url=pgbouncer.url(db_url),
+        POD_SWEEPER_TRANSACTION_POOLER="true",
         POD_SWEEPER_KUBECONFIG=str(kube.kubeconfig),
         POD_SWEEPER_LISTEN_DATABASE_URL=db_url,
     )
