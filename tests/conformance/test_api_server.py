@@ -4,20 +4,12 @@ kube-apiserver (``POD_SWEEPER_TEST_KUBECONFIG``) and against the project's fake 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from conformance.apiserver import ApiServer, api_server, manifest
-
-
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[ApiServer]:
-    with api_server(tmp_path) as server:
-        yield server
+from conformance.apiserver import ApiServer, manifest
 
 
 def body(exc: ApiException) -> dict[str, Any]:

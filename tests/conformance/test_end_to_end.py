@@ -5,21 +5,12 @@ delete exactly the retired pods."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
-from conformance.apiserver import ApiServer, api_server
+from conformance.apiserver import ApiServer
 from helpers import DaemonThread, daemon_settings, retire, wait_until
-
-
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[ApiServer]:
-    with api_server(tmp_path) as server:
-        yield server
 
 
 def test_the_daemon_deletes_exactly_the_retired_pods(

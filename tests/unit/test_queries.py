@@ -91,3 +91,22 @@ def test_the_wakeup_lock_key_in_the_migration_is_the_codes() -> None:
     migration = (ROOT / "migrations" / "0007_quiet_wakeups.sql").read_text()
     assert f"pg_advisory_xact_lock_shared({int(queries.Lock.WAKEUP)})" in migration
     assert len(set(queries.Lock)) == len(queries.Lock.__members__)  # no two locks share a key
+
+
+def test_no_statement_holds_a_session_lock_or_sets_a_session_setting() -> None:
+    """Behind a transaction pooler a session-level lock stays held by a server connection no client
+    owns, and a session setting leaks to the next client: every lock of ours is transaction-scoped,
+    and the one session setting is the direct connection's (``store.db.configure``). The pooler tier
+    runs some paths through PgBouncer; this holds for every path, the reconciliation pass included."""
+    session_lock = re.compile(r"pg_(try_)?advisory_lock(_shared)?\s*\(|pg_advisory_unlock", re.IGNORECASE)
+    session_config = re.compile(r"set_config\([^)]*,\s*(false|%s)\)", re.IGNORECASE)
+    for path in [*(ROOT / "sql").rglob("*.sql"), *(ROOT / "migrations").glob("*.sql"), *PACKAGE.rglob("*.py")]:
+        text = path.read_text()
+        where = path.relative_to(ROOT)
+        assert not session_lock.search(text), f"{where}: a session-level advisory lock"
+        if path.name != "db.py":  # store.db.configure: the direct connection's own session
+            assert not session_config.search(text), f"{where}: a session setting"
+        if path.suffix == ".sql":  # a statement of its own that starts with SET (not UPDATE ... SET)
+            code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+            statements = [st.strip().upper() for st in code.split(";")]
+            assert not [st for st in statements if st.startswith(("SET ", "RESET "))], f"{where}: a session SET"
