@@ -63,7 +63,17 @@ def test_metrics_move_as_rows_are_processed(execs: psycopg.Connection[Any], db_u
     seed(execs, kube, 20)
     kube.inject("status", method="DELETE", code=503, times=None)  # hold the rows back first
     port = free_port()
-    proc = spawn(db_url, kube.kubeconfig, port, POD_SWEEPER_BACKOFF_BASE="1", POD_SWEEPER_BACKOFF_MAX="2")
+    # The 503s must not use up the attempt budget before they are cleared: with backoff under 2 s and
+    # the default 10 attempts a row can go dead within ten seconds, about as long as the lag gauges
+    # (refreshed every 5 s) may take to show the backlog on a busy machine.
+    proc = spawn(
+        db_url,
+        kube.kubeconfig,
+        port,
+        POD_SWEEPER_BACKOFF_BASE="1",
+        POD_SWEEPER_BACKOFF_MAX="2",
+        POD_SWEEPER_MAX_ATTEMPTS="1000",
+    )
     try:
         wait_until(lambda: http_get(port, "/readyz")[0] == 200, timeout=20, what="ready")
         execs.execute("UPDATE executions SET active = false")
