@@ -7,6 +7,8 @@ Names carry the ``pod_sweeper_`` prefix (a contract, like the table names); the 
 
 from __future__ import annotations
 
+import functools
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from pod_sweeper import __version__
@@ -123,6 +125,10 @@ class Metrics:
         ):
             for value in values:
                 labelled.labels(value)
+        # The two labelled counters moved once per row, each child looked up once per label value
+        # (``labels()`` takes a lock and builds a key on every call).
+        self.finished = functools.cache(self.outcomes.labels)
+        self.answered = functools.cache(self.kube_responses.labels)
 
     def value(self, name: str, **labels: str) -> float:
         """A sample's current value (0 when absent): for tests and the systemd STATUS line."""

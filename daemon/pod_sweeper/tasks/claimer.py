@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import time
 from collections.abc import AsyncIterator
 
@@ -52,7 +51,6 @@ class Claimer:
         self.wake_source = "start"
         self.last_turn = time.monotonic()  # the claimer's heartbeat, for the systemd watchdog
         self.first_claim_done = asyncio.Event()  # the start-up catch-up claim ran (readiness waits on it)
-        self._finished = functools.cache(self.metrics.outcomes.labels)
 
     def notify(self, source: str) -> None:
         """Wake the claimer (a NOTIFY arrived, the listener reconnected, a retry fell due, ...)."""
@@ -126,7 +124,7 @@ class Claimer:
                 logger.error("{n} row(s) went dead: their leases expired with no attempts left", n=result.expired_dead)
                 self.metrics.dead.inc(result.expired_dead)
             if result.skipped:
-                self._finished("skipped_active").inc(result.skipped)
+                self.metrics.finished("skipped_active").inc(result.skipped)
             self.metrics.claimed.inc(got)
             if result.to_delete:
                 failpoints.hit("after_claim")

@@ -9,7 +9,6 @@ replica repeats the DELETE, which the UID precondition makes harmless (it answer
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
 
 import psycopg
@@ -37,7 +36,6 @@ class Recorder:
         self.pool, self.wake_claimer = pool, wake_claimer
         self.settings, self.pipeline, self.metrics = shared.settings, shared.pipeline, shared.metrics
         self.backoff, self.stopping = shared.backoff, shared.stopping
-        self._finished = functools.cache(self.metrics.outcomes.labels)
         self._lock = asyncio.Lock()
 
     async def run(self) -> None:
@@ -85,7 +83,7 @@ class Recorder:
                         "row {id}: lease lost before its result was recorded; another replica owns it", id=final.id
                     )
                 elif final.status == "done" and final.outcome:
-                    self._finished(final.outcome).inc()
+                    self.metrics.finished(final.outcome).inc()
                 elif final.status == "dead":
                     self.metrics.dead.inc()
                 elif final.refund:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -55,8 +54,6 @@ class Sender:
             shared.stopping,
         )
         self.bucket = TokenBucket(settings.rate_limit_qps, settings.rate_limit_burst)
-        # Labelled counters looked up once per label value, not once per row.
-        self._answered = functools.cache(self.metrics.kube_responses.labels)
         self._executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
 
     def close(self) -> None:
@@ -130,7 +127,7 @@ class Sender:
             return
         result = request.result
         self.metrics.delete_latency.observe(request.seconds)
-        self._answered(outcomes.answer_label(result)).inc()
+        self.metrics.answered(outcomes.answer_label(result)).inc()
         decision = outcomes.decide(
             result, attempts=claim.attempts, max_attempts=self.settings.max_attempts, backoff=self.backoff
         )
