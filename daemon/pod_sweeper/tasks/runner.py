@@ -78,7 +78,6 @@ class Daemon:
         self.http: HealthServer | None = None
         self.sweeper: Sweeper | None = None
         self.listener: Listener | None = None
-        self._pool: AsyncConnectionPool[db.Connection]  # made and opened by run()
         self._signals = 0
 
     @property
@@ -97,9 +96,10 @@ class Daemon:
         )
         self.stop_requested.set()
 
-    async def _open_pool(self) -> bool:
-        """Open ``self._pool``, retrying with backoff until it works or a stop is requested (a pool that
-        failed to open is closed and replaced: a closed pool cannot be opened again).
+    async def _open_pool(self) -> AsyncConnectionPool[db.Connection] | None:
+        """The daemon's pool, open; retried with backoff until it works, or None once a stop is
+        requested (nothing is left open then: a pool that failed to open is closed, and the next
+        attempt makes a new one, since a closed pool cannot be opened again).
 
         Each attempt first opens one plain connection: its failure carries the server's reason (no such
         role, a wrong password, connection refused), which a pool's timeout does not, and the pool is
@@ -108,11 +108,13 @@ class Daemon:
         attempt = 0
         while not self.stop_requested.is_set():
             attempt += 1
+            pool: AsyncConnectionPool[db.Connection] | None = None
             try:
                 probe = await db.connect(self.settings)
                 await probe.close()
-                await self._pool.open(wait=True, timeout=self.settings.connect_timeout + 1)
-                return True
+                pool = _make_pool(self.settings)
+                await pool.open(wait=True, timeout=self.settings.connect_timeout + 1)
+                return pool
             except (DatabaseUnavailable, PoolTimeout) as exc:
                 reason = str(exc) if isinstance(exc, DatabaseUnavailable) else "the connection pool timed out"
                 self.health.database_ok = False
@@ -124,11 +126,11 @@ class Daemon:
                     n=attempt,
                     delay=delay,
                 )
-                await self._pool.close()
-                self._pool = _make_pool(self.settings)
+                if pool is not None:
+                    await pool.close()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stop_requested.wait(), delay)
-        return False
+        return None
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -141,16 +143,17 @@ class Daemon:
             ),
             dry_run=self.settings.dry_run,
         )
-        self._pool = _make_pool(self.settings)
+        self.settings.require_database_url()  # no URL is a configuration error (exit 2), before anything starts
+        pool: AsyncConnectionPool[db.Connection] | None = None
         if self.settings.http_port:
             self.http = HealthServer(self.settings.http_host, self.settings.http_port, self.health, self.metrics)
             self.http.start()
         heart = asyncio.create_task(self._heartbeat(), name="heartbeat")
         try:
             self.notifier.status("connecting to the database")
-            if not await self._open_pool():
+            pool = await self._open_pool()
+            if pool is None:
                 return EXIT_OK
-            pool = self._pool
             async with pool.connection() as conn:
                 version = await migrations.check_schema(conn)
                 attachments = await load_attachments(conn)
@@ -200,7 +203,8 @@ class Daemon:
             self.notifier.close()
             if self.http is not None:
                 self.http.close()
-            await self._pool.close()
+            if pool is not None:
+                await pool.close()
             deleter.close()
 
     async def _become_ready(self, sweeper: Sweeper, listener: Listener | None) -> None:
