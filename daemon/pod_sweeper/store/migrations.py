@@ -134,7 +134,7 @@ async def check_schema(conn: Connection) -> int:
     if not await _ledger_exists(conn):
         raise SchemaError(f"schema {SCHEMA} is not migrated in this database: {hint}")
     try:
-        pending = _verify(await _applied(conn))
+        pending = _verify(await _read_ledger(conn))  # the ledger exists: checked just above
     except MigrationError as exc:
         raise SchemaError(str(exc)) from None
     if pending:
