@@ -17,7 +17,7 @@ from helpers import DaemonThread, outbox, wait_until
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import PodDeleter, load_configuration
-from pod_sweeper.store import db, status
+from pod_sweeper.store import db, reconciliation, status
 from pod_sweeper.tasks.reconcile import Reconciler
 
 pytestmark = pytest.mark.versions
@@ -166,6 +166,42 @@ def test_one_replica_at_a_time_and_one_pass_per_interval(
     assert state["last_replica"] != "other" and state["last_finished_at"] >= state["last_started_at"]
     locks = execs.execute("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'").fetchone()
     assert locks is not None and locks["n"] == 0
+
+
+def test_a_pass_that_outlived_its_lease_records_nothing_over_the_one_that_took_it_over(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    """The lease row, not a session lock, decides who runs a pass: a replica that held it too long (a
+    frozen process, a slow listing) finds another's start when it finishes, and leaves it alone."""
+    settings = reconcile_settings(db_url, kube)
+
+    async def scenario() -> None:
+        async with db.connection(settings) as conn:
+            slow = await reconciliation.begin(conn, replica="slow", gap=0, lease=60)
+            assert slow is not None
+            # Its lease runs out (it started two minutes ago, as far as the row says) ...
+            await conn.execute(
+                "UPDATE pod_sweeper.reconcile_state SET last_started_at = last_started_at - interval '2 minutes'"
+            )
+            slow_started = await (
+                await conn.execute("SELECT last_started_at FROM pod_sweeper.reconcile_state")
+            ).fetchone()
+            assert slow_started is not None
+            # ... and another replica takes the pass over.
+            assert await reconciliation.begin(conn, replica="fresh", gap=0, lease=60) is not None
+            await reconciliation.finish(
+                conn, replica="slow", started_at=slow_started["last_started_at"], seen=7, enqueued=7, error=None
+            )
+            row = await (await conn.execute("SELECT * FROM pod_sweeper.reconcile_state")).fetchone()
+            assert row is not None and row["last_replica"] == "fresh" and row["last_finished_at"] is None
+            assert row["last_pods_seen"] != 7
+            fresh_started = row["last_started_at"]
+            await reconciliation.finish(conn, replica="fresh", started_at=fresh_started, seen=1, enqueued=0, error=None)
+
+    run(scenario())
+    state = execs.execute("SELECT * FROM pod_sweeper.reconcile_state").fetchone()
+    assert state is not None and state["last_replica"] == "fresh" and state["last_pods_seen"] == 1
+    assert state["last_finished_at"] >= state["last_started_at"]
 
 
 def test_pages_through_the_list_and_keeps_quarantine_when_a_listing_breaks(
