@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from hypothesis import settings as hypothesis_settings
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import db, migrations
@@ -65,9 +65,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def with_dbname(url: str, dbname: str) -> str:
-    params = conninfo_to_dict(url)
-    params["dbname"] = dbname
-    return make_conninfo(**{k: v for k, v in params.items() if v is not None})
+    return make_conninfo(url, dbname=dbname)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from helpers import daemon_env, seed_executions, wait_until
 
@@ -127,9 +127,9 @@ def test_unreachable_database_at_start_keeps_retrying_not_crashing(kube: Any) ->
 def test_a_refusing_database_is_retried_with_its_cause_on_one_line_per_attempt(
     pg_server_url: str, kube: Any, user: str | None, dbname: str | None, cause: str
 ) -> None:
-    params = {k: v for k, v in conninfo_to_dict(pg_server_url).items() if v is not None}
-    params.update({k: v for k, v in (("user", user), ("dbname", dbname)) if v})
-    proc = spawn(make_conninfo("", **params), kube.kubeconfig, POD_SWEEPER_BACKOFF_BASE="0.1")
+    proc = spawn(
+        make_conninfo(pg_server_url, user=user, dbname=dbname), kube.kubeconfig, POD_SWEEPER_BACKOFF_BASE="0.1"
+    )
     lines, rest = _attempt_lines(proc, 3)
     logged = [line for line in lines + rest.splitlines() if line.strip()]
     attempts = [line for line in logged if "(attempt " in line]

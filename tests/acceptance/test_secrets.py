@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from conftest import with_dbname
 from pod_sweeper.testing.postgres import free_port
@@ -20,9 +20,7 @@ TOKEN = "bearer-s3cret-token"
 
 
 def with_password(url: str, password: str) -> str:
-    params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
-    params["password"] = password
-    return make_conninfo("", **params)
+    return make_conninfo(url, password=password)
 
 
 def env_for(url: str, kubeconfig: Path, **extra: str) -> dict[str, str]:

@@ -165,10 +165,9 @@ def test_notify_lost_silently_while_retires_keep_arriving(workload: Workload, ku
 
     from chaos.proxy import FreezingProxy
 
-    params = {k: str(v) for k, v in conninfo_to_dict(workload.url).items() if v is not None}
     sids = workload.seed(120)
-    with FreezingProxy(int(params["port"])) as proxy:
-        via_proxy = make_conninfo("", **{**params, "port": str(proxy.port), "sslmode": "disable"})
+    with FreezingProxy(int(conninfo_to_dict(workload.url)["port"])) as proxy:
+        via_proxy = make_conninfo(workload.url, port=proxy.port, sslmode="disable")
         replica = spawn_replica(
             via_proxy, kube.kubeconfig, "r1", POD_SWEEPER_NOTIFY_CHECK_INTERVAL="1", POD_SWEEPER_POLL_INTERVAL="2"
         )

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from conftest import run, settings_for
 from helpers import DaemonThread, add_execution, attach_table, create_executions, outbox, wait_until
@@ -21,9 +21,7 @@ pytestmark = pytest.mark.versions
 
 
 def as_role(url: str, role: str, password: str = "pw") -> str:
-    params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
-    params.update(user=role, password=password)
-    return make_conninfo("", **params)
+    return make_conninfo(url, user=role, password=password)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from pod_sweeper.core.logs import setup_logging
 from pod_sweeper.core.settings import Settings
@@ -53,11 +53,9 @@ async def _database(server_url: str | None) -> AsyncIterator[str]:
     name = f"pod_sweeper_demo_{os.getpid()}"
     async with await psycopg.AsyncConnection.connect(server_url, autocommit=True) as conn:
         await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = {k: str(v) for k, v in conninfo_to_dict(server_url).items() if v is not None}
-    params["dbname"] = name
     print(f"created database {name}")
     try:
-        yield make_conninfo("", **params)
+        yield make_conninfo(server_url, dbname=name)
     finally:
         async with await psycopg.AsyncConnection.connect(server_url, autocommit=True) as conn:
             await conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
