@@ -1,8 +1,9 @@
 """One shape for the daemon's background loops: do a step, log a failure in one line, wait, again.
 
-The retention pass, the confirmation pass, the reconciliation pass and the gauges all run this way; a
-step that fails with an expected error (the database went away) is logged and tried again at the next
-tick, anything else ends the task (and with it the process, see ``runner``).
+The retention, confirmation and reconciliation passes run this way; a step that fails with an
+expected error (the database went away) is logged and tried again at the next tick, anything else ends
+the task (and with it the process, see ``runner``). The gauges keep a loop of their own: their success
+or failure is also the readiness probe's view of the database (``health.refresh_gauges``).
 """
 
 from __future__ import annotations
