@@ -22,6 +22,8 @@ from psycopg.conninfo import make_conninfo
 
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import db, migrations
+from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
+from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
 from pod_sweeper.testing.postgres import (
     PostgresNotFound,
     docker_server,
@@ -43,14 +45,18 @@ TEMPLATE = f"pod_sweeper_template_{os.getpid()}"
 _counter = itertools.count()
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    try:
+        kube = f"kube-apiserver: {find_kube_bindir()}"
+    except KubeApiServerError as exc:
+        kube = f"kube-apiserver: {exc}"
     if os.environ.get(SERVER_ENV):
-        return f"PostgreSQL: {SERVER_ENV}"
+        return [f"PostgreSQL: {SERVER_ENV}", kube]
     try:
         bindir = find_bindir()
     except PostgresNotFound:
-        return "PostgreSQL: none found"
-    return f"PostgreSQL: a Docker engine if one answers, else {server_version(bindir)} from {bindir}"
+        return ["PostgreSQL: none found", kube]
+    return [f"PostgreSQL: a Docker engine if one answers, else {server_version(bindir)} from {bindir}", kube]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -155,3 +161,42 @@ def execs(pg: psycopg.Connection[Any], db_url: str) -> psycopg.Connection[Any]:
     create_executions(pg)
     run(attach_table(db_url))
     return pg
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver() -> Iterator[KubeApiServer]:
+    """The real kube-apiserver and its etcd, for the whole session (built by ``tools/kube/build``).
+
+    Not built: locally the tests that need it are skipped with the command that builds it; under CI
+    (``CI`` set) they fail, so a green CI run has always run them."""
+    try:
+        bindir = find_kube_bindir()
+    except KubeApiServerError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc), pytrace=False)
+        pytest.skip(str(exc))
+    with KubeApiServer(bindir) as server:
+        _kube_servers.append(server)
+        yield server
+        _kube_servers.remove(server)
+
+
+_kube_servers: list[KubeApiServer] = []
+USED_KUBE = pytest.StashKey[bool]()
+
+
+def real_kube(request: pytest.FixtureRequest) -> KubeApiServer:
+    """The session's real API server, for a fixture that decides at run time whether it needs it."""
+    request.node.stash[USED_KUBE] = True
+    server: KubeApiServer = request.getfixturevalue("kube_apiserver")
+    return server
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test that used the real API server shows the end of its log."""
+    report = yield
+    used = "kube_apiserver" in getattr(item, "fixturenames", ()) or item.stash.get(USED_KUBE, False)
+    if report.failed and used and _kube_servers:
+        report.sections.append(("kube-apiserver log (last lines)", _kube_servers[0].log_tail()))
+    return report

@@ -1,4 +1,5 @@
-"""Every test under tests/conformance carries the `integration` marker, so a file cannot miss its tier."""
+"""Every test under tests/conformance carries the `integration` marker, so a file cannot miss its tier;
+the ``api`` fixture runs each test twice, against the fake and against the real kube-apiserver."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.apiserver import ApiServer, api_server
+from conformance.apiserver import ApiServer, fake_api_server, real_api_server
+from conftest import real_kube
 from helpers import mark_tier
 
 
@@ -15,8 +17,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mark_tier(items, Path(__file__).parent, pytest.mark.integration)
 
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[ApiServer]:
-    """The API server of this run: a real one (POD_SWEEPER_TEST_KUBECONFIG) or the fake."""
-    with api_server(tmp_path) as server:
-        yield server
+@pytest.fixture(params=["fake", "real"])
+def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ApiServer]:
+    """The fake API server, then the real one (the session's ``kube_apiserver``)."""
+    if request.param == "real":
+        with real_api_server(real_kube(request)) as server:
+            yield server
+    else:
+        with fake_api_server(tmp_path) as server:
+            yield server

@@ -337,8 +337,9 @@ class FakeKube:
         start = query.get("continue", [""])[0]
         with self._lock:
             keys = sorted(k for k in self.pods if namespace is None or k[0] == namespace)
+            # A real list's items carry no kind or apiVersion: the list says them once.
             items = [
-                self.pods[k]
+                {k: v for k, v in self.pods[k].items() if k not in ("kind", "apiVersion")}
                 for k in keys
                 if selector_matches(selector, self.pods[k]["metadata"].get("labels", {}))
                 and (not start or "/".join(k) > start)
@@ -398,7 +399,16 @@ class FakeKube:
                 period = 0
             elif period < 0:
                 period = 1
+            # The answer shows the pod as the deletion left it: marked with its deletion time and
+            # period, even when it goes at once; a repeat only ever shortens the mark. A dry run
+            # answers the same and changes nothing.
+            deadline = _ts(_now() + timedelta(seconds=period))
+            current = meta.get("deletionTimestamp")
+            mark = {"deletionTimestamp": deadline, "deletionGracePeriodSeconds": period}
+            shorter = current is None or deadline < current
             result = json.loads(json.dumps(pod))
+            if shorter:
+                result["metadata"].update(mark)
             if dry_run:
                 return 200, result
             finalizers = list(meta.get("finalizers") or [])
@@ -409,11 +419,8 @@ class FakeKube:
             if period == 0 and not finalizers:
                 del self.pods[(namespace, name)]
                 return 200, result
-            deadline = _now() + timedelta(seconds=period)
-            current = meta.get("deletionTimestamp")
-            if current is None or _ts(deadline) < current:
-                meta["deletionTimestamp"] = _ts(deadline)
-                meta["deletionGracePeriodSeconds"] = period
+            if shorter:
+                meta.update(mark)
             if finalizers:
                 meta["finalizers"] = finalizers
             meta["resourceVersion"] = self._next_rv()
