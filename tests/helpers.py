@@ -246,12 +246,15 @@ def row_for(conn: psycopg.Connection[Any], sid: str) -> dict[str, Any] | None:
 
 
 def daemon_settings(db_url: str, kube: Any, **overrides: Any) -> Settings:
-    """Settings for a daemon under test against ``kube``: a 30 s poll (anything faster than that was a
-    NOTIFY, or the short poll while the wakeup flag cannot be armed), short backoffs, no rate limit."""
+    """Settings for a daemon under test against ``kube`` (an API server with a ``kubeconfig``, or a
+    kubeconfig's path): a 30 s poll (anything faster than that was a NOTIFY, or the short poll while the
+    wakeup flag cannot be armed), short backoffs, no rate limit."""
+    from pathlib import Path
+
     from conftest import settings_for
 
     values: dict[str, Any] = {
-        "kubeconfig": kube.kubeconfig,
+        "kubeconfig": kube if isinstance(kube, Path) else kube.kubeconfig,
         "poll_interval": 30.0,
         "lease_seconds": 10.0,
         "request_timeout": 2.0,
@@ -264,6 +267,27 @@ def daemon_settings(db_url: str, kube: Any, **overrides: Any) -> Settings:
     }
     values.update(overrides)
     return settings_for(db_url, **values)
+
+
+def listeners(conn: psycopg.Connection[Any]) -> int:
+    """Replicas listening on this database (so a retire now reaches them by NOTIFY). The listener's
+    session shows in pg_stat_activity as soon as it connects, before its LISTEN has run; its last
+    statement says it has (the listener sends nothing else on that connection while it waits)."""
+    cur = conn.cursor(row_factory=psycopg.rows.tuple_row)
+    (n,) = cur.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE application_name = 'pod-sweeper-listener' AND datname = current_database()"
+        " AND state = 'idle' AND query ILIKE 'LISTEN %'"
+    ).fetchone() or (0,)
+    return int(n)
+
+
+def asleep_and_listening(conn: psycopg.Connection[Any]) -> bool:
+    """A replica listens and has armed the wakeup flag: the next retire NOTIFYs it (and nothing else
+    would find the row before its poll)."""
+    cur = conn.cursor(row_factory=psycopg.rows.tuple_row)
+    (armed,) = cur.execute("SELECT armed FROM pod_sweeper.wakeup").fetchone() or (False,)
+    return bool(armed) and listeners(conn) > 0
 
 
 def retire(conn: psycopg.Connection[Any], sid: str) -> None:

@@ -25,6 +25,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from helpers import listeners
+
 NAMESPACE = "sandboxes"
 
 
@@ -108,16 +110,9 @@ class Workload:
         self.started = time.monotonic()
 
     def listeners(self) -> int:
-        """Replicas that are listening (so a retire now reaches them by NOTIFY). The listener's session
-        shows in pg_stat_activity as soon as it connects, before its LISTEN has run; its last statement
-        says it has (the listener sends nothing else on that connection while it waits)."""
+        """Replicas that are listening (so a retire now reaches them by NOTIFY)."""
         with self.conn() as conn:
-            row = conn.execute(
-                "SELECT count(*) AS n FROM pg_stat_activity"
-                " WHERE application_name = 'pod-sweeper-listener' AND datname = current_database()"
-                " AND state = 'idle' AND query ILIKE 'LISTEN %'"
-            ).fetchone()
-        return int(row["n"]) if row else 0
+            return listeners(conn)
 
     def outbox_done(self) -> bool:
         with self.conn() as conn:

@@ -10,7 +10,16 @@ import psycopg
 import pytest
 
 from conftest import run, settings_for
-from helpers import DaemonThread, add_execution, daemon_settings, retire, row_for, seed_executions, wait_until
+from helpers import (
+    DaemonThread,
+    add_execution,
+    asleep_and_listening,
+    daemon_settings,
+    retire,
+    row_for,
+    seed_executions,
+    wait_until,
+)
 from pod_sweeper.store import db, outbox
 from pod_sweeper.store.outbox import Final
 from pod_sweeper.store.recheck import load_attachments
@@ -360,6 +369,9 @@ def test_two_replicas_on_2000_rows_finish_each_exactly_once(
 def test_wake_sources_are_counted(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
     add_execution(execs, kube, "a")
     with DaemonThread(daemon_settings(db_url, kube)) as daemon:
+        # Ready comes after the catch-up claim, which can run before the LISTEN has: a retire in between
+        # would be found by a claim, not a NOTIFY.
+        wait_until(lambda: asleep_and_listening(execs), what="the replica asleep and listening")
         retire(execs, "a")
         wait_until(lambda: finished(execs, "a"))
         metrics = daemon.daemon.sweeper.metrics

@@ -1,0 +1,99 @@
+"""deploy/ applied to a real API server: the kustomization server-side applied, a token for the shipped
+ServiceAccount minted by the server, RBAC evaluated by the server (exactly what docs/operations.md says
+the daemon needs, nothing more), and the daemon sweeping with that token, ``check`` included."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+
+from conformance.apiserver import core_api, manifest
+from helpers import DaemonThread, cli, daemon_settings, retire, wait_until
+from pod_sweeper.testing.kubeapiserver import KubeApiServer
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "sandboxes"  # the kustomization's namespace
+WITHOUT_CRDS = {"PodMonitor", "PrometheusRule"}  # prometheus-operator's kinds: no CRD on this server
+
+
+def documented_verbs() -> set[str]:
+    """The verbs on pods docs/operations.md says the shipped ServiceAccount has, and nothing else."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    line = next(x for x in text.splitlines() if "the daemon's identity:" in x)
+    return set(re.findall(r"`(\w+)`", line.split("the daemon's identity:")[1].split(" on pods")[0]))
+
+
+def can_i_list(server: KubeApiServer, kubeconfig: Path) -> set[str]:
+    """``kubectl auth can-i --list`` in the namespace, one normalised line per rule."""
+    out = server.kubectl("auth", "can-i", "--list", f"--namespace={NS}", "--no-headers", kubeconfig_path=kubeconfig)
+    return {" ".join(line.split()) for line in out.splitlines() if line.strip()}
+
+
+def apply_deploy(server: KubeApiServer) -> tuple[str, list[str]]:
+    """Server-side apply of what ``kubectl kustomize deploy/`` builds, less the kinds without a CRD
+    here; returns kubectl's output and the skipped kinds."""
+    server.namespace(NS)
+    built = list(yaml.safe_load_all(server.kubectl("kustomize", str(ROOT / "deploy"))))
+    skipped = sorted(d["kind"] for d in built if d["kind"] in WITHOUT_CRDS)
+    kept = [d for d in built if d["kind"] not in WITHOUT_CRDS]
+    out = server.kubectl(
+        "apply", "--server-side", "--field-manager=pod-sweeper-test", "-f", "-", stdin=yaml.safe_dump_all(kept)
+    )
+    return out, skipped
+
+
+def test_the_manifests_apply_and_the_token_can_do_exactly_what_the_docs_say(
+    kube_apiserver: KubeApiServer, tmp_path: Path
+) -> None:
+    out, skipped = apply_deploy(kube_apiserver)
+    print(f"skipped (no CRD on this server): {', '.join(skipped)}")
+    assert skipped == sorted(WITHOUT_CRDS)
+    for kind in ("serviceaccount/pod-sweeper", "role.rbac.authorization.k8s.io/pod-sweeper", "deployment.apps"):
+        assert kind in out
+    token = kube_apiserver.kubectl("create", "token", "pod-sweeper", f"--namespace={NS}").strip()
+    assert token.count(".") == 2  # a JWT the server signed
+    shipped = kube_apiserver.token_kubeconfig(tmp_path / "sa.kubeconfig", token, namespace=NS)
+    # What any service account may do anyway (discovery, self reviews) is the baseline to subtract.
+    kube_apiserver.request("POST", f"/api/v1/namespaces/{NS}/serviceaccounts", {"metadata": {"name": "bare"}})
+    bare_token = kube_apiserver.kubectl("create", "token", "bare", f"--namespace={NS}").strip()
+    bare = kube_apiserver.token_kubeconfig(tmp_path / "bare.kubeconfig", bare_token, namespace=NS)
+    granted = can_i_list(kube_apiserver, shipped) - can_i_list(kube_apiserver, bare)
+    verbs = documented_verbs()
+    assert verbs == {"get", "list", "watch", "delete"}, verbs
+    assert granted == {f"pods [] [] [{' '.join(sorted(verbs, key=['get', 'list', 'watch', 'delete'].index))}]"}
+    for args in (("delete", "pods", "--namespace=default"), ("get", "secrets", f"--namespace={NS}")):
+        answer = kube_apiserver.kubectl("auth", "can-i", *args, kubeconfig_path=shipped, check=False)
+        assert answer.strip() == "no", args
+
+
+def test_the_daemon_sweeps_and_checks_with_the_minted_token(
+    kube_apiserver: KubeApiServer, execs: psycopg.Connection[Any], db_url: str, tmp_path: Path
+) -> None:
+    apply_deploy(kube_apiserver)
+    token = kube_apiserver.kubectl("create", "token", "pod-sweeper", f"--namespace={NS}").strip()
+    kubeconfig = kube_apiserver.token_kubeconfig(tmp_path / "sa.kubeconfig", token, namespace=NS)
+    admin = core_api(kube_apiserver.admin_kubeconfig)
+    names = [f"sweep-{uuid.uuid4().hex[:8]}" for _ in range(4)]
+    for i, name in enumerate(names):
+        pod = admin.create_namespaced_pod(NS, manifest(name))
+        execs.execute(
+            "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+            " VALUES (%s, 1, %s, %s, %s, true)",
+            (name, NS, name, uuid.UUID(pod.metadata.uid)),
+        )
+        if i % 2 == 0:
+            retire(execs, name)
+    checked = cli("check", f"--namespace={NS}", url=db_url, POD_SWEEPER_KUBECONFIG=str(kubeconfig))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "delete pods in sandboxes" in checked.stdout
+    settings = daemon_settings(db_url, kubeconfig, request_timeout=5.0, lease_seconds=15.0)
+    done = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done' AND outcome = 'deleted'"
+    with DaemonThread(settings):
+        wait_until(lambda: execs.execute(done).fetchone()["n"] == 2, timeout=30, what="two retired pods deleted")
+    left = {p.metadata.name for p in admin.list_namespaced_pod(NS).items}
+    assert {n for n in names if n in left} == {names[1], names[3]}
