@@ -1,0 +1,247 @@
+"""What the daemon relies on, each on the real API server: the 409 of a wrong UID and the GET that
+decides ``replaced``; a pod bound to a node with no kubelet left terminating, confirmed stuck, and
+force-deleted only once its Node is gone; the reconciliation pass paging with ``limit``/``continue``
+and surviving a continue token that etcd compaction expired; 403 outside the granted namespace; 429
+from API Priority and Fairness."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from conformance.apiserver import core_api, manifest
+from conftest import run, settings_for
+from helpers import DaemonThread, daemon_settings, outbox, retire, wait_until
+from pod_sweeper.core.errors import KubeUnauthorized
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.kube.api import Answer, Outcome, PodDeleter, load_configuration
+from pod_sweeper.store import db
+from pod_sweeper.tasks import confirm
+from pod_sweeper.tasks.reconcile import Reconciler
+from pod_sweeper.testing.kubeapiserver import USER, KubeApiServer
+
+SANDBOX, GENERATION = "example.com/sandbox", "example.com/generation"
+
+
+@pytest.fixture
+def ns(kube_apiserver: KubeApiServer) -> str:
+    return kube_apiserver.namespace(f"t-{uuid.uuid4().hex[:10]}")
+
+
+@pytest.fixture
+def deleter(kube_apiserver: KubeApiServer) -> Iterator[PodDeleter]:
+    made = PodDeleter(load_configuration(kube_apiserver.admin_kubeconfig, None, pool_size=4))
+    yield made
+    made.close()
+
+
+def record(conn: psycopg.Connection[Any], ns: str, pod: Any, sid: str) -> None:
+    conn.execute(
+        "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+        " VALUES (%s, 1, %s, %s, %s, true)",
+        (sid, ns, pod.metadata.name, uuid.UUID(pod.metadata.uid)),
+    )
+
+
+def test_a_wrong_uid_is_409_and_the_get_decides_replaced(
+    kube_apiserver: KubeApiServer, ns: str, deleter: PodDeleter
+) -> None:
+    core = core_api(kube_apiserver.admin_kubeconfig)
+    old = core.create_namespaced_pod(ns, manifest("p")).metadata.uid
+    core.delete_namespaced_pod("p", ns)
+    new = core.create_namespaced_pod(ns, manifest("p")).metadata.uid  # a replacement under the same name
+    assert deleter.resolve(ns, "p", old, timeout=5) == Answer(Outcome.REPLACED, 409)
+    assert core.read_namespaced_pod("p", ns).metadata.uid == new  # left alone
+    assert deleter.resolve(ns, "p", new, timeout=5) == Answer(Outcome.DELETED, 200)
+    assert deleter.resolve(ns, "p", new, timeout=5) == Answer(Outcome.ABSENT, 404)
+
+
+def test_a_pod_on_a_node_without_kubelet_is_confirmed_stuck_then_forced_once_its_node_is_gone(
+    kube_apiserver: KubeApiServer, ns: str, execs: psycopg.Connection[Any], db_url: str, monkeypatch: Any
+) -> None:
+    core = core_api(kube_apiserver.admin_kubeconfig)
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    core.create_node({"metadata": {"name": node}})  # registered, but no kubelet will ever finish a pod
+    pod = core.create_namespaced_pod(ns, manifest("bound", scheduled=True, node=node, terminationGracePeriodSeconds=1))
+    record(execs, ns, pod, "s")
+    monkeypatch.setattr(confirm, "RECHECK_SECONDS", 0.5)  # still terminating: looked at again soon
+    monkeypatch.setattr("pod_sweeper.tasks.outcomes.CONFIRM_MARGIN_SECONDS", 0.5)
+    settings = daemon_settings(
+        db_url, kube_apiserver.admin_kubeconfig, stuck_terminating_seconds=1.0, force_stuck=True, poll_interval=1.0
+    )
+    with DaemonThread(settings) as daemon:
+        retire(execs, "s")
+        wait_until(lambda: (r := outbox(execs)) and r[0]["stuck_at"] is not None, timeout=30, what="reported stuck")
+        left = core.read_namespaced_pod("bound", ns)
+        assert left.metadata.deletion_timestamp is not None and left.metadata.deletion_grace_period_seconds == 1
+        assert daemon.daemon.metrics.value("pod_sweeper_force_deleted_total") == 0  # its node is still there
+        core.delete_node(node)
+        wait_until(lambda: not core.list_namespaced_pod(ns).items, timeout=30, what="the forced delete")
+        wait_until(lambda: outbox(execs)[0]["confirmed_at"] is not None, timeout=30, what="confirmed")
+        assert daemon.daemon.metrics.value("pod_sweeper_force_deleted_total") == 1
+    (row,) = outbox(execs)
+    assert (row["status"], row["outcome"], row["last_http_status"]) == ("done", "deleted", 200)
+
+
+@pytest.fixture(scope="module")
+def strained(kube_apiserver: KubeApiServer) -> Iterator[KubeApiServer]:
+    """A second real server set to show at once what a production cluster shows under load.
+
+    Paged lists read etcd: since 1.34 the watch cache serves a continue token from its own snapshot
+    while it still holds one, so compaction alone expires no token there; a token older than the
+    cache's window (or any token on 1.33 and before) is listed from etcd, where compaction expires it.
+    And one request in flight at a time (two with mutations) for everyone but system:masters, so API
+    Priority and Fairness rejects with 429 what a busy cluster would."""
+    args = [
+        "--feature-gates=ListFromCacheSnapshot=false",
+        "--max-requests-inflight=1",
+        "--max-mutating-requests-inflight=1",
+    ]
+    with KubeApiServer(kube_apiserver.bindir, extra_args=args) as server:
+        yield server
+
+
+def test_reconciliation_pages_and_survives_a_continue_token_that_compaction_expired(
+    strained: KubeApiServer, execs: psycopg.Connection[Any], db_url: str
+) -> None:
+    kube_apiserver = strained
+    ns = kube_apiserver.namespace("reconcile")
+    core = core_api(kube_apiserver.admin_kubeconfig)
+    for i in range(7):
+        core.create_namespaced_pod(ns, manifest(f"p{i}", labels={SANDBOX: f"p{i}", GENERATION: "1"}))
+    settings = settings_for(
+        db_url,
+        kubeconfig=kube_apiserver.admin_kubeconfig,
+        reconcile_sandbox_label=SANDBOX,
+        reconcile_generation_label=GENERATION,
+        reconcile_namespace=ns,
+        reconcile_interval=0.01,
+        reconcile_quarantine=3600,
+        reconcile_min_age=0.001,
+        reconcile_page_size=3,
+    )
+
+    async def scenario() -> list[Any]:
+        deleter = PodDeleter(load_configuration(settings.kubeconfig, None, pool_size=2))
+        pool = db.make_pool(settings, max_size=2)
+        await pool.open(wait=True, timeout=10)
+        try:
+            r = Reconciler(settings, pool, deleter, Metrics())
+            whole = await r.pass_once()
+            real = deleter.list_pods
+
+            def compacting(*args: Any, **kwargs: Any) -> Any:
+                page = real(*args, **kwargs)
+                # Writes after this page, then a compaction past them: its continue token is now too old.
+                core.create_namespaced_pod(ns, manifest(f"late-{uuid.uuid4().hex[:6]}"))
+                kube_apiserver.compact()
+                return page
+
+            deleter.list_pods = compacting  # type: ignore[method-assign]
+            broken = await r.pass_once()
+            return [whole, broken]
+        finally:
+            await pool.close()
+            deleter.close()
+
+    whole, broken = run(scenario())
+    assert (whole.seen, whole.complete, whole.suspects) == (7, True, 7)
+    assert broken.seen == 3 and not broken.complete
+    assert broken.error and "410" in broken.error and "Expired" in broken.error
+    assert execs.execute("SELECT count(*) AS n FROM pod_sweeper.suspects").fetchone()["n"] == 7  # kept
+
+
+def test_a_namespace_the_identity_may_not_touch_answers_403(kube_apiserver: KubeApiServer, ns: str) -> None:
+    core = core_api(kube_apiserver.admin_kubeconfig)
+    pod = core.create_namespaced_pod(ns, manifest("p"))
+    user = PodDeleter(load_configuration(kube_apiserver.user_kubeconfig, None, pool_size=2))
+    try:
+        with pytest.raises(KubeUnauthorized) as info:
+            user.resolve(ns, "p", pod.metadata.uid, timeout=5)
+        assert (info.value.status, info.value.reason) == (403, "Forbidden")
+        assert not user.may("delete", ns, timeout=5)
+    finally:
+        user.close()
+    assert core.read_namespaced_pod("p", ns).metadata.uid == pod.metadata.uid
+
+
+def limit_the_user(server: KubeApiServer, name: str) -> None:
+    """API Priority and Fairness: the plain user's requests get one seat and are rejected, not queued,
+    beyond it; RBAC lets the user read and delete pods."""
+    server.request(
+        "POST",
+        "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations",
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "type": "Limited",
+                "limited": {"nominalConcurrencyShares": 1, "lendablePercent": 0, "limitResponse": {"type": "Reject"}},
+            },
+        },
+    )
+    server.request(
+        "POST",
+        "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "priorityLevelConfiguration": {"name": name},
+                "matchingPrecedence": 100,
+                "distinguisherMethod": {"type": "ByUser"},
+                "rules": [
+                    {
+                        "subjects": [{"kind": "User", "user": {"name": USER}}],
+                        "resourceRules": [
+                            {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"]}
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    # Not the built-in "edit": its rules are aggregated by the controller manager, which is not running.
+    server.request(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        {
+            "metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]}],
+        },
+    )
+    server.request(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "User", "name": USER, "apiGroup": "rbac.authorization.k8s.io"}],
+        },
+    )
+
+
+def test_429_from_priority_and_fairness_is_retried_until_every_pod_is_deleted(
+    strained: KubeApiServer, execs: psycopg.Connection[Any], db_url: str
+) -> None:
+    ns = strained.namespace("throttled")
+    limit_the_user(strained, "pod-sweeper-test-throttled")
+    admin = core_api(strained.admin_kubeconfig)  # system:masters: exempt from the limit
+    for i in range(20):
+        record(execs, ns, admin.create_namespaced_pod(ns, manifest(f"p{i}")), f"s{i}")
+    settings = daemon_settings(db_url, strained.user_kubeconfig, concurrency=8, max_attempts=1000, backoff_max=1.0)
+    with DaemonThread(settings) as daemon:
+        execs.execute("UPDATE executions SET active = false")
+        done = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done'"
+        wait_until(lambda: execs.execute(done).fetchone()["n"] == 20, timeout=120, what="20 rows done")
+        throttled = daemon.daemon.metrics.value("pod_sweeper_kube_responses_total", code="429")
+    assert throttled > 0, "no request was throttled: the test proved nothing"
+    rows = outbox(execs)
+    assert {(r["outcome"], r["last_http_status"]) for r in rows} == {("deleted", 200)}
+    assert sum(r["attempts"] for r in rows) > 20  # the throttled ones took another claim each
+    assert admin.list_namespaced_pod(ns).items == []
