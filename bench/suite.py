@@ -27,6 +27,7 @@ from typing import Any
 
 import psycopg
 import urllib3
+from kubernetes import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/pgqueuer_peer.py
 
@@ -36,6 +37,8 @@ from pod_sweeper.store import attach, db, migrations, outbox
 from pod_sweeper.store.outbox import Final
 from pod_sweeper.store.recheck import load_attachments
 from pod_sweeper.tasks.runner import Daemon
+from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
+from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
 from pod_sweeper.testing.postgres import ThrowawayCluster, find_bindir
 from pod_sweeper.testing.reference import executions_ddl
 
@@ -376,6 +379,125 @@ class Bench:
             wake_max_ms=round(latencies[-1], 2),
         )
 
+    def real_api(self, n: int, retires: int) -> None:
+        """Against a real kube-apiserver and etcd (tools/kube/build): the same client alone (the real
+        ceiling), the daemon's drain of ``n`` pods, and the wake latency of ``retires`` single retires,
+        from the commit to the DELETED event the server's watch sends for the pod."""
+        try:
+            bindir = find_kube_bindir()
+        except KubeApiServerError as exc:
+            print(f"  no real API server figures: {exc}", file=sys.stderr)
+            return
+        with KubeApiServer(bindir) as server:
+            server.namespace(NS)
+            real = server.admin_kubeconfig  # system:masters: exempt from Priority and Fairness, as a ceiling must be
+            deleter = PodDeleter(load_configuration(real, None, pool_size=16))
+            try:
+                pods = self._real_pods(deleter, server, n)
+                started = time.monotonic()
+                with ThreadPoolExecutor(16) as pool:
+                    list(pool.map(lambda p: deleter.resolve(NS, p[0], p[1], timeout=10), pods))
+                ceiling = n / (time.monotonic() - started)
+                url = self.fresh_db()
+                self._record(url, self._real_pods(deleter, server, n), retire=True)
+                rate = self.drain_with_daemon(url, n, concurrency=16, batch_size=100, kubeconfig=real)
+                self.results.update(
+                    real_client_ceiling_rows_per_s=round(ceiling),
+                    real_drain_rows_per_s=round(rate),
+                    real_drain_vs_client_ceiling=round(rate / ceiling, 3),
+                    real_server_rss_mb=round(sum(server.rss_bytes().values()) / 2**20),
+                )
+                url = self.fresh_db()
+                self._record(url, self._real_pods(deleter, server, retires), retire=False)
+                self._real_wake_latency(url, server, retires, real)
+            finally:
+                deleter.close()
+
+    def _real_pods(self, deleter: PodDeleter, server: KubeApiServer, n: int) -> list[tuple[str, str]]:
+        """``n`` pending pods on the real server, created 16 at a time: (name, uid)."""
+        core: Any = client.CoreV1Api(deleter._api_client)
+        batch = uuid.uuid4().hex[:6]
+
+        def create(i: int) -> tuple[str, str]:
+            name = f"p{batch}-{i}"
+            spec = {"containers": [{"name": "c", "image": "pause"}], "nodeSelector": {"never": "true"}}
+            body = {"metadata": {"name": name}, "spec": spec}
+            return name, str(core.create_namespaced_pod(NS, body).metadata.uid)
+
+        with ThreadPoolExecutor(16) as pool:
+            return list(pool.map(create, range(n)))
+
+    def _record(self, url: str, pods: list[tuple[str, str]], *, retire: bool) -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            with (
+                conn.cursor() as cur,
+                cur.copy(
+                    "COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN"
+                ) as copy,
+            ):
+                for name, uid in pods:
+                    copy.write_row((name, 1, NS, name, uuid.UUID(uid)))
+            if retire:
+                conn.execute("UPDATE executions SET active = false")
+        self.pods = pods
+
+    def _real_wake_latency(self, url: str, server: KubeApiServer, n: int, kubeconfig: Path) -> None:
+        deleted: dict[str, float] = {}
+        http = urllib3.PoolManager(
+            ca_certs=str(server.ca),
+            cert_file=str(server.folder / "admin.crt"),
+            key_file=str(server.folder / "admin.key"),
+        )
+        watch = http.request(
+            "GET", f"{server.url}/api/v1/namespaces/{NS}/pods?watch=true&timeoutSeconds=300", preload_content=False
+        )
+
+        def follow() -> None:
+            buffer = b""
+            for chunk in watch.stream(4096):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    event = json.loads(line)
+                    if event["type"] == "DELETED":
+                        deleted[event["object"]["metadata"]["name"]] = time.monotonic()
+
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
+        box: dict[str, Any] = {}
+
+        def main() -> None:
+            async def body() -> int:
+                box["loop"] = asyncio.get_running_loop()
+                box["d"] = Daemon(self.settings(url, kubeconfig=kubeconfig), handle_signals=False)
+                return await box["d"].run()
+
+            asyncio.run(body())
+
+        thread = threading.Thread(target=main, daemon=True)
+        thread.start()
+        while not (box.get("d") and box["d"].ready):
+            time.sleep(0.01)
+        rng = random.Random(5)
+        committed: dict[str, float] = {}
+        with psycopg.connect(url, autocommit=True) as conn:
+            for name, _ in self.pods:
+                conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (name,))
+                committed[name] = time.monotonic()
+                time.sleep(rng.uniform(0.010, 0.030))
+        deadline = time.monotonic() + 30
+        while len(deleted) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        box["loop"].call_soon_threadsafe(box["d"].stop_requested.set)
+        thread.join(30)
+        watch.release_conn()
+        latencies = sorted((deleted[k] - t) * 1000 for k, t in committed.items() if k in deleted)
+        self.results.update(
+            real_wake_p50_ms=round(statistics.median(latencies), 2),
+            real_wake_p99_ms=round(latencies[int(len(latencies) * 0.99) - 1], 2),
+            real_wake_max_ms=round(latencies[-1], 2),
+        )
+
     def claim_scaling(self, done_rows: int) -> None:
         """The claim query's latency with ``done_rows`` done rows over its latency with none: two
         databases with the same 100 open rows, measured in alternating rounds (a busy minute on a
@@ -483,6 +605,7 @@ def main() -> int:
             ("pgqueuer peer", lambda: bench.pgqueuer_peer(2_000 if quick else 20_000)),
             ("slow API", lambda: bench.slow_api(2_000 if quick else 5_000)),
             ("wake latency", lambda: bench.wake_latency(200 if quick else 500)),
+            ("real API server", lambda: bench.real_api(1_000 if quick else 5_000, 200 if quick else 500)),
             ("claim scaling", lambda: bench.claim_scaling(1_000_000 if quick else 10_000_000)),
             ("memory", lambda: bench.rss(4_000 if quick else 200_000)),
         ]

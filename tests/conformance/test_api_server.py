@@ -1,5 +1,5 @@
-"""How the API server answers the calls pod-sweeper makes, asserted the same way against a real
-kube-apiserver (``POD_SWEEPER_TEST_KUBECONFIG``) and against the project's fake (otherwise)."""
+"""How the API server answers the calls pod-sweeper makes, asserted the same way against the real
+kube-apiserver (built by ``tools/kube/build``) and against the project's fake."""
 
 from __future__ import annotations
 
