@@ -15,6 +15,14 @@ SELECT 'PodSweeperStuckClaim',
        format('a claim has been held %s s (600 s, for 5 min); its replica may be frozen', round(oldest_claim_seconds))
 FROM pod_sweeper.lag WHERE oldest_claim_seconds > 600 + 300
 UNION ALL
+SELECT 'PodSweeperNamespaceRefused',
+       format('namespace %s answers 403: %s row(s) held back, the oldest for %s s (for 15 min)',
+              pod_namespace, count(*), round(extract(epoch FROM now() - min(enqueued_at))))
+FROM pod_sweeper.outbox
+WHERE status = 'pending' AND last_http_status = 403
+GROUP BY pod_namespace
+HAVING min(enqueued_at) < now() - interval '15 minutes'
+UNION ALL
 SELECT 'PodSweeperNoProgress', 'rows are claimable but none finished in 20 minutes (10 min window, for 10 min)'
 FROM pod_sweeper.lag
 WHERE oldest_claimable_seconds > 60 + 600

@@ -11,7 +11,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from conftest import with_dbname
-from helpers import cli, create_executions, outbox
+from helpers import add_execution, cli, create_executions, outbox, retire
 from pod_sweeper.store.migrations import shipped
 
 
@@ -163,6 +163,7 @@ def test_check_reports_each_check_and_a_missing_verb(db_url: str, kube: Any) -> 
         "ok    schema",
         "ok    wakeups",
         "ok    kubernetes",
+        "ok    namespace scope",
         "ok    get pods in sandboxes",
         "ok    delete pods in sandboxes",
     ]
@@ -172,6 +173,22 @@ def test_check_reports_each_check_and_a_missing_verb(db_url: str, kube: Any) -> 
     assert "FAIL  delete pods in sandboxes: missing: the daemon needs 'delete' on pods in sandboxes" in missing.stdout
     reviews = [r for r in kube.requests if r.path.endswith("selfsubjectaccessreviews")]
     assert reviews and reviews[-1].body["spec"]["resourceAttributes"]["verb"] == "delete"
+
+
+def test_check_asks_about_every_namespace_of_the_scope_and_names_rows_outside_it(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    env = {"POD_SWEEPER_KUBECONFIG": str(kube.kubeconfig), "POD_SWEEPER_NAMESPACES": "a,b"}
+    kube.denied.add(("delete", "b"))
+    scoped = cli("check", url=db_url, **env)
+    assert scoped.returncode == 1
+    assert "ok    namespace scope: a, b" in scoped.stdout and "ok    delete pods in a: allowed" in scoped.stdout
+    assert "FAIL  delete pods in b: missing" in scoped.stdout
+    add_execution(execs, kube, "sys", namespace="kube-system")
+    retire(execs, "sys")
+    unset = cli("check", url=db_url, POD_SWEEPER_KUBECONFIG=str(kube.kubeconfig))
+    assert "every namespace but kube-system" in unset.stdout
+    assert "FAIL  outside the scope: rows name kube-system: they end dead without a request" in unset.stdout
 
 
 def test_check_on_an_unmigrated_database_fails_the_schema_line(empty_db_url: str, kube: Any) -> None:

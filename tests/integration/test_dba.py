@@ -126,6 +126,22 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
         " WHERE sandbox_id = 'late'"
     )
     assert "PodSweeperStuckClaim" in alerts()
+    refused = (
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name,"
+        " pod_uid, reason, enqueued_at, last_http_status) VALUES (1, %s, 1, 'locked', %s, gen_random_uuid(),"
+        " 'retired', now() - make_interval(mins => %s), 403)"
+    )
+    pg.execute(refused, ("recent", "recent", 5))
+    assert "PodSweeperNamespaceRefused" not in alerts()  # refused for less than the rule's 15 minutes
+    pg.execute(refused, ("old", "old", 20))
+    [row] = [r for r in pg.execute(queries.load("dba/alerts")).fetchall() if r["alert"] == "PodSweeperNamespaceRefused"]
+    assert row["detail"].startswith("namespace locked answers 403: 2 row(s) held back")
     rule = yaml.safe_load((ROOT / "deploy" / "prometheusrule.yaml").read_text())
-    in_sql = {"PodSweeperDeadRows", "PodSweeperLagHigh", "PodSweeperNoProgress", "PodSweeperStuckClaim"}
+    in_sql = {
+        "PodSweeperDeadRows",
+        "PodSweeperLagHigh",
+        "PodSweeperNoProgress",
+        "PodSweeperStuckClaim",
+        "PodSweeperNamespaceRefused",
+    }
     assert {r["alert"] for r in rule["spec"]["groups"][0]["rules"]} == in_sql | {"PodSweeperNotReady"}

@@ -192,10 +192,61 @@ def test_forbidden_charges_nothing_and_says_which_permission(
         row = row_for(execs, "a")
         assert row is not None and row["attempts"] == 0
         assert "needs 'delete'" in row["last_error"] and row["last_http_status"] == 403
-        assert daemon.daemon.sweeper.auth.error is not None
+        assert "sandboxes" in daemon.daemon.sweeper.namespaces.refusing()
+        assert daemon.daemon.ready  # a namespace's refusal is not the replica's
         kube.denied.clear()
         done = wait_until(lambda: finished(execs, "a"), timeout=20)
+        assert daemon.daemon.metrics.value("pod_sweeper_namespace_refused", pod_namespace="sandboxes") == 0
     assert (done["outcome"], done["attempts"]) == ("deleted", 1)
+
+
+def test_a_refused_namespace_waits_alone_and_the_replica_stays_ready(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    """One namespace answers 403: its rows wait uncharged, with a backoff that grows to its maximum (a
+    handful of requests, not a loop); rows of every other namespace are deleted at once; ready throughout."""
+    for i in range(3):
+        add_execution(execs, kube, f"bad{i}", namespace="forbidden")
+    kube.denied.add(("delete", "forbidden"))
+    settings = daemon_settings(db_url, kube, backoff_base=0.2, backoff_max=1.0, poll_interval=0.5)
+    with DaemonThread(settings) as daemon:
+        execs.execute("UPDATE executions SET active = false WHERE sandbox_id LIKE 'bad%'")
+        wait_until(lambda: daemon.daemon.metrics.value("pod_sweeper_namespace_refused", pod_namespace="forbidden") == 1)
+        started = time.monotonic()
+        ready = []
+        for i in range(20):
+            add_execution(execs, kube, f"ok{i}")
+            retire(execs, f"ok{i}")
+            wait_until(lambda i=i: finished(execs, f"ok{i}"), timeout=2, what="a row of another namespace")
+            ready.append(daemon.daemon.ready)
+        elapsed = time.monotonic() - started
+        refused = [r for r in kube.deletes() if "/namespaces/forbidden/" in r.path]
+        assert all(ready), "the replica went not ready over one namespace's refusal"
+        # Each refused row is tried at most once per backoff (at most 1 s here) after the first closing.
+        assert len(refused) <= 3 * (elapsed / 0.2 + 2), len(refused)
+        rows = [row_for(execs, f"bad{i}") for i in range(3)]
+        assert all(r is not None and r["status"] == "pending" and r["attempts"] == 0 for r in rows)
+        assert all(r is not None and r["last_http_status"] == 403 and "forbidden" in r["last_error"] for r in rows)
+    assert all(kube.get_pod("forbidden", f"pod-bad{i}-1") is not None for i in range(3))
+
+
+def test_a_row_outside_the_namespace_scope_is_dead_without_a_request(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    add_execution(execs, kube, "inside")
+    add_execution(execs, kube, "system", namespace="kube-system")
+    add_execution(execs, kube, "elsewhere", namespace="other")
+    with DaemonThread(daemon_settings(db_url, kube, namespaces="sandboxes,other")) as daemon:
+        for sid in ("inside", "system", "elsewhere"):
+            retire(execs, sid)
+        for sid in ("inside", "system", "elsewhere"):
+            wait_until(lambda sid=sid: finished(execs, sid), what=f"row {sid} finished")
+        assert daemon.daemon.metrics.value("pod_sweeper_unsendable_rows_total", why="out_of_scope") == 1
+    system = row_for(execs, "system")
+    assert system is not None and (system["status"], system["attempts"]) == ("dead", 1)
+    assert "outside POD_SWEEPER_NAMESPACES (other, sandboxes)" in system["last_error"]
+    assert kube.get_pod("kube-system", "pod-system-1") is not None
+    assert sorted(r.path.split("/")[4] for r in kube.deletes()) == ["other", "sandboxes"]  # none to kube-system
 
 
 def test_bad_token_is_unauthorized_and_charges_nothing(

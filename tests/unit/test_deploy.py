@@ -86,6 +86,7 @@ def test_alerts_use_exported_metrics() -> None:
         "PodSweeperDeadRows",
         "PodSweeperStuckClaim",
         "PodSweeperNotReady",
+        "PodSweeperNamespaceRefused",
         "PodSweeperNoProgress",
     }
     for rule in rules:

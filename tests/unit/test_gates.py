@@ -1,12 +1,15 @@
-"""The two gates alone, with a clock of their own: the 401/403 circuit and the breaker's policy."""
+"""The gates alone, with a clock of their own: the 401 circuit, the per-namespace 403 gates and the
+breaker's policy."""
 
 from __future__ import annotations
 
 import random
 
+import pytest
+
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.store.outbox import BreakerWindow
-from pod_sweeper.tasks.gates import AuthGate, breaker_budget, trip_reason
+from pod_sweeper.tasks.gates import AuthGate, NamespaceGates, breaker_budget, trip_reason
 
 
 class Clock:
@@ -21,13 +24,13 @@ def test_the_auth_gate_closes_longer_with_each_refusal_and_opens_on_an_answer() 
     clock = Clock()
     gate = AuthGate(Backoff(1.0, 60.0, rng=random.Random(1)), floor=1.0, clock=clock)
     assert gate.open and gate.refusing is None
-    first = gate.refused(403, "403 Forbidden", "sandboxes")
+    first = gate.refused("401 Unauthorized")
     assert first >= 1.0 and not gate.open and gate.wait() == first
-    assert gate.refusing is not None and "needs 'delete' (and 'get') on pods in namespace sandboxes" in gate.refusing
+    assert gate.refusing is not None and "does not accept the daemon's credentials" in gate.refusing
     clock.now += first
     assert gate.open and gate.wait() == 0
     assert gate.refusing is not None  # open again, but still refused until Kubernetes answers
-    gate.refused(401, "401 Unauthorized", "sandboxes")
+    gate.refused("401 Unauthorized")
     assert gate.failures == 2 and "credentials" in (gate.error or "")
     gate.answered()
     clock.now = gate.blocked_until
@@ -51,3 +54,20 @@ def test_the_trip_reason_names_the_count_the_busiest_namespace_and_the_way_out()
     reason = trip_reason(1000, BreakerWindow(None, {"a": 400, "b": 600}, 0))
     assert reason.startswith("1000 deletes within a minute reached POD_SWEEPER_MAX_DELETES_PER_MINUTE=1000")
     assert "(most in namespace b: 600)" in reason and "`pod-sweeper resume`" in reason
+
+
+def test_a_refused_namespace_waits_alone_longer_each_time_up_to_the_maximum() -> None:
+    clock = Clock()
+    gates = NamespaceGates(Backoff(1.0, 8.0, rng=random.Random(1)), floor=1.0, clock=clock)
+    assert gates.wait("a") == 0 and gates.refusing() == {}
+    delays = []
+    for _ in range(8):
+        delays.append(gates.refused("a", "403 Forbidden"))
+        assert gates.wait("a") == pytest.approx(delays[-1]) and gates.wait("b") == 0  # the others go on
+        clock.now += delays[-1]
+    assert all(1.0 <= d <= 8.0 for d in delays) and max(delays) > 4.0  # grows, capped at backoff_max
+    assert "needs 'delete' (and 'get') on pods in namespace a" in gates.refusing()["a"]
+    assert gates.wait("a") == 0 and "a" in gates.refusing()  # open again, still refused until answered
+    gates.answered("a")
+    assert gates.refusing() == {} and gates.wait("a") == 0
+    assert gates.refused("a", "403") <= 2.0  # the backoff starts over

@@ -1,6 +1,7 @@
 """``pod-sweeper check``: a preflight an operator runs before (or beside) the daemon. One line per
-check (settings, database, schema, Kubernetes configuration, and each permission the daemon needs in
-each namespace), exit 0 when all pass and 1 otherwise."""
+check (settings, database, schema, Kubernetes configuration, the namespace scope, and each permission
+the daemon needs in each namespace it checks: ``--namespace``, else every namespace of the scope, else
+those the outbox names), exit 0 when all pass and 1 otherwise."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pod_sweeper.core.errors import PodSweeperError
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import PodDeleter, load_configuration
+from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import db, migrations, outbox
 
 VERBS = ("get", "delete")  # what the daemon sends; deploy/role.yaml grants list and watch too
@@ -62,9 +64,18 @@ async def run_checks(settings: Settings, namespaces: list[str]) -> list[Check]:
     except PodSweeperError as exc:
         return [*checks, Check(False, "kubernetes", str(exc))]
     checks.append(Check(True, "kubernetes", "configuration loaded"))
+    scope = NamespaceScope(settings.namespaces)
+    checks.append(Check(True, "namespace scope", scope.describe()))
     try:
-        if not namespaces:
-            namespaces = (await _namespaces(settings)) if schema_ok else []
+        if not namespaces and settings.namespaces:
+            namespaces = sorted(settings.namespaces)
+        elif not namespaces:
+            named = (await _namespaces(settings)) if schema_ok else []
+            outside = [ns for ns in named if scope.refuses(ns)]
+            if outside:
+                detail = f"rows name {', '.join(outside)}: they end dead without a request"
+                checks.append(Check(False, "outside the scope", detail))
+            namespaces = [ns for ns in named if not scope.refuses(ns)]
         if not namespaces:
             checks.append(Check(False, "permissions", "no namespace to check: pass --namespace NS"))
         for namespace in namespaces:

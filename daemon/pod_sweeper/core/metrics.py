@@ -21,6 +21,7 @@ STATUSES = ("pending", "claimed", "dead")
 ANSWERS = ("200", "404", "409", "429", "500", "503", "none")  # codes the outcome table names; others appear when seen
 WAKEUP_SOURCES = ("start", "poll", "notify", "listen", "retry")
 PASS_RESULTS = ("complete", "partial")
+UNSENDABLE = ("invalid_name", "out_of_scope")
 
 
 class Metrics:
@@ -87,7 +88,20 @@ class Metrics:
         )
         self.ready = Gauge("pod_sweeper_ready", "1 while /readyz answers 200", registry=r)
         self.kube_refusing = Gauge(
-            "pod_sweeper_kube_refusing", "1 while Kubernetes refuses the daemon (401/403)", registry=r
+            "pod_sweeper_kube_refusing", "1 while Kubernetes refuses the daemon's credentials (401)", registry=r
+        )
+        self.namespace_refused = Gauge(
+            "pod_sweeper_namespace_refused",
+            "1 while Kubernetes answers 403 in the pod namespace (its rows wait; the others go on)",
+            # Not `namespace`: prometheus-operator gives every scraped series the scraped pod's own.
+            ["pod_namespace"],
+            registry=r,
+        )
+        self.unsendable = Counter(
+            "pod_sweeper_unsendable_rows",
+            "Rows ended dead before any request: a name Kubernetes could not hold, or a namespace outside the scope",
+            ["why"],
+            registry=r,
         )
         self.breaker_tripped = Gauge(
             "pod_sweeper_breaker_tripped", "1 while the blast-radius breaker holds every delete back", registry=r
@@ -122,6 +136,7 @@ class Metrics:
             (self.kube_responses, ANSWERS),
             (self.wakeups, WAKEUP_SOURCES),
             (self.reconcile_passes, PASS_RESULTS),
+            (self.unsendable, UNSENDABLE),
         ):
             for value in values:
                 labelled.labels(value)

@@ -20,6 +20,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -68,6 +69,14 @@ class Settings(BaseSettings):
         default=None,
         description="Path of a kubeconfig file. Default: unset, meaning the in-cluster service account "
         "when running in a pod, else the usual lookup ($KUBECONFIG, then ~/.kube/config).",
+    )
+    namespaces: Annotated[frozenset[str] | None, NoDecode] = Field(
+        default=None,
+        description="Comma-separated namespaces the daemon may delete pods in; a row naming any other "
+        "ends `dead` at once with the reason, and no request is sent. Default unset: every namespace "
+        "except Kubernetes' own (kube-system, kube-public, kube-node-lease), which must be named to be "
+        "reached. RBAC is the other wall; this one also holds under a kubeconfig that reaches everything. "
+        "The shipped manifests set it to their namespace.",
     )
     kube_context: str | None = Field(
         default=None,
@@ -262,6 +271,19 @@ class Settings(BaseSettings):
         if config_file:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
         return tuple(sources)
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _namespace_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list | tuple | set | frozenset):
+            if not value:
+                raise ValueError("names no namespace; leave it unset for the default scope")
+            bad = [ns for ns in value if not isinstance(ns, str) or not re.fullmatch(_DNS_LABEL, ns) or len(ns) > 63]
+            if bad:
+                raise ValueError(f"{', '.join(repr(ns) for ns in bad)}: not a Kubernetes namespace name")
+        return value
 
     @field_validator("retention", mode="before")
     @classmethod

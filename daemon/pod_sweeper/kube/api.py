@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,20 +38,6 @@ from pod_sweeper.core.errors import (
 )
 
 _RETRYABLE_STATUS = {429, 500, 502, 503, 504}
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-def invalid_name(namespace: str, name: str) -> str | None:
-    """Why Kubernetes could never hold a pod by this namespace and name, or None when it could.
-
-    Such a row can only have come from a bad write; sending it would at best be answered 404 (and
-    recorded as absent, which would hide the bad data), so it goes dead with this reason instead."""
-    if len(namespace) > 63 or not _DNS1123_LABEL.match(namespace):
-        return f"namespace {namespace!r} is not a valid Kubernetes namespace (a DNS-1123 label)"
-    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
-        return f"pod name {name!r} is not a valid Kubernetes object name (a DNS-1123 subdomain)"
-    return None
 
 
 class Outcome(StrEnum):

@@ -1,9 +1,13 @@
-"""The two gates that stop every delete of a replica, whatever the row: the auth circuit and the
+"""The gates that hold deletes back: the auth circuit, the per-namespace refusals, and the
 blast-radius breaker's policy. Small, clock-injected and free of I/O, so each is unit-tested alone.
 
-``AuthGate``: a 401 or 403 is the daemon's fault (its credentials or its RBAC), not the row's. The gate
-closes for a backoff that grows with each refusal in a row, claims nothing meanwhile, says which
-permission is missing, and opens again on the first answer Kubernetes gives.
+``AuthGate``: a 401 is the daemon's fault (its credentials), not the row's, and holds for every row.
+The gate closes for a backoff that grows with each refusal in a row, claims nothing meanwhile, says
+what is wrong, and opens again on the first answer Kubernetes gives.
+
+``NamespaceGates``: a 403 is the daemon's fault for one namespace (its RBAC there, or an admission
+policy), so it holds back that namespace's rows alone, for a backoff of its own that grows to
+``backoff_max``; every other namespace goes on at full speed and the replica stays ready.
 
 ``breaker_budget`` and ``trip_reason``: how many rows a claim may take within the minute's deletes
 (counted across replicas from the attempt history, plus the claims held right now), and why the
@@ -28,17 +32,14 @@ class AuthGate:
         self.blocked_until = 0.0
         self.error: str | None = None  # what was refused and what is needed; None once answered again
 
-    def refused(self, status: int | None, message: str, namespace: str) -> float:
-        """Kubernetes refused a request: close for a while; returns the seconds closed."""
+    def refused(self, message: str) -> float:
+        """Kubernetes did not accept the credentials (401): close for a while; returns the seconds closed."""
         self.failures += 1
         delay = self._backoff.delay(self.failures, at_least=self._floor)
         self.blocked_until = self._clock() + delay
-        need = (
-            f"the service account needs 'delete' (and 'get') on pods in namespace {namespace}"
-            if status == 403
-            else "the API server does not accept the daemon's credentials (check the token or kubeconfig)"
+        self.error = (
+            f"{message}; the API server does not accept the daemon's credentials (check the token or kubeconfig)"
         )
-        self.error = f"{message}; {need}"
         return delay
 
     def answered(self) -> None:
@@ -59,6 +60,37 @@ class AuthGate:
     def refusing(self) -> str | None:
         """The reason to report not ready: closed, or refused and not answered since."""
         return self.error if (not self.open or self.error is not None) else None
+
+
+class NamespaceGates:
+    """One closing per refused namespace: which namespaces answer 403, until when, and why."""
+
+    def __init__(self, backoff: Backoff, *, floor: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._backoff, self._floor, self._clock = backoff, floor, clock
+        self._failures: dict[str, int] = {}
+        self._until: dict[str, float] = {}
+        self.errors: dict[str, str] = {}  # namespace -> what was refused and what is needed
+
+    def refused(self, namespace: str, message: str) -> float:
+        """A 403 in ``namespace``: hold its rows back for a while; returns the seconds."""
+        failures = self._failures[namespace] = self._failures.get(namespace, 0) + 1
+        delay = self._backoff.delay(failures, at_least=self._floor)
+        self._until[namespace] = self._clock() + delay
+        self.errors[namespace] = f"{message}; the daemon needs 'delete' (and 'get') on pods in namespace {namespace}"
+        return delay
+
+    def answered(self, namespace: str) -> None:
+        """Kubernetes answered a request in ``namespace`` with something other than 403."""
+        if namespace in self._failures:
+            del self._failures[namespace], self._until[namespace], self.errors[namespace]
+
+    def wait(self, namespace: str) -> float:
+        """Seconds until ``namespace``'s rows may be sent again (0: now)."""
+        return max(0.0, self._until.get(namespace, 0.0) - self._clock())
+
+    def refusing(self) -> dict[str, str]:
+        """The namespaces refused and not answered since, with why: the metric and the status."""
+        return dict(self.errors)
 
 
 class BreakerGate:

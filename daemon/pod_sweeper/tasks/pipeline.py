@@ -17,7 +17,7 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store.outbox import Claim, Final
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate
+from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates
 
 
 @dataclass
@@ -72,6 +72,7 @@ class Shared:
     pipeline: Pipeline
     metrics: Metrics
     backoff: Backoff  # retry delays, database retries, and the auth gate's closings
-    auth: AuthGate
+    auth: AuthGate  # 401: every row waits
+    namespaces: NamespaceGates  # 403: that namespace's rows wait
     breaker: BreakerGate
     stopping: asyncio.Event  # set by the graceful stop: no new claims, no new requests

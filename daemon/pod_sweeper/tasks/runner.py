@@ -34,6 +34,7 @@ from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import PodDeleter, load_configuration
+from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import db, migrations, outbox
 from pod_sweeper.store.recheck import load_attachments
 from pod_sweeper.tasks.confirm import Confirmer
@@ -167,10 +168,11 @@ class Daemon:
             self.sweeper, self.listener = sweeper, listener
             self._watch(sweeper, listener)
             logger.info(
-                "pod-sweeper running as {replica}, schema version {version}, {mode}",
+                "pod-sweeper running as {replica}, schema version {version}, {mode}; deletes in {scope}",
                 replica=self.settings.replica_id,
                 version=version,
                 mode=self.settings.wakeup_mode() + (", DRY RUN: nothing is deleted" if self.settings.dry_run else ""),
+                scope=NamespaceScope(self.settings.namespaces).describe(),
             )
             failed = False
             try:

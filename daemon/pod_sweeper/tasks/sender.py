@@ -4,7 +4,10 @@
 synchronous), paced by the token bucket and never with a timeout that outlasts the row's lease; when
 the queue is deep a worker hands its thread a few rows at once, sent one after another. What a result
 means for the row is ``outcomes.decide``'s to say; this module only applies it: the pipeline gets the
-row's result, the auth gate hears of a 401/403, the metrics and the log of everything.
+row's result, the auth gate hears of a 401 and the namespace gates of a 403, the metrics and the log of
+everything. A row that names a pod Kubernetes could not hold, or a namespace outside the scope, ends
+dead before any request; a row of a namespace that answers 403 waits, uncharged, for that namespace's
+gate, and nothing else does.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from datetime import UTC, datetime
 from loguru import logger
 
 from pod_sweeper.core.backoff import TokenBucket
-from pod_sweeper.core.errors import KubeError, KubeUnauthorized
-from pod_sweeper.kube.api import Answer, PodDeleter, invalid_name
+from pod_sweeper.core.errors import KubeError, KubeRejected, KubeUnauthorized
+from pod_sweeper.kube.api import Answer, PodDeleter
+from pod_sweeper.kube.scope import NamespaceScope, invalid_name
 from pod_sweeper.store.outbox import Attempt, Claim, Final
 from pod_sweeper.tasks import outcomes
 from pod_sweeper.tasks.outcomes import Decision, Verdict
@@ -47,12 +51,14 @@ class Sender:
     def __init__(self, shared: Shared, deleter: PodDeleter) -> None:
         settings = self.settings = shared.settings
         self.deleter, self.pipeline, self.metrics = deleter, shared.pipeline, shared.metrics
-        self.backoff, self.auth, self.breaker, self.stopping = (
+        self.backoff, self.auth, self.namespaces, self.breaker, self.stopping = (
             shared.backoff,
             shared.auth,
+            shared.namespaces,
             shared.breaker,
             shared.stopping,
         )
+        self.scope = NamespaceScope(settings.namespaces)
         self.bucket = TokenBucket(settings.rate_limit_qps, settings.rate_limit_burst)
         self._executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
 
@@ -73,14 +79,11 @@ class Sender:
             sendable: list[Work] = []
             for work in chunk:
                 claim = work.claim
-                bad_name = invalid_name(claim.pod_namespace, claim.pod_name)
-                if bad_name is not None:
-                    logger.error("row {id} is dead: {why}", id=claim.id, why=bad_name)
-                    self.pipeline.record(Final.dead(claim, bad_name))
+                if self._unsendable(claim):
                     continue
                 await self.bucket.acquire()
                 if not self._may_send(work):
-                    self.pipeline.record(Final.hand_back(claim, error=self.auth.error or self.breaker.reason))
+                    self.pipeline.record(self._held_back(claim))
                     continue
                 sendable.append(work)
             if sendable:
@@ -88,23 +91,52 @@ class Sender:
                 for work, request in zip(sendable, sent, strict=True):
                     self._settle(work.claim, request)
 
+    def _unsendable(self, claim: Claim) -> bool:
+        """A row no request may be sent for ends dead here, with the reason: a pod Kubernetes could not
+        hold by that name, or a namespace outside the scope."""
+        why, kind = invalid_name(claim.pod_namespace, claim.pod_name), "invalid_name"
+        if why is None:
+            why, kind = self.scope.refuses(claim.pod_namespace), "out_of_scope"
+        if why is None:
+            return False
+        logger.error("row {id} is dead, no request sent: {why}", id=claim.id, why=why)
+        self.metrics.unsendable.labels(kind).inc()
+        self.pipeline.record(Final.dead(claim, why))
+        return True
+
+    def _held_back(self, claim: Claim) -> Final:
+        """A row not sent after all: handed back uncharged, after its namespace's gate when that is
+        what holds it (else at once: the lease ran short, a 401, the breaker, shutdown)."""
+        namespace = claim.pod_namespace
+        if wait := self.namespaces.wait(namespace):
+            return Final.hand_back(claim, error=self.namespaces.errors.get(namespace), delay=wait, http_status=403)
+        return Final.hand_back(claim, error=self.auth.error or self.breaker.reason)
+
     @staticmethod
     def _lease_left(work: Work) -> float:
         """Seconds a request for this row may still take, the margin kept before its lease ends."""
         return work.lease_deadline - time.monotonic() - LEASE_MARGIN_SECONDS
 
     def _may_send(self, work: Work) -> bool:
-        """Whether a DELETE for this row may start now (enough lease left, not refused, breaker closed)."""
-        return self._lease_left(work) >= MIN_REQUEST_SECONDS and self.auth.open and self.breaker.open
+        """Whether a DELETE for this row may start now (enough lease left, neither the credentials nor
+        the namespace refused, breaker closed)."""
+        return (
+            self._lease_left(work) >= MIN_REQUEST_SECONDS
+            and self.auth.open
+            and self.breaker.open
+            and not self.namespaces.wait(work.claim.pod_namespace)
+        )
 
     def _send(self, chunk: list[Work]) -> list[_Request | None]:
         """On a pool thread: each row's DELETE (and GET after a 409) in turn. None for a row not sent
-        (to be handed back): the lease ran short, Kubernetes refused us, or shutdown began while it
-        waited behind the others of its chunk."""
+        (to be handed back): the lease ran short, Kubernetes refused our credentials or this row's
+        namespace, or shutdown began while it waited behind the others of its chunk."""
         out: list[_Request | None] = []
-        refused = False
+        unauthorized = False
+        forbidden: set[str] = set()  # the gates hear of these only once the chunk is settled
         for i, work in enumerate(chunk):
-            if refused or (i and (self.stopping.is_set() or not self._may_send(work))):
+            namespace = work.claim.pod_namespace
+            if unauthorized or namespace in forbidden or (i and (self.stopping.is_set() or not self._may_send(work))):
                 out.append(None)
                 continue
             # resolve() may send a DELETE and then a GET: both must end before the lease does.
@@ -116,14 +148,18 @@ class Sender:
                 result = self.deleter.resolve(claim.pod_namespace, claim.pod_name, str(claim.pod_uid), timeout=timeout)
             except Exception as exc:  # settled on the event loop, where every kind is told apart
                 result = exc
-                refused = isinstance(exc, KubeUnauthorized)
+                if isinstance(exc, KubeUnauthorized):
+                    if exc.status == 403:
+                        forbidden.add(namespace)
+                    else:
+                        unauthorized = True
             out.append(_Request(started_at, time.monotonic() - sent, result))
         return out
 
     def _settle(self, claim: Claim, request: _Request | None) -> None:
         """Record how one row's request ended (the answer table of docs/design.md, in outcomes)."""
         if request is None:
-            self.pipeline.record(Final.hand_back(claim, error=self.auth.error or self.breaker.reason))
+            self.pipeline.record(self._held_back(claim))
             return
         result = request.result
         self.metrics.delete_latency.observe(request.seconds)
@@ -134,9 +170,11 @@ class Sender:
         attempt = Attempt(request.started_at, request.seconds * 1000, decision.reason)
         if isinstance(result, Exception) and not isinstance(result, KubeError):  # a bug, or nobody foresaw it
             logger.opt(exception=result).error("unexpected error deleting row {id}", id=claim.id)
+        # Answers given past authorization (a 429 of Priority and Fairness or a 5xx may come before it).
+        if isinstance(result, Answer | KubeRejected):
+            self._answered(claim.pod_namespace)
         if decision.verdict is Verdict.DONE:
             assert decision.outcome is not None
-            self.auth.answered()
             final = Final.done(claim, decision.outcome, decision.http_status, attempt)
             self.pipeline.record(
                 dataclasses.replace(final, confirm_in=decision.confirm_in) if decision.confirm_in else final
@@ -178,15 +216,35 @@ class Sender:
                 error=decision.error,
             )
 
+    def _answered(self, namespace: str) -> None:
+        """Kubernetes answered: the credentials work, and so does this namespace."""
+        self.auth.answered()
+        if namespace in self.namespaces.errors:
+            self.namespaces.answered(namespace)
+            self.metrics.namespace_refused.labels(namespace).set(0)
+            logger.info("namespace {ns} answers again", ns=namespace)
+
     def _refused(self, claim: Claim, exc: KubeUnauthorized, attempt: Attempt) -> None:
-        # A fault of the daemon, not of the row: charge nothing, stop claiming for a while, say why.
-        delay = self.auth.refused(exc.status, str(exc), claim.pod_namespace)
-        logger.error(
-            "Kubernetes refused us ({status}); not claiming for {delay:.0f} s: {error}",
-            status=exc.status,
-            delay=delay,
-            error=self.auth.error,
-        )
-        self.pipeline.record(
-            Final.hand_back(claim, error=self.auth.error, delay=delay, http_status=exc.status, attempt=attempt)
-        )
+        # A fault of the daemon, not of the row: charge nothing, say why. A 403 holds back this
+        # namespace's rows; a 401 (the credentials) every row, and the claimer stops for a while.
+        namespace = claim.pod_namespace
+        if exc.status == 403:
+            delay = self.namespaces.refused(namespace, str(exc))
+            error = self.namespaces.errors[namespace]
+            self.metrics.namespace_refused.labels(namespace).set(1)
+            logger.error(
+                "Kubernetes refused us in namespace {ns} (403); its rows wait {delay:.0f} s, the others go on: {error}",
+                ns=namespace,
+                delay=delay,
+                error=error,
+            )
+        else:
+            delay = self.auth.refused(str(exc))
+            error = self.auth.error or str(exc)
+            logger.error(
+                "Kubernetes refused our credentials ({status}); not claiming for {delay:.0f} s: {error}",
+                status=exc.status,
+                delay=delay,
+                error=error,
+            )
+        self.pipeline.record(Final.hand_back(claim, error=error, delay=delay, http_status=exc.status, attempt=attempt))

@@ -6,7 +6,8 @@
   turn what came back into the row's result (``outcomes.decide``);
 - the recorder (``recorder.Recorder``) writes the results in batches, fenced on the claim epoch.
 
-They share one ``pipeline.Pipeline`` and two gates (``gates.AuthGate``, ``gates.BreakerGate``). This
+They share one ``pipeline.Pipeline`` and the gates (``gates.AuthGate``, ``gates.NamespaceGates``,
+``gates.BreakerGate``). This
 class puts them together, runs them in one task group (any one dying stops the others) and ends them
 gracefully: no new claims, in-flight deletes get until a deadline, the rest go back uncharged.
 """
@@ -31,7 +32,7 @@ from pod_sweeper.store.db import Connection
 from pod_sweeper.store.outbox import Final
 from pod_sweeper.store.recheck import Attachment
 from pod_sweeper.tasks.claimer import Claimer
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate
+from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates
 from pod_sweeper.tasks.pipeline import Pipeline, Shared
 from pod_sweeper.tasks.recorder import Recorder
 from pod_sweeper.tasks.sender import Sender
@@ -51,7 +52,8 @@ class Sweeper:
         self.pool = pool
         self.metrics = metrics or Metrics()
         backoff = Backoff(settings.backoff_base, settings.backoff_max)
-        self.auth = AuthGate(backoff, floor=settings.backoff_base)  # the 401/403 circuit
+        self.auth = AuthGate(backoff, floor=settings.backoff_base)  # the 401 circuit: every row
+        self.namespaces = NamespaceGates(backoff, floor=settings.backoff_base)  # 403: one namespace's rows
         self.breaker = BreakerGate()
         self._stopping = asyncio.Event()
         # Rows held at once: one batch queued behind the deletes in flight, so the workers never wait
@@ -59,7 +61,9 @@ class Sweeper:
         # the drain ran at 0.54 of the client's ceiling, 0.76 with this; bench/README.md.) A queued
         # row whose lease runs short before a worker reaches it is handed back, not sent.
         self.pipeline = Pipeline(settings.concurrency + settings.batch_size)
-        shared = Shared(settings, self.pipeline, self.metrics, backoff, self.auth, self.breaker, self._stopping)
+        shared = Shared(
+            settings, self.pipeline, self.metrics, backoff, self.auth, self.namespaces, self.breaker, self._stopping
+        )
         self.claimer = Claimer(shared, pool, attachments=attachments)
         self.sender = Sender(shared, deleter)
         self.recorder = Recorder(shared, pool, wake_claimer=self.claimer.notify)
