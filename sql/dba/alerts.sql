@@ -11,6 +11,11 @@ SELECT 'PodSweeperDeadRows', format('%s dead row(s) for over 5 min; see `pod-swe
 FROM pod_sweeper.outbox WHERE status = 'dead' AND updated_at < now() - interval '5 minutes'
 HAVING count(*) > 0
 UNION ALL
+SELECT 'PodSweeperRejectedRetires',
+       format('%s retire(s) enqueued nothing (NULL or empty fields, a malformed UID) over 5 min ago; see pod_sweeper.rejects', count(*))
+FROM pod_sweeper.rejects WHERE rejected_at < now() - interval '5 minutes'
+HAVING count(*) > 0
+UNION ALL
 SELECT 'PodSweeperStuckClaim',
        format('a claim has been held %s s (600 s, for 5 min); its replica may be frozen', round(oldest_claim_seconds))
 FROM pod_sweeper.lag WHERE oldest_claim_seconds > 600 + 300

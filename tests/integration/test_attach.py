@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from psycopg.rows import dict_row
 
 from conftest import run
-from helpers import attach_table, create_executions, outbox
+from helpers import attach_table, cli, create_executions, outbox
 from pod_sweeper.core.errors import AttachError
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import attach, db, recheck
@@ -55,14 +55,129 @@ def test_mapping_to_other_column_names(pg: psycopg.Connection[Any], db_url: str)
     assert attachments(pg)[0]["column_map"]["active"] == "live"
 
 
-def test_malformed_text_uid_does_not_fail_the_retire(pg: psycopg.Connection[Any], db_url: str) -> None:
-    pg.execute(
-        "CREATE TABLE t (sandbox_id text, generation int, pod_namespace text, pod_name text, pod_uid text, active bool)"
-    )
+def rejects(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return list(conn.execute("SELECT * FROM pod_sweeper.rejects ORDER BY id").fetchall())
+
+
+NULLABLE_TEXT = (
+    "CREATE TABLE t (sandbox_id text, generation int, pod_namespace text, pod_name text, pod_uid text, active bool)"
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("not-a-uuid", "pod_uid is not a UID"), ("", "pod_uid is empty"), ("{" + str(UID), "pod_uid is not a UID")],
+)
+def test_a_malformed_text_uid_is_a_reject_not_a_failed_retire(
+    pg: psycopg.Connection[Any], db_url: str, value: str, problem: str
+) -> None:
+    pg.execute(NULLABLE_TEXT)
     run(attach_table(db_url, "public.t"))
-    pg.execute("INSERT INTO t VALUES ('s', 1, 'ns', 'p', 'not-a-uuid', true)")
-    pg.execute("UPDATE t SET active = false")
+    pg.execute("INSERT INTO t VALUES ('s', 1, 'ns', 'p', %s, true)", (value,))
+    pg.execute("UPDATE t SET active = false")  # commits: the host's write never fails
     assert outbox(pg) == []
+    [reject] = rejects(pg)
+    assert (reject["sandbox_id"], reject["generation"], reject["pod_uid"], reject["problem"]) == (
+        "s",
+        1,
+        value,
+        problem,
+    )
+    assert reject["reason"] == "retired"
+    assert pg.execute("SELECT rejected FROM pod_sweeper.lag").fetchone()["rejected"] == 1
+
+
+@pytest.mark.parametrize("value", [str(UID), str(UID).upper(), "{" + str(UID) + "}", str(UID).replace("-", "")])
+def test_every_form_postgres_reads_as_a_uid_enqueues(pg: psycopg.Connection[Any], db_url: str, value: str) -> None:
+    pg.execute(NULLABLE_TEXT)
+    run(attach_table(db_url, "public.t"))
+    pg.execute("INSERT INTO t VALUES ('s', 1, 'ns', 'p', %s, false)", (value,))
+    assert [r["pod_uid"] for r in outbox(pg)] == [UID] and rejects(pg) == []
+
+
+@pytest.mark.parametrize("uid_type", ["uuid", "text"])
+@pytest.mark.parametrize(
+    ("column", "problem"),
+    [
+        ("pod_namespace", "pod_namespace is NULL"),
+        ("pod_name", "pod_name is NULL"),
+        ("sandbox_id", "sandbox_id is NULL"),
+        ("generation", "generation is NULL"),
+    ],
+)
+def test_a_null_field_is_a_reject_not_a_failed_retire(
+    pg: psycopg.Connection[Any], db_url: str, uid_type: str, column: str, problem: str
+) -> None:
+    pg.execute(NULLABLE_TEXT.replace("pod_uid text", f"pod_uid {uid_type}"))
+    run(attach_table(db_url, "public.t"))
+    pg.execute("INSERT INTO t VALUES ('s', 1, 'ns', 'p', %s, true)", (str(UID),))
+    pg.execute(psycopg.sql.SQL("UPDATE t SET active = false, {} = NULL").format(psycopg.sql.Identifier(column)))
+    assert outbox(pg) == []
+    [reject] = rejects(pg)
+    assert reject["problem"] == problem and reject["pod_uid"] == str(UID)
+    pg.execute("DELETE FROM t")  # a deleted row that still names the UID: rejected again, never an error
+    assert [r["reason"] for r in rejects(pg)] == ["retired", "row_deleted"]
+
+
+def test_attach_warns_about_the_nullable_columns_it_maps(pg: psycopg.Connection[Any], db_url: str) -> None:
+    pg.execute(NULLABLE_TEXT)
+    result = cli("attach", "--table", "public.t", url=db_url)
+    assert result.returncode == 0, result.stderr
+    [warning] = result.stderr.strip().splitlines()
+    assert warning.startswith("warning: sandbox_id (sandbox_id), generation (generation), pod_namespace")
+    assert "pod_sweeper.rejects" in warning
+    create_executions(pg, "public.reference")  # the reference table: NOT NULL where it matters
+    assert cli("attach", "--table", "public.reference", url=db_url).stderr == ""
+
+
+_hostile = st.one_of(
+    st.none(),
+    st.just(""),
+    st.sampled_from([".", "..", "x/../victim", "Upper", "a" * 10_000, "evil\x1b[31mRED\x1b[0m\nnewline", "ns;--", "'"]),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40),
+)
+
+
+@example(sandbox=None, generation=None, namespace=None, name=None, uid="not-a-uid")
+@example(sandbox="s", generation=1, namespace="ns", name="p", uid=str(UID))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sandbox=_hostile,
+    generation=st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1)),
+    namespace=_hostile,
+    name=_hostile,
+    uid=st.one_of(_hostile, st.uuids().map(str)),
+)
+def test_no_value_in_a_nullable_text_table_fails_the_hosts_write_or_goes_unseen(
+    pg: psycopg.Connection[Any],
+    db_url: str,
+    sandbox: str | None,
+    generation: int | None,
+    namespace: str | None,
+    name: str | None,
+    uid: str | None,
+) -> None:
+    pg.execute("DROP TABLE IF EXISTS t")
+    pg.execute(NULLABLE_TEXT)
+    pg.execute("TRUNCATE pod_sweeper.outbox, pod_sweeper.attempts, pod_sweeper.rejects")
+    run(attach_table(db_url, "public.t"))
+    pg.execute("INSERT INTO t VALUES (%s, %s, %s, %s, %s, true)", (sandbox, generation, namespace, name, uid))
+    pg.execute("UPDATE t SET active = false")  # raises if the trigger failed the write
+    enqueued, rejected = outbox(pg), rejects(pg)
+    if uid is None:
+        assert (enqueued, rejected) == ([], [])  # no pod recorded yet: nothing to delete, nothing wrong
+    else:
+        assert len(enqueued) + len(rejected) == 1  # exactly one trace, never silence
+        if enqueued:
+            row = enqueued[0]
+            assert (row["sandbox_id"], row["generation"], row["pod_namespace"], row["pod_name"]) == (
+                sandbox,
+                generation,
+                namespace,
+                name,
+            )
+        else:
+            assert rejected[0]["problem"] and rejected[0]["pod_uid"] == uid[:1000]
 
 
 @pytest.mark.parametrize(

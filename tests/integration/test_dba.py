@@ -136,8 +136,16 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
     pg.execute(refused, ("old", "old", 20))
     [row] = [r for r in pg.execute(queries.load("dba/alerts")).fetchall() if r["alert"] == "PodSweeperNamespaceRefused"]
     assert row["detail"].startswith("namespace locked answers 403: 2 row(s) held back")
+    pg.execute(
+        "INSERT INTO pod_sweeper.rejects (attachment_id, reason, problem, rejected_at)"
+        " VALUES (1, 'retired', 'pod_name is NULL', now() - interval '1 minute')"
+    )
+    assert "PodSweeperRejectedRetires" not in alerts()  # for less than the rule's 5 minutes
+    pg.execute("UPDATE pod_sweeper.rejects SET rejected_at = now() - interval '6 minutes'")
+    assert "PodSweeperRejectedRetires" in alerts()
     rule = yaml.safe_load((ROOT / "deploy" / "prometheusrule.yaml").read_text())
     in_sql = {
+        "PodSweeperRejectedRetires",
         "PodSweeperDeadRows",
         "PodSweeperLagHigh",
         "PodSweeperNoProgress",

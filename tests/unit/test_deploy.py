@@ -84,6 +84,7 @@ def test_alerts_use_exported_metrics() -> None:
     assert {r["alert"] for r in rules} == {
         "PodSweeperLagHigh",
         "PodSweeperDeadRows",
+        "PodSweeperRejectedRetires",
         "PodSweeperStuckClaim",
         "PodSweeperNotReady",
         "PodSweeperNamespaceRefused",

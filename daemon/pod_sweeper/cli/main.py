@@ -51,7 +51,14 @@ async def cmd_attach(settings: Settings, args: argparse.Namespace) -> int:
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
         attachment_id = await attach.attach(conn, target, mapping)
+        nullable = await attach.nullable_columns(conn, target, mapping)
     print(f"attached {target} (attachment {attachment_id})")
+    if nullable:
+        print(
+            f"warning: {', '.join(nullable)} allow NULL: a retire with NULL (or empty) there enqueues nothing"
+            " and is recorded in pod_sweeper.rejects instead (`pod-sweeper status` counts them)",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 

@@ -42,6 +42,12 @@ class Metrics:
             "pod_sweeper_oldest_backoff_seconds", "Age of the oldest row parked in backoff", registry=r
         )
         self.dead_rows = Gauge("pod_sweeper_dead_rows", "Rows that went dead and wait for an operator", registry=r)
+        self.rejected = Gauge(
+            "pod_sweeper_rejected_retires",
+            "Retires recorded in pod_sweeper.rejects: they named no pod the outbox can hold (NULL or empty"
+            " fields, a malformed UID), so nothing was enqueued",
+            registry=r,
+        )
         self.oldest_claim = Gauge("pod_sweeper_oldest_claim_seconds", "Age of the oldest claim held", registry=r)
         self.gauges_refreshed = Gauge(
             "pod_sweeper_gauges_refreshed_timestamp_seconds", "When the database gauges were last read", registry=r

@@ -120,9 +120,13 @@ def check_fit(target: Target, mapping: dict[str, str], types: dict[str, str]) ->
 
 def _value(role: str, record: str, mapping: dict[str, str], types: dict[str, str]) -> sql.Composable:
     column = sql.SQL("{}.{}").format(sql.SQL(record), sql.Identifier(mapping[role]))
-    if role == "pod_uid" and types[mapping[role]] != "uuid":
-        return sql.SQL("pod_sweeper.try_uuid({}::text)").format(column)
-    cast = {"sandbox_id": "text", "generation": "bigint", "pod_namespace": "text", "pod_name": "text"}.get(role)
+    cast = {
+        "sandbox_id": "text",
+        "generation": "bigint",
+        "pod_namespace": "text",
+        "pod_name": "text",
+        "pod_uid": "text" if types[mapping["pod_uid"]] != "uuid" else None,
+    }.get(role)
     if cast:
         return sql.SQL("{}::{}").format(column, sql.SQL(cast))
     return column
@@ -160,8 +164,13 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str]) -> i
         def v(role: str, record: str) -> sql.Composable:
             return _value(role, record, mapping, types)
 
+        # A UID held as text goes in as it is: enqueue_text_uid records a malformed one as a reject
+        # (migration 0008) instead of enqueuing nothing.
+        enqueue = "enqueue" if types[mapping["pod_uid"]] == "uuid" else "enqueue_text_uid"
+
         def call(record: str, reason: str) -> sql.Composable:
-            return sql.SQL("PERFORM pod_sweeper.enqueue({}, {}, {}, {}, {}, {}, {});").format(
+            return sql.SQL("PERFORM pod_sweeper.{}({}, {}, {}, {}, {}, {}, {});").format(
+                sql.Identifier(enqueue),
                 sql.Literal(attachment_id),
                 v("sandbox_id", record),
                 v("generation", record),
@@ -202,6 +211,23 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str]) -> i
                 )
             )
     return attachment_id
+
+
+async def nullable_columns(conn: Connection, target: Target, mapping: dict[str, str]) -> list[str]:
+    """The mapped columns (other than ``active``) that allow NULL. A retire with a NULL there is
+    recorded in ``pod_sweeper.rejects`` instead of enqueued, so ``attach`` warns about them."""
+    cur = await conn.execute(
+        """
+        SELECT a.attname FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped AND NOT a.attnotnull
+        """,
+        (target.schema, target.table),
+    )
+    nullable = {row["attname"] for row in await cur.fetchall()}
+    return [
+        f"{mapping[role]} ({role})" for role in ROLES if role not in ("active", "pod_uid") and mapping[role] in nullable
+    ]
 
 
 async def detach(conn: Connection, target: Target) -> bool:

@@ -307,6 +307,7 @@ class Lag:
     oldest_claimable_seconds: float
     oldest_backoff_seconds: float
     oldest_claim_seconds: float
+    rejected: int  # retires recorded in pod_sweeper.rejects (nothing enqueued)
 
 
 async def lag(conn: Connection) -> Lag | None:
@@ -321,6 +322,7 @@ async def lag(conn: Connection) -> Lag | None:
         row["oldest_claimable_seconds"],
         row["oldest_backoff_seconds"],
         row["oldest_claim_seconds"],
+        row["rejected"],
     )
 
 

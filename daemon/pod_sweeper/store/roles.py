@@ -40,6 +40,7 @@ async def runtime_grants(
         # the reconciliation pass: its quarantine, its last-pass row, and enqueueing what it confirmed
         # through the one enqueue rule the triggers use
         sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.suspects TO {}").format(ours, who),
+        sql.SQL("GRANT SELECT ON {}.rejects TO {}").format(ours, who),
         sql.SQL("GRANT SELECT, UPDATE ON {}.reconcile_state TO {}").format(ours, who),
         sql.SQL("GRANT EXECUTE ON FUNCTION {}.enqueue(integer, text, bigint, text, text, uuid, text) TO {}").format(
             ours, who

@@ -20,7 +20,9 @@ async def read_status(conn: Connection) -> dict[str, Any]:
     terminating = await (await conn.execute(queries.load("status_terminating"))).fetchall()
     reconcile = await (await conn.execute(queries.load("status_reconcile"))).fetchone()
     wakeup = await (await conn.execute(queries.load("status_wakeup"))).fetchone()
+    rejects = await (await conn.execute(queries.load("status_rejects"))).fetchall()
     return {
+        "recent_rejects": [dict(row) for row in rejects],
         "wakeup": dict(wakeup or {}),
         "reconcile": dict(reconcile or {}),
         "stuck_terminating": [dict(row) for row in terminating],
@@ -61,6 +63,7 @@ def render_text(status: dict[str, Any]) -> str:
         ["oldest claimable (s)", lag.get("oldest_claimable_seconds")],
         ["oldest in backoff (s)", lag.get("oldest_backoff_seconds")],
         ["oldest claim (s)", lag.get("oldest_claim_seconds")],
+        ["rejected retires", lag.get("rejected")],
     ]
     summary_rows = [
         [r["status"], r["outcome"], r["rows"], r["oldest_enqueued_at"], r["last_updated_at"]] for r in status["summary"]
@@ -76,6 +79,13 @@ def render_text(status: dict[str, Any]) -> str:
     if failures:
         keys = ["id", "status", "pod_namespace", "pod_name", "attempts", "last_http_status", "last_error"]
         parts.append("recent failures\n" + render_table(keys, [[r[k] for k in keys] for r in failures]))
+    rejects = status.get("recent_rejects") or []
+    if rejects:
+        keys = ["id", "attachment_id", "sandbox_id", "generation", "pod_namespace", "pod_name", "pod_uid", "problem"]
+        parts.append(
+            "rejected retires (nothing enqueued; fix the host rows, then DELETE FROM pod_sweeper.rejects)\n"
+            + render_table(keys, [[r[k] for k in keys] for r in rejects])
+        )
     stuck = status.get("stuck_claims") or []
     if stuck:
         keys = ["id", "claimed_by", "claimed_at", "lease_expires_at", "attempts", "pod_name"]

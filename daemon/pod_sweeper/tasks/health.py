@@ -159,6 +159,7 @@ async def refresh_gauges(
                 metrics.oldest_backoff.set(lag.oldest_backoff_seconds)
                 metrics.dead_rows.set(lag.dead)
                 metrics.oldest_claim.set(lag.oldest_claim_seconds)
+                metrics.rejected.set(lag.rejected)
                 metrics.gauges_refreshed.set_to_current_time()
             health.database_ok, health.database_error = True, None
         except psycopg.Error as exc:  # PoolTimeout included
