@@ -83,7 +83,7 @@ def render_text(status: dict[str, Any]) -> str:
     if rejects:
         keys = ["id", "attachment_id", "sandbox_id", "generation", "pod_namespace", "pod_name", "pod_uid", "problem"]
         parts.append(
-            "rejected retires (nothing enqueued; fix the host rows, then DELETE FROM pod_sweeper.rejects)\n"
+            "rejected retires (nothing enqueued: fix the host rows, then clear them from pod_sweeper.rejects)\n"
             + render_table(keys, [[r[k] for k in keys] for r in rejects])
         )
     stuck = status.get("stuck_claims") or []
