@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import yaml  # type: ignore[import-untyped]
@@ -31,3 +32,34 @@ def test_kustomize_builds_and_every_core_kind_validates() -> None:
             assert doc["apiVersion"] == "monitoring.coreos.com/v1"
             continue
         kubernetes_validate.validate(doc, version, strict=True)  # raises with the offending field
+
+
+def sidecar_example() -> list[dict[str, Any]]:
+    kubectl = require("kubectl", "kubernetes-client")
+    example = ROOT / "deploy" / "sidecar" / "example"
+    built = subprocess.run([kubectl, "kustomize", str(example)], capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+    return [d for d in yaml.safe_load_all(built.stdout) if d]
+
+
+def test_the_sidecar_component_adds_a_native_sidecar_that_cannot_fail_its_pod() -> None:
+    docs = sidecar_example()
+    version = kubernetes_validate.latest_version()
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+    [host] = [d for d in docs if d["kind"] == "Deployment"]
+    spec = host["spec"]["template"]["spec"]
+    [sidecar] = spec["initContainers"]
+    assert sidecar["name"] == "pod-sweeper" and sidecar["restartPolicy"] == "Always"
+    assert "readinessProbe" not in sidecar  # a native sidecar's readiness would be its pod's
+    assert sidecar["startupProbe"]["httpGet"]["path"] == "/livez"  # never /readyz: the host starts anyway
+    assert sidecar["livenessProbe"]["httpGet"]["path"] == "/livez"
+    [main] = spec["containers"]
+    assert main["name"] == "control-plane" and main["readinessProbe"]  # the host's own, untouched
+    env = {e["name"]: e for e in sidecar["env"]}
+    assert env["POD_SWEEPER_NAMESPACES"]["value"] == "sandboxes"
+    [binding] = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert binding["subjects"][0]["name"] == spec["serviceAccountName"]
+    # The Deployment form keeps its readiness probe: there the sweeper is a pod of its own.
+    deployment = yaml.safe_load((ROOT / "deploy" / "deployment.yaml").read_text())
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/readyz"

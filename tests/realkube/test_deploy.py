@@ -4,6 +4,7 @@ the daemon needs, nothing more), and the daemon sweeping with that token, ``chec
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from pathlib import Path
@@ -97,3 +98,27 @@ def test_the_daemon_sweeps_and_checks_with_the_minted_token(
         wait_until(lambda: execs.execute(done).fetchone()["n"] == 2, timeout=30, what="two retired pods deleted")
     left = {p.metadata.name for p in admin.list_namespaced_pod(NS).items}
     assert {n for n in names if n in left} == {names[1], names[3]}
+
+
+def test_the_sidecar_example_applies_with_its_native_sidecar_and_the_hosts_account_may_sweep(
+    kube_apiserver: KubeApiServer, tmp_path: Path
+) -> None:
+    kube_apiserver.namespace(NS)
+    kube_apiserver.kubectl(
+        "apply", "--server-side", "--field-manager=pod-sweeper-test", "-f", str(ROOT / "deploy" / "role.yaml")
+    )
+    example = ROOT / "deploy" / "sidecar" / "example"
+    kube_apiserver.kubectl("apply", "--server-side", "--field-manager=pod-sweeper-test", "-k", str(example))
+    stored = json.loads(kube_apiserver.kubectl("get", "deployment", "control-plane", f"--namespace={NS}", "-o", "json"))
+    [sidecar] = stored["spec"]["template"]["spec"]["initContainers"]  # kept by the server, not pruned
+    assert sidecar["restartPolicy"] == "Always" and "readinessProbe" not in sidecar
+    assert sidecar["startupProbe"]["httpGet"]["path"] == "/livez"
+    token = kube_apiserver.kubectl("create", "token", "control-plane", f"--namespace={NS}").strip()
+    host = kube_apiserver.token_kubeconfig(tmp_path / "host.kubeconfig", token, namespace=NS)
+    for args, expected in (
+        (("delete", "pods", f"--namespace={NS}"), "yes"),
+        (("delete", "pods", "--namespace=default"), "no"),
+        (("get", "secrets", f"--namespace={NS}"), "no"),
+    ):
+        answer = kube_apiserver.kubectl("auth", "can-i", *args, kubeconfig_path=host, check=False)
+        assert answer.strip() == expected, args
