@@ -26,14 +26,17 @@ def demo(*args: str) -> subprocess.Popen[str]:
 
 
 def test_demo_sweeps_and_removes_what_it_started() -> None:
-    proc = demo("--duration", "5", "--rate", "30")
+    # A high rate keeps the control plane and the daemon inside queries when the stop comes, which is
+    # when a task cancelled twice made psycopg log two warnings; a normal stop logs none.
+    proc = demo("--duration", "5", "--rate", "300")
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err
+    assert "WARNING" not in err, err
     root = re.search(r"started a throwaway PostgreSQL in (\S+)", out)
     assert root and not Path(root[1]).exists()
     final = out.rsplit("pod-sweeper demo", 1)[1]
     deleted = re.search(r"done: deleted\s+(\d+)", final)
-    assert deleted and int(deleted[1]) > 10
+    assert deleted and int(deleted[1]) > 100
     assert "dead                  0" in final
     assert "everything it started is gone" in out
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from pod_sweeper.core.errors import PodSweeperError
 from pod_sweeper.core.settings import Settings
+from pod_sweeper.core.text import printable
 from pod_sweeper.kube.api import PodDeleter, load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import db, migrations, outbox
@@ -24,7 +25,8 @@ class Check:
     detail: str
 
     def __str__(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+        # Details quote the database and the API server: escaped, so that no value rewrites the line.
+        return printable(f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}")
 
 
 async def _namespaces(settings: Settings) -> list[str]:

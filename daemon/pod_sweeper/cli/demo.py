@@ -69,6 +69,7 @@ class ControlPlane:
         self.kube, self.conn, self.rate, self.rng = kube, conn, rate, rng
         self.live: list[tuple[str, str]] = []
         self.created = self.retired = self.replaced = self.gone = 0
+        self.stopping = asyncio.Event()
 
     async def step(self) -> None:
         sid = f"sbx-{self.created:05d}"
@@ -94,9 +95,12 @@ class ControlPlane:
             self.retired += 1
 
     async def run(self) -> None:
-        while True:
+        """Until ``stopping``: stopped between two steps, never cancelled inside a query (psycopg then
+        cancels the query on the server, closes the connection and logs two warnings about it)."""
+        while not self.stopping.is_set():
             await self.step()
-            await asyncio.sleep(1 / self.rate)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), 1 / self.rate)
 
 
 def _screen(current: dict[str, Any], plane: ControlPlane, kube: FakeKube, elapsed: float) -> str:
@@ -154,9 +158,8 @@ async def run_demo(database_url: str | None, rate: float, duration: float | None
                         print(("\x1b[2J\x1b[H" if interactive else "\n") + screen, flush=True)
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(stop.wait(), 1.0)
-                    playing.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await playing
+                    plane.stopping.set()
+                    await playing
                     daemon.stop_requested.set()
                     rc = await sweeping
                     print(_screen(await status.read_status(reader), plane, kube, time.monotonic() - started))

@@ -20,6 +20,7 @@ from pod_sweeper.cli import check
 from pod_sweeper.core.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError, first_line
 from pod_sweeper.core.logs import setup_logging
 from pod_sweeper.core.settings import CONFIG_FILE_ENV, Settings, load_settings, unknown_environment
+from pod_sweeper.core.text import printable
 from pod_sweeper.store import attach, backfill, migrations, outbox, queries, roles, status
 from pod_sweeper.store.db import connection
 from pod_sweeper.tasks import runner
@@ -173,7 +174,7 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
         if args.dry_run:
             print(f"{result.table}: would enqueue {result.seen} retired row(s)")
             for sandbox_id, generation, namespace, pod, uid in result.sample:
-                print(f"  {sandbox_id} generation {generation}: {namespace}/{pod} uid {uid}")
+                print(printable(f"  {sandbox_id} generation {generation}: {namespace}/{pod} uid {uid}", 300))
         else:
             print(f"{result.table}: enqueued {result.enqueued} retired row(s) the outbox did not have")
     if not results:

@@ -19,12 +19,19 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from loguru import logger
 
+from pod_sweeper.core.text import printable
+
 if TYPE_CHECKING:
     from loguru import Message, Record
 
-_TEXT_FORMAT = "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> <level>{level: <7}</level> <cyan>{name}</cyan> {message}"
+# {extra[shown]}: the message with its control characters escaped (see _escaped): a value from the
+# database or the API server cannot colour, rewrite or forge a line at a terminal or in the journal.
+_TEXT_FORMAT = (
+    "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> <level>{level: <7}</level> <cyan>{name}</cyan> {extra[shown]}\n"
+    "{exception}"
+)
 # journald stamps each line itself; the "<N>" prefix is the syslog priority it files the line under.
-_JOURNAL_TEXT_FORMAT = "{level: <7} {name} {message}\n{exception}"
+_JOURNAL_TEXT_FORMAT = "{level: <7} {name} {extra[shown]}\n{exception}"
 # loguru level -> syslog priority (journalctl -p): debug 7, info 6, notice 5, warning 4, err 3, crit 2.
 _PRIORITY = {"TRACE": 7, "DEBUG": 7, "INFO": 6, "SUCCESS": 5, "WARNING": 4, "ERROR": 3, "CRITICAL": 2}
 
@@ -42,7 +49,17 @@ def writes_to_journal(stream: TextIO) -> bool:
     return expected == f"{info.st_dev}:{info.st_ino}"
 
 
+def _escaped(record: Record) -> None:
+    record["extra"]["shown"] = printable(record["message"])
+
+
+def _text_format(record: Record) -> str:
+    _escaped(record)
+    return _TEXT_FORMAT
+
+
 def _journal_format(record: Record) -> str:
+    _escaped(record)
     # "\<" keeps loguru from reading "<6>" as a colour tag.
     return f"\\<{_PRIORITY.get(record['level'].name, 6)}>" + _JOURNAL_TEXT_FORMAT
 
@@ -94,7 +111,7 @@ def setup_logging(log_format: str = "text", level: str = "INFO", stream: TextIO 
     elif journal:
         logger.add(out, level=level, format=_journal_format, colorize=False)
     else:
-        logger.add(out, level=level, format=_TEXT_FORMAT, colorize=out.isatty())
+        logger.add(out, level=level, format=_text_format, colorize=out.isatty())
     handler = _InterceptHandler()
     logging.basicConfig(handlers=[handler], level=0, force=True)
     for name in _ROUTED:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from psycopg import sql
 
+from pod_sweeper.core.text import printable
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment, host_names, load_attachments
@@ -174,7 +175,29 @@ def render_json(story: Story) -> str:
     return json.dumps(asdict(story), default=str, sort_keys=True, indent=2)
 
 
+VALUE_WIDTH = 120  # characters of one value in the text form; longer ones end in an ellipsis (whole in --json)
+
+
+def _shown(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with every text value escaped and cut for a terminal (see ``core.text``)."""
+    return [{k: printable(v, VALUE_WIDTH) if isinstance(v, str) else v for k, v in row.items()} for row in rows]
+
+
 def render_text(story: Story) -> str:
+    """The story for a terminal: values from the database escaped and cut, every line escaped again
+    (a value that reached a composed line, the target as typed)."""
+    shown = replace(
+        story,
+        executions=_shown(story.executions),
+        outbox=_shown(story.outbox),
+        attempts=_shown(story.attempts),
+        suspects=_shown(story.suspects),
+        breaker=_shown([story.breaker])[0] if story.breaker else story.breaker,
+    )
+    return "\n".join(printable(line) for line in _render_lines(shown))
+
+
+def _render_lines(story: Story) -> list[str]:
     lines = [f"pod-sweeper explain {story.target}", ""]
     lines.append("execution rows:" if story.executions else "execution rows: none found")
     for e in story.executions:
@@ -208,4 +231,4 @@ def render_text(story: Story) -> str:
     lines.append("")
     lines.append("next:")
     lines.extend(f"  {step}" for step in story.next)
-    return "\n".join(lines)
+    return lines

@@ -6,6 +6,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from pod_sweeper.core.text import printable
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 
@@ -34,6 +35,9 @@ async def read_status(conn: Connection) -> dict[str, Any]:
     }
 
 
+CELL_WIDTH = 60  # characters of one table cell; longer values end in an ellipsis (whole in --json)
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
@@ -41,7 +45,7 @@ def _cell(value: Any) -> str:
         return f"{value:.1f}"
     if isinstance(value, datetime):
         return value.isoformat(timespec="seconds")
-    return str(value)
+    return printable(value, CELL_WIDTH)
 
 
 def render_table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -53,6 +57,11 @@ def render_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def render_text(status: dict[str, Any]) -> str:
+    """The status for a terminal: every value from the database escaped (see ``core.text``)."""
+    return "\n".join(printable(line) for line in _render_text(status).split("\n"))
+
+
+def _render_text(status: dict[str, Any]) -> str:
     lag = status["lag"]
     lag_rows = [
         ["pending", lag.get("pending")],

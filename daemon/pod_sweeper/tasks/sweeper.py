@@ -111,9 +111,13 @@ class Sweeper:
             pipeline.settled.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(pipeline.settled.wait(), deadline - time.monotonic())
-        for task in self._tasks:
-            if task.get_name() != "finalizer":
-                task.cancel()
+        others = [task for task in self._tasks if task.get_name() != "finalizer"]
+        for task in others:
+            task.cancel()
+        # Cancelled once, a task inside a query lets psycopg cancel it on the server and keep the
+        # connection; cancelled again before that ends, psycopg closes the connection and logs two
+        # warnings. So each is cancelled once here, and waited for (briefly) before anything else.
+        await asyncio.wait(others, timeout=2.0)
         for claim in pipeline.awaiting_answers():  # still at the API after the deadline
             pipeline.record(Final.hand_back(claim))
         try:
@@ -126,7 +130,8 @@ class Sweeper:
             )
         await self._wake_the_others()
         for task in self._tasks:
-            task.cancel()
+            if not task.done():
+                task.cancel()
         self.sender.close()
 
     async def _wake_the_others(self) -> None:
