@@ -122,3 +122,42 @@ def test_the_sidecar_example_applies_with_its_native_sidecar_and_the_hosts_accou
     ):
         answer = kube_apiserver.kubectl("auth", "can-i", *args, kubeconfig_path=host, check=False)
         assert answer.strip() == expected, args
+
+
+def test_with_the_shipped_role_a_namespace_outside_it_waits_alone_and_the_replica_stays_ready(
+    kube_apiserver: KubeApiServer, execs: psycopg.Connection[Any], db_url: str, tmp_path: Path
+) -> None:
+    """The real server's 403 for a namespace the Role does not cover holds back that namespace's rows
+    alone; a row in kube-system (outside the default scope) ends dead with no request at all."""
+    apply_deploy(kube_apiserver)
+    elsewhere = kube_apiserver.namespace(f"elsewhere-{uuid.uuid4().hex[:6]}")
+    kube_apiserver.namespace("kube-system")  # exists; this gives it the default service account pods need
+    token = kube_apiserver.kubectl("create", "token", "pod-sweeper", f"--namespace={NS}").strip()
+    kubeconfig = kube_apiserver.token_kubeconfig(tmp_path / "sa.kubeconfig", token, namespace=NS)
+    admin = core_api(kube_apiserver.admin_kubeconfig)
+    rows: dict[str, tuple[str, str]] = {}
+    for sid, namespace in (("out", elsewhere), ("sys", "kube-system"), *((f"in{i}", NS) for i in range(5))):
+        name = f"{sid}-{uuid.uuid4().hex[:6]}"
+        pod = admin.create_namespaced_pod(namespace, manifest(name))
+        rows[sid] = (namespace, name)
+        execs.execute(
+            "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+            " VALUES (%s, 1, %s, %s, %s, false)",
+            (sid, namespace, name, uuid.UUID(pod.metadata.uid)),
+        )
+    settings = daemon_settings(db_url, kubeconfig, backoff_base=0.2, backoff_max=1.0, poll_interval=0.5)
+    finished = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status IN ('done', 'dead')"
+    with DaemonThread(settings) as daemon:
+        wait_until(lambda: execs.execute(finished).fetchone()["n"] == 6, timeout=30, what="six rows finished")
+        refused = daemon.daemon.metrics.value("pod_sweeper_namespace_refused", pod_namespace=elsewhere)
+        assert refused == 1 and daemon.daemon.ready
+    by_sid = {r["sandbox_id"]: r for r in execs.execute("SELECT * FROM pod_sweeper.outbox").fetchall()}
+    assert all(by_sid[f"in{i}"]["outcome"] == "deleted" for i in range(5))
+    out = by_sid["out"]
+    assert (out["status"], out["attempts"], out["last_http_status"]) == ("pending", 0, 403)
+    assert "forbidden" in out["last_error"].lower() and elsewhere in out["last_error"]
+    system = by_sid["sys"]
+    assert system["status"] == "dead" and "Kubernetes' own" in system["last_error"]
+    for sid in ("out", "sys"):
+        namespace, name = rows[sid]
+        assert admin.read_namespaced_pod(name, namespace).metadata.deletion_timestamp is None
