@@ -216,3 +216,27 @@ def test_backfill_command(pg: psycopg.Connection[Any], db_url: str) -> None:
     real = cli("backfill", url=db_url)
     assert real.returncode == 0 and "enqueued 3 retired row(s)" in real.stdout
     assert len(outbox(pg)) == 3
+
+
+def test_check_names_tables_attached_before_the_rejects_migration(pg: psycopg.Connection[Any], db_url: str) -> None:
+    pg.execute(
+        "CREATE TABLE t (sandbox_id text, generation int, pod_namespace text, pod_name text, pod_uid text, active bool)"
+    )
+    assert cli("attach", "--table", "public.t", url=db_url).returncode == 0
+    fresh = cli("check", "--namespace", "x", url=db_url, POD_SWEEPER_KUBECONFIG="/nonexistent")
+    assert "triggers" not in fresh.stdout
+    # What attach generated before migration 0008: the UID through try_uuid, a malformed one skipped.
+    body = pg.execute("SELECT prosrc FROM pg_proc WHERE proname = 'enqueue_1'").fetchone()["prosrc"]
+    old = body.replace("pod_sweeper.enqueue_text_uid(", "pod_sweeper.enqueue(").replace(
+        '"pod_uid"::text', 'pod_sweeper.try_uuid("pod_uid"::text)'
+    )
+    assert old != body
+    pg.execute(
+        psycopg.sql.SQL(
+            "CREATE OR REPLACE FUNCTION pod_sweeper.enqueue_1() RETURNS trigger LANGUAGE plpgsql AS {}"
+        ).format(psycopg.sql.Literal(old))
+    )
+    stale = cli("check", "--namespace", "x", url=db_url, POD_SWEEPER_KUBECONFIG="/nonexistent")
+    assert "FAIL  triggers: public.t: attached before migration 0008" in stale.stdout
+    assert cli("attach", "--table", "public.t", url=db_url).returncode == 0
+    assert "triggers" not in cli("check", "--namespace", "x", url=db_url, POD_SWEEPER_KUBECONFIG="/nonexistent").stdout

@@ -13,7 +13,7 @@ from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.text import printable
 from pod_sweeper.kube.api import PodDeleter, load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
-from pod_sweeper.store import db, migrations, outbox
+from pod_sweeper.store import attach, db, migrations, outbox
 
 VERBS = ("get", "delete")  # what the daemon sends; deploy/role.yaml grants list and watch too
 
@@ -56,6 +56,12 @@ async def run_checks(settings: Settings, namespaces: list[str]) -> list[Check]:
             version = await migrations.check_schema(conn)
             checks.append(Check(True, "schema", f"at version {version}"))
             schema_ok = True
+            stale = await attach.stale_triggers(conn)
+            if stale:
+                names = ", ".join(str(t) for t in stale)
+                why = "attached before migration 0008 (a malformed UID is skipped, not recorded); run attach again"
+                detail = f"{names}: {why}"
+                checks.append(Check(False, "triggers", detail))
     except PodSweeperError as exc:
         checks.append(Check(False, "database" if len(checks) == 1 else "schema", str(exc)))
     checks.append(Check(True, "wakeups", settings.wakeup_mode()))

@@ -230,6 +230,13 @@ async def nullable_columns(conn: Connection, target: Target, mapping: dict[str, 
     ]
 
 
+async def stale_triggers(conn: Connection) -> list[Target]:
+    """Attached tables whose trigger predates migration 0008 (a malformed text UID is skipped there,
+    not recorded as a reject): ``attach`` again regenerates it."""
+    rows = await (await conn.execute(queries.load("check_stale_triggers"))).fetchall()
+    return [Target(row["table_schema"], row["table_name"]) for row in rows]
+
+
 async def detach(conn: Connection, target: Target) -> bool:
     """Remove the trigger; False when the table was not attached. Outbox rows stay as they are."""
     async with conn.transaction():
