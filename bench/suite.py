@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -31,8 +32,9 @@ from kubernetes import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/pgqueuer_peer.py
 
+from pod_sweeper.core.outcome import Outcome
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import Outcome, PodDeleter, load_configuration
+from pod_sweeper.kube.api import PodDeleter, load_configuration
 from pod_sweeper.store import attach, db, migrations, outbox
 from pod_sweeper.store.outbox import Final
 from pod_sweeper.store.recheck import load_attachments
@@ -454,13 +456,14 @@ class Bench:
 
         def follow() -> None:
             buffer = b""
-            for chunk in watch.stream(4096):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    event = json.loads(line)
-                    if event["type"] == "DELETED":
-                        deleted[event["object"]["metadata"]["name"]] = time.monotonic()
+            with contextlib.suppress(urllib3.exceptions.HTTPError, OSError):  # the stream closed at the end
+                for chunk in watch.stream(4096):
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        event = json.loads(line)
+                        if event["type"] == "DELETED":
+                            deleted[event["object"]["metadata"]["name"]] = time.monotonic()
 
         follower = threading.Thread(target=follow, daemon=True)
         follower.start()

@@ -353,7 +353,7 @@ def test_stale_replica_cannot_overwrite_the_new_owners_outcome(
             await conn.execute("UPDATE pod_sweeper.outbox SET next_attempt_at = now() - interval '1 s'")
             fresh = (await outbox.claim(conn, owner="alive", **common)).to_delete[0]
             assert fresh.epoch == stale.epoch + 1 and fresh.attempts == 2
-            from pod_sweeper.kube.api import Outcome
+            from pod_sweeper.core.outcome import Outcome
 
             took = await outbox.finalize(conn, [Final.done(fresh, Outcome.ABSENT, 404)], "alive")
             refused = await outbox.finalize(conn, [Final.dead(stale, "woke up late")], "frozen")

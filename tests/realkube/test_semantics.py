@@ -18,7 +18,8 @@ from conftest import run, settings_for
 from helpers import DaemonThread, daemon_settings, outbox, retire, wait_until
 from pod_sweeper.core.errors import KubeUnauthorized
 from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.kube.api import Answer, Outcome, PodDeleter, load_configuration
+from pod_sweeper.core.outcome import Outcome
+from pod_sweeper.kube.api import Answer, PodDeleter, load_configuration
 from pod_sweeper.store import db
 from pod_sweeper.tasks import confirm
 from pod_sweeper.tasks.reconcile import Reconciler

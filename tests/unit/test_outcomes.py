@@ -9,7 +9,8 @@ import pytest
 
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import KubeConflict, KubeRejected, KubeRetryable, KubeUnauthorized
-from pod_sweeper.kube.api import Answer, Outcome
+from pod_sweeper.core.outcome import Outcome
+from pod_sweeper.kube.api import Answer
 from pod_sweeper.tasks.outcomes import CONFIRM_MARGIN_SECONDS, Verdict, answer_label, decide
 
 BACKOFF = Backoff(1.0, 300.0, rng=random.Random(7))

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -36,18 +35,9 @@ from pod_sweeper.core.errors import (
     KubeRetryable,
     KubeUnauthorized,
 )
+from pod_sweeper.core.outcome import Outcome
 
 _RETRYABLE_STATUS = {429, 500, 502, 503, 504}
-
-
-class Outcome(StrEnum):
-    """How a finished row ended (the ``outcome`` column)."""
-
-    DELETED = "deleted"
-    ABSENT = "absent"
-    REPLACED = "replaced"
-    SKIPPED_ACTIVE = "skipped_active"
-    WOULD_DELETE = "would_delete"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from pod_sweeper.kube.api import Outcome
+from pod_sweeper.core.outcome import Outcome
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment, recheck

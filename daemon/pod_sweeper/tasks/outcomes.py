@@ -14,7 +14,8 @@ from enum import StrEnum
 
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import KubeError, KubeRejected, KubeRetryable, KubeUnauthorized
-from pod_sweeper.kube.api import Answer, Outcome
+from pod_sweeper.core.outcome import Outcome
+from pod_sweeper.kube.api import Answer
 
 # A terminating pod is looked at again this long after its grace period ends.
 CONFIRM_MARGIN_SECONDS = 5.0
