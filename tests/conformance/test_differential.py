@@ -65,6 +65,10 @@ def run_sequence(api: ApiServer) -> list[tuple[str, int, Any]]:
         status, body, _ = _answer(call)
         if body.get("kind") == "Status":
             seen.append((what, status, _failure_fields(body)))
+        elif body.get("kind") == "Event":
+            involved = body.get("involvedObject") or {}
+            fields = {k: body.get(k) for k in ("reason", "type", "action", "reportingComponent", "count")}
+            seen.append((what, status, {**fields, "involved": (involved.get("kind"), involved.get("name"))}))
         elif body.get("kind") == "PodList":
             items = [_pod_fields(p, uids) for p in body.get("items") or []]
             seen.append((what, status, {"items": items, "has_continue": bool(body["metadata"].get("continue"))}))
@@ -102,6 +106,21 @@ def run_sequence(api: ApiServer) -> list[tuple[str, int, Any]]:
     force = {**bound, "gracePeriodSeconds": 0}
     step("force delete b", lambda: core.delete_namespaced_pod("b", ns, body=force, **raw))
     step("get b after the force", lambda: core.read_namespaced_pod("b", ns, **raw))
+    event = {
+        "metadata": {"name": "a.1"},
+        "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": ns, "name": "a", "uid": uid_a},
+        "reason": "Retired",
+        "message": "m",
+        "type": "Normal",
+        "action": "Delete",
+        "source": {"component": "pod-sweeper"},
+        "reportingComponent": "pod-sweeper",
+        "reportingInstance": "r",
+        "count": 1,
+    }
+    step("create an event", lambda: core.create_namespaced_event(ns, event, **raw))
+    elsewhere = {**event, "metadata": {"name": "a.2"}, "involvedObject": {**event["involvedObject"], "namespace": "x"}}
+    step("an event for another namespace", lambda: core.create_namespaced_event(ns, elsewhere, **raw))
     return seen
 
 

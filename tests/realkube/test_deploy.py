@@ -22,11 +22,14 @@ NS = "sandboxes"  # the kustomization's namespace
 WITHOUT_CRDS = {"PodMonitor", "PrometheusRule"}  # prometheus-operator's kinds: no CRD on this server
 
 
-def documented_verbs() -> set[str]:
-    """The verbs on pods docs/operations.md says the shipped ServiceAccount has, and nothing else."""
+def documented_rules() -> dict[str, list[str]]:
+    """What docs/operations.md says the shipped ServiceAccount may do: resource -> verbs, nothing else."""
     text = (ROOT / "docs" / "operations.md").read_text()
     line = next(x for x in text.splitlines() if "the daemon's identity:" in x)
-    return set(re.findall(r"`(\w+)`", line.split("the daemon's identity:")[1].split(" on pods")[0]))
+    said = line.split("the daemon's identity:")[1].split(" in that namespace")[0]
+    return {
+        resource: re.findall(r"`(\w+)`", verbs) for verbs, resource in re.findall(r"((?:`\w+`(?:, )?)+) on (\w+)", said)
+    }
 
 
 def can_i_list(server: KubeApiServer, kubeconfig: Path) -> set[str]:
@@ -64,9 +67,9 @@ def test_the_manifests_apply_and_the_token_can_do_exactly_what_the_docs_say(
     bare_token = kube_apiserver.kubectl("create", "token", "bare", f"--namespace={NS}").strip()
     bare = kube_apiserver.token_kubeconfig(tmp_path / "bare.kubeconfig", bare_token, namespace=NS)
     granted = can_i_list(kube_apiserver, shipped) - can_i_list(kube_apiserver, bare)
-    verbs = documented_verbs()
-    assert verbs == {"get", "list", "watch", "delete"}, verbs
-    assert granted == {f"pods [] [] [{' '.join(sorted(verbs, key=['get', 'list', 'watch', 'delete'].index))}]"}
+    rules = documented_rules()
+    assert rules == {"pods": ["get", "list", "watch", "delete"], "events": ["create"]}, rules
+    assert granted == {f"{resource} [] [] [{' '.join(verbs)}]" for resource, verbs in rules.items()}
     for args in (("delete", "pods", "--namespace=default"), ("get", "secrets", f"--namespace={NS}")):
         answer = kube_apiserver.kubectl("auth", "can-i", *args, kubeconfig_path=shipped, check=False)
         assert answer.strip() == "no", args
@@ -80,8 +83,10 @@ def test_the_daemon_sweeps_and_checks_with_the_minted_token(
     kubeconfig = kube_apiserver.token_kubeconfig(tmp_path / "sa.kubeconfig", token, namespace=NS)
     admin = core_api(kube_apiserver.admin_kubeconfig)
     names = [f"sweep-{uuid.uuid4().hex[:8]}" for _ in range(4)]
+    uids: dict[str, str] = {}
     for i, name in enumerate(names):
         pod = admin.create_namespaced_pod(NS, manifest(name))
+        uids[name] = pod.metadata.uid
         execs.execute(
             "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
             " VALUES (%s, 1, %s, %s, %s, true)",
@@ -94,10 +99,19 @@ def test_the_daemon_sweeps_and_checks_with_the_minted_token(
     assert "delete pods in sandboxes" in checked.stdout
     settings = daemon_settings(db_url, kubeconfig, request_timeout=5.0, lease_seconds=15.0)
     done = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done' AND outcome = 'deleted'"
-    with DaemonThread(settings):
+    with DaemonThread(settings) as daemon:
         wait_until(lambda: execs.execute(done).fetchone()["n"] == 2, timeout=30, what="two retired pods deleted")
+        metrics = daemon.daemon.metrics
+        wait_until(lambda: metrics.value("pod_sweeper_events_total", result="sent") == 2, what="two events sent")
     left = {p.metadata.name for p in admin.list_namespaced_pod(NS).items}
     assert {n for n in names if n in left} == {names[1], names[3]}
+    # Each deletion left an Event the token was allowed to create, where `kubectl get events` shows it.
+    recorded = json.loads(kube_apiserver.kubectl("get", "events", f"--namespace={NS}", "-o", "json"))["items"]
+    retired = {e["involvedObject"]["name"]: e for e in recorded if e["reason"] == "Retired"}
+    assert set(retired) & set(names) == {names[0], names[2]}
+    event = retired[names[0]]
+    assert event["involvedObject"]["uid"] == uids[names[0]] and event["reportingComponent"] == "pod-sweeper"
+    assert event["source"]["component"] == "pod-sweeper" and event["message"].startswith("Deleted by pod-sweeper")
 
 
 def test_the_sidecar_example_applies_with_its_native_sidecar_and_the_hosts_account_may_sweep(

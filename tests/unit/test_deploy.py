@@ -54,7 +54,10 @@ def test_every_manifest_parses_and_is_namespaced() -> None:
 
 def test_role_grants_only_what_the_daemon_uses() -> None:
     role = manifests()["Role"]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # an Event on each deleted pod
+    ]
     binding = manifests()["RoleBinding"]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-sweeper"}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pod-sweeper", "namespace": "sandboxes"}]

@@ -22,6 +22,7 @@ ANSWERS = ("200", "404", "409", "429", "500", "503", "none")  # codes the outcom
 WAKEUP_SOURCES = ("start", "poll", "notify", "listen", "retry")
 PASS_RESULTS = ("complete", "partial")
 UNSENDABLE = ("invalid_name", "out_of_scope")
+EVENT_RESULTS = ("sent", "failed", "dropped")
 
 
 class Metrics:
@@ -103,6 +104,12 @@ class Metrics:
             ["pod_namespace"],
             registry=r,
         )
+        self.events = Counter(
+            "pod_sweeper_events",
+            "Kubernetes Events on deleted pods: sent, failed (refused or no answer), dropped (the queue was full)",
+            ["result"],
+            registry=r,
+        )
         self.unsendable = Counter(
             "pod_sweeper_unsendable_rows",
             "Rows ended dead before any request: a name Kubernetes could not hold, or a namespace outside the scope",
@@ -143,6 +150,7 @@ class Metrics:
             (self.wakeups, WAKEUP_SOURCES),
             (self.reconcile_passes, PASS_RESULTS),
             (self.unsendable, UNSENDABLE),
+            (self.events, EVENT_RESULTS),
         ):
             for value in values:
                 labelled.labels(value)

@@ -130,6 +130,18 @@ class Settings(BaseSettings):
         default=100,
         description="Requests the token bucket may send at once above the rate. Default 100.",
     )
+    events: bool = Field(
+        default=True,
+        description="Record a Kubernetes Event (reason `Retired`, from component `pod-sweeper`) on each pod "
+        "the daemon deletes, so that `kubectl get events` says why it went. Best effort: a failed Event never "
+        "delays or retries its row. Needs `create` on events (deploy/role.yaml). Default true.",
+    )
+    events_qps: Annotated[float, Field(gt=0)] = Field(
+        default=5.0,
+        description="Events per second per process, with a burst of five seconds' worth; a burst of deletions "
+        "beyond what that lets through within a thousand queued Events is not recorded (counted in "
+        'pod_sweeper_events_total{result="dropped"}). Default 5: the pace of client-go\'s recorder.',
+    )
     transaction_pooler: bool = Field(
         default=False,
         description="Say true when `database_url` goes through a transaction pooler (PgBouncer with "

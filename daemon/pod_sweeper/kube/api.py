@@ -77,6 +77,22 @@ class PodState:
         )
 
 
+EVENT_COMPONENT = "pod-sweeper"
+
+
+@dataclass(frozen=True)
+class PodEvent:
+    """An Event to record on a pod the daemon deleted: why it went, for ``kubectl get events``."""
+
+    namespace: str
+    name: str
+    uid: str
+    reason: str
+    message: str
+    replica: str
+    at: datetime
+
+
 @dataclass(frozen=True)
 class PodPage:
     pods: list[PodState]
@@ -295,6 +311,34 @@ class PodDeleter:
         authorization: Any = client.AuthorizationV1Api(self._api_client)
         response = self._call(authorization.create_self_subject_access_review, review, timeout=timeout)
         return bool((json.loads(response.data).get("status") or {}).get("allowed"))
+
+    def record_event(self, event: PodEvent, *, timeout: float) -> int:
+        """Create a core/v1 Event on the pod (what ``kubectl get events`` and ``describe`` show);
+        returns the HTTP status. Its name is the pod's plus a time in hex, as client-go names them."""
+        stamp = event.at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"name": f"{event.name[:200]}.{time.time_ns():x}", "namespace": event.namespace},
+            "involvedObject": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "namespace": event.namespace,
+                "name": event.name,
+                "uid": event.uid,
+            },
+            "reason": event.reason,
+            "message": event.message,
+            "type": "Normal",
+            "action": "Delete",
+            "source": {"component": EVENT_COMPONENT},
+            "reportingComponent": EVENT_COMPONENT,
+            "reportingInstance": event.replica[:128],
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        response = self._call(self._core.create_namespaced_event, event.namespace, body, timeout=timeout)
+        _ = response.data
+        return int(response.status)
 
     def resolve(self, namespace: str, name: str, uid: str, *, timeout: float) -> Answer:
         """Delete under the UID and say how the row ends; raises for answers that are not an end

@@ -23,10 +23,12 @@ from loguru import logger
 
 from pod_sweeper.core.backoff import TokenBucket
 from pod_sweeper.core.errors import KubeError, KubeRejected, KubeUnauthorized
+from pod_sweeper.core.outcome import Outcome
 from pod_sweeper.kube.api import Answer, PodDeleter
 from pod_sweeper.kube.scope import NamespaceScope, invalid_name
 from pod_sweeper.store.outbox import Attempt, Claim, Final
 from pod_sweeper.tasks import outcomes
+from pod_sweeper.tasks.events import EventRecorder
 from pod_sweeper.tasks.outcomes import Decision, Verdict
 from pod_sweeper.tasks.pipeline import Shared, Work
 
@@ -48,7 +50,7 @@ class _Request:
 
 
 class Sender:
-    def __init__(self, shared: Shared, deleter: PodDeleter) -> None:
+    def __init__(self, shared: Shared, deleter: PodDeleter, events: EventRecorder | None) -> None:
         settings = self.settings = shared.settings
         self.deleter, self.pipeline, self.metrics = deleter, shared.pipeline, shared.metrics
         self.backoff, self.auth, self.namespaces, self.breaker, self.stopping = (
@@ -59,6 +61,7 @@ class Sender:
             shared.stopping,
         )
         self.scope = NamespaceScope(settings.namespaces)
+        self.events = events
         self.bucket = TokenBucket(settings.rate_limit_qps, settings.rate_limit_burst)
         self._executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
 
@@ -176,6 +179,8 @@ class Sender:
         if decision.verdict is Verdict.DONE:
             assert decision.outcome is not None
             final = Final.done(claim, decision.outcome, decision.http_status, attempt)
+            if self.events is not None and decision.outcome is Outcome.DELETED:
+                self.events.deleted(claim)
             self.pipeline.record(
                 dataclasses.replace(final, confirm_in=decision.confirm_in) if decision.confirm_in else final
             )

@@ -32,6 +32,7 @@ from pod_sweeper.store.db import Connection
 from pod_sweeper.store.outbox import Final
 from pod_sweeper.store.recheck import Attachment
 from pod_sweeper.tasks.claimer import Claimer
+from pod_sweeper.tasks.events import EventRecorder
 from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates
 from pod_sweeper.tasks.pipeline import Pipeline, Shared
 from pod_sweeper.tasks.recorder import Recorder
@@ -65,7 +66,11 @@ class Sweeper:
             settings, self.pipeline, self.metrics, backoff, self.auth, self.namespaces, self.breaker, self._stopping
         )
         self.claimer = Claimer(shared, pool, attachments=attachments)
-        self.sender = Sender(shared, deleter)
+        # Events on deleted pods (best effort, paced, off the rows' path); none in a dry run.
+        self.events = (
+            EventRecorder(settings, deleter, self.metrics) if settings.events and not settings.dry_run else None
+        )
+        self.sender = Sender(shared, deleter, self.events)
         self.recorder = Recorder(shared, pool, wake_claimer=self.claimer.notify)
         self._tasks: list[asyncio.Task[None]] = []  # claimer, recorder and workers, once run() starts
 
@@ -97,6 +102,8 @@ class Sweeper:
             self._tasks += [
                 group.create_task(self.sender.worker(), name=f"worker-{i}") for i in range(self.settings.concurrency)
             ]
+            if self.events is not None:
+                self._tasks.append(group.create_task(self.events.run(), name="events"))
 
     async def drain(self, deadline: float) -> None:
         """Stop claiming, let in-flight deletes finish until ``deadline`` (monotonic), hand back the

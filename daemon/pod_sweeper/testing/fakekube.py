@@ -37,6 +37,7 @@ Pod = dict[str, Any]
 
 _POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
 _PODS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
+_EVENTS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
 _PROPAGATION = {"Foreground", "Background", "Orphan"}
 
 
@@ -183,6 +184,7 @@ class FakeKube:
         self.faults: list[Fault] = []
         self.denied: set[tuple[str, str]] = set()  # (verb, namespace) answered 403
         self.nodes: set[str] = set()  # registered node names (GET /api/v1/nodes/NAME)
+        self.events: list[dict[str, Any]] = []  # core/v1 Events created, as stored
         self.on_delete: Callable[[str, str], None] | None = None  # runs before a DELETE is handled
         self._lock = threading.RLock()
         self._rv = itertools.count(1000)
@@ -477,7 +479,38 @@ class FakeKube:
             return self._access_review(body if isinstance(body, dict) else {})
         if method == "POST" and pods_match:
             return self._create(pods_match[1], body if isinstance(body, dict) else {})
+        if method == "POST" and (events_match := _EVENTS_PATH.match(path)):
+            return self._create_event(events_match[1], body if isinstance(body, dict) else {})
         return 404, status_body(404, "NotFound", "the server could not find the requested resource", {})
+
+    def _create_event(self, namespace: str, event: dict[str, Any]) -> tuple[int, Any]:
+        """A core/v1 Event, kept for tests to read: 201, or what a real server answers for the checks it
+        makes that the daemon could fail (a 403 where ``denied`` says so, the involved object's namespace)."""
+        name = (event.get("metadata") or {}).get("name", "")
+        if ("create", namespace) in self.denied:
+            return 403, status_body(
+                403,
+                "Forbidden",
+                f'events is forbidden: User "system:serviceaccount:{namespace}:pod-sweeper" cannot create '
+                f'resource "events" in API group "" in the namespace "{namespace}"',
+                {"kind": "events"},
+            )
+        involved = event.get("involvedObject") or {}
+        if involved.get("namespace") != namespace:
+            return 422, status_body(
+                422,
+                "Invalid",
+                f'Event "{name}" is invalid: involvedObject.namespace: Invalid value: '
+                f'"{involved.get("namespace")}": does not match event.namespace',
+                {"name": name, "kind": "Event"},
+            )
+        with self._lock:
+            stored = json.loads(json.dumps(event))
+            stored["metadata"] = dict(stored.get("metadata") or {}, namespace=namespace, uid=str(uuid.uuid4()))
+            stored["metadata"]["resourceVersion"] = self._next_rv()
+            stored.update(kind="Event", apiVersion="v1")
+            self.events.append(stored)
+            return 201, json.loads(json.dumps(stored))
 
     def _access_review(self, review: dict[str, Any]) -> tuple[int, Any]:
         """SelfSubjectAccessReview: pods are allowed except what ``denied`` names; nothing else is."""
