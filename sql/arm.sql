@@ -5,7 +5,7 @@
 -- Neither lock is waited for: the row first (SKIP LOCKED), then the advisory lock (try), so that the
 -- exclusive advisory lock, which every new retire would queue behind, is held only for this statement.
 WITH flag AS (
-    SELECT singleton FROM pod_sweeper.wakeup FOR UPDATE SKIP LOCKED
+    SELECT cluster FROM pod_sweeper.wakeup WHERE cluster = %(cluster)s FOR UPDATE SKIP LOCKED
 ),
 lock AS (
     SELECT pg_try_advisory_xact_lock(%(key)s) AS free FROM flag
@@ -13,5 +13,5 @@ lock AS (
 UPDATE pod_sweeper.wakeup AS w
 SET armed = true, changed_at = now(), changed_by = %(owner)s
 FROM lock
-WHERE lock.free
+WHERE lock.free AND w.cluster = %(cluster)s
 RETURNING w.armed

@@ -1,5 +1,6 @@
--- Claim up to %(batch)s claimable rows for %(owner)s: pending rows whose backoff has ended and claimed
--- rows whose lease expired (their replica crashed, froze or lost its network).
+-- Claim up to %(batch)s claimable rows of %(cluster)s for %(owner)s: pending rows whose backoff has
+-- ended and claimed rows whose lease expired (their replica crashed, froze or lost its network). A
+-- replica serves one cluster; the claim index leads with the cluster (migration 0009).
 -- SKIP LOCKED lets any number of replicas claim at once without waiting on each other; the caller
 -- commits at once, so no row lock outlives this statement's transaction.
 -- Every claim bumps claim_epoch (the fence for the finalize) and is charged as an attempt. A claimed
@@ -11,12 +12,15 @@ WITH disarm AS (
     -- Clearing is only a saving, never needed for safety: a row another sweeper holds is skipped.
     UPDATE pod_sweeper.wakeup
     SET armed = false, changed_at = now(), changed_by = %(owner)s
-    WHERE singleton IN (SELECT singleton FROM pod_sweeper.wakeup WHERE armed AND %(disarm)s FOR UPDATE SKIP LOCKED)
+    WHERE cluster IN (
+        SELECT cluster FROM pod_sweeper.wakeup WHERE cluster = %(cluster)s AND armed AND %(disarm)s FOR UPDATE SKIP LOCKED
+    )
 ),
 due AS (
     SELECT id
     FROM pod_sweeper.outbox
     WHERE status IN ('pending', 'claimed')
+      AND cluster = %(cluster)s
       AND next_attempt_at <= now()
     ORDER BY next_attempt_at
     LIMIT %(batch)s

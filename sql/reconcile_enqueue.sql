@@ -15,5 +15,5 @@ SELECT count(*) FILTER (WHERE f.pod_uid IS NOT NULL) AS enqueued
 FROM confirmed AS c
 LEFT JOIN fresh AS f USING (pod_uid)
 CROSS JOIN LATERAL pod_sweeper.enqueue(
-    c.attachment_id, c.sandbox_id, c.generation, c.pod_namespace, c.pod_name, c.pod_uid, 'reconciled'
+    c.attachment_id, c.sandbox_id, c.generation, c.pod_namespace, c.pod_name, c.pod_uid, 'reconciled', c.cluster
 ) AS e

@@ -1,2 +1,2 @@
 -- After a complete listing: suspects this pass did not see are gone (or lost their labels).
-DELETE FROM pod_sweeper.suspects WHERE last_seen_at < %(started_at)s
+DELETE FROM pod_sweeper.suspects WHERE cluster = %(cluster)s AND last_seen_at < %(started_at)s

@@ -2,11 +2,11 @@
 -- labels than before, starts its quarantine now; a pod still a suspect since an earlier pass at
 -- least %(quarantine)s seconds ago comes back due (to be confirmed by a fresh GET and database read).
 INSERT INTO pod_sweeper.suspects AS s
-    (pod_uid, pod_namespace, pod_name, sandbox_id, generation, attachment_id, why)
-SELECT * FROM unnest(
+    (pod_uid, pod_namespace, pod_name, sandbox_id, generation, attachment_id, why, cluster)
+SELECT u.*, %(cluster)s FROM unnest(
     %(uids)s::uuid[], %(namespaces)s::text[], %(names)s::text[], %(sandbox_ids)s::text[],
     %(generations)s::bigint[], %(attachment_ids)s::integer[], %(whys)s::text[]
-)
+) AS u
 ON CONFLICT (pod_uid) DO UPDATE
     SET first_seen_at = CASE
             WHEN (s.sandbox_id, s.generation, s.pod_name) = (EXCLUDED.sandbox_id, EXCLUDED.generation, EXCLUDED.pod_name)

@@ -87,8 +87,10 @@ def run(coro: Any) -> Any:
 
 
 def settings_for(url: str, **overrides: Any) -> Settings:
-    # The blast-radius breaker is off unless a test turns it on: throughput tests would trip it.
-    return Settings(**{"database_url": url, "http_port": 0, "max_deletes_per_minute": 0, **overrides})
+    # The blast-radius breaker is off unless a test turns it on: throughput tests would trip it. Events
+    # too: the request logs the tests assert on then hold the pods' calls alone (tests/integration/
+    # test_events.py and tests/realkube turn them on).
+    return Settings(**{"database_url": url, "http_port": 0, "max_deletes_per_minute": 0, "events": False, **overrides})
 
 
 async def _migrate(url: str) -> None:

@@ -143,6 +143,7 @@ def daemon_env(url: str, kubeconfig: Any, **overrides: str) -> dict[str, str]:
             "POD_SWEEPER_BACKOFF_MAX": "0.5",
             "POD_SWEEPER_RATE_LIMIT_QPS": "0",
             "POD_SWEEPER_MAX_DELETES_PER_MINUTE": "0",
+            "POD_SWEEPER_EVENTS": "false",  # as settings_for: the request logs hold the pods' calls
             **overrides,
         }
     )

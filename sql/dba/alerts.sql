@@ -20,6 +20,11 @@ SELECT 'PodSweeperStuckClaim',
        format('a claim has been held %s s (600 s, for 5 min); its replica may be frozen', round(oldest_claim_seconds))
 FROM pod_sweeper.lag WHERE oldest_claim_seconds > 600 + 300
 UNION ALL
+SELECT 'PodSweeperClusterUnswept',
+       format('cluster %s: the oldest claimable row has waited %s s (600 s, for 5 min); is its sweeper running?',
+              cluster, round(oldest_claimable_seconds))
+FROM pod_sweeper.lag_by_cluster WHERE oldest_claimable_seconds > 600 + 300
+UNION ALL
 SELECT 'PodSweeperNamespaceRefused',
        format('namespace %s answers 403: %s row(s) held back, the oldest for %s s (for 15 min)',
               pod_namespace, count(*), round(extract(epoch FROM now() - min(enqueued_at))))

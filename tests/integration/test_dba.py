@@ -119,7 +119,8 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
         " now() - interval '1 hour')"
     )
     pg.execute(late)
-    assert alerts() == {"PodSweeperDeadRows", "PodSweeperLagHigh", "PodSweeperNoProgress"}
+    # (the row's cluster, the default one, has waited an hour with nothing claiming it: unswept too)
+    assert alerts() == {"PodSweeperDeadRows", "PodSweeperLagHigh", "PodSweeperNoProgress", "PodSweeperClusterUnswept"}
     pg.execute(
         "UPDATE pod_sweeper.outbox SET status = 'claimed', claimed_by = 'frozen', claim_epoch = 1,"
         " claimed_at = now() - interval '16 minutes', next_attempt_at = now() - interval '1 minute'"
@@ -144,7 +145,13 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
     pg.execute("UPDATE pod_sweeper.rejects SET rejected_at = now() - interval '6 minutes'")
     assert "PodSweeperRejectedRetires" in alerts()
     rule = yaml.safe_load((ROOT / "deploy" / "prometheusrule.yaml").read_text())
+    pg.execute("UPDATE pod_sweeper.outbox SET cluster = 'east' WHERE sandbox_id = 'late'")
+    [unswept] = [
+        r for r in pg.execute(queries.load("dba/alerts")).fetchall() if r["alert"] == "PodSweeperClusterUnswept"
+    ]
+    assert unswept["detail"].startswith("cluster east: the oldest claimable row has waited")
     in_sql = {
+        "PodSweeperClusterUnswept",
         "PodSweeperRejectedRetires",
         "PodSweeperDeadRows",
         "PodSweeperLagHigh",

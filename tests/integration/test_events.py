@@ -29,7 +29,7 @@ def test_each_deleted_pod_gets_an_event_and_the_others_none(
     add_execution(execs, kube, "replaced")
     kube.remove_pod("sandboxes", "pod-replaced-1")
     kube.create_pod("sandboxes", "pod-replaced-1")
-    with DaemonThread(daemon_settings(db_url, kube)) as daemon:
+    with DaemonThread(daemon_settings(db_url, kube, events=True)) as daemon:
         for sid in ("gone", "absent", "replaced"):
             retire(execs, sid)
         wait_until(lambda: done(execs, 3), what="three rows done")
@@ -61,7 +61,7 @@ def test_a_refused_event_never_touches_its_row_or_the_namespace(
     kube.denied.add(("create", "sandboxes"))  # RBAC without the events rule
     add_execution(execs, kube, "a")
     add_execution(execs, kube, "b")
-    with DaemonThread(daemon_settings(db_url, kube)) as daemon:
+    with DaemonThread(daemon_settings(db_url, kube, events=True)) as daemon:
         retire(execs, "a")
         wait_until(lambda: done(execs, 1), what="the first row done")
         metrics = daemon.daemon.metrics
@@ -80,7 +80,7 @@ def test_events_are_paced_and_a_full_queue_drops_and_counts(
     monkeypatch.setattr(events, "QUEUE_SIZE", 10)
     for i in range(40):
         add_execution(execs, kube, f"s{i}")
-    settings = daemon_settings(db_url, kube, events_qps=2.0)  # a burst of 10, then 2 a second
+    settings = daemon_settings(db_url, kube, events=True, events_qps=2.0)  # a burst of 10, then 2 a second
     with DaemonThread(settings) as daemon:
         started = time.monotonic()
         execs.execute("UPDATE executions SET active = false")

@@ -152,7 +152,7 @@ def test_claim_query_uses_the_partial_index_at_100k_done_rows(pg: psycopg.Connec
     # EXPLAIN without ANALYZE plans the UPDATE without running it.
     plan_rows = pg.execute(
         psycopg.sql.SQL("EXPLAIN (FORMAT TEXT) {}").format(queries.load("claim")),
-        {"batch": 100, "max_attempts": 10, "owner": "t", "lease_seconds": 60, "disarm": True},
+        {"batch": 100, "max_attempts": 10, "owner": "t", "lease_seconds": 60, "disarm": True, "cluster": "default"},
     ).fetchall()
     plan = "\n".join(r["QUERY PLAN"] for r in plan_rows)
     assert "outbox_claimable" in plan, plan

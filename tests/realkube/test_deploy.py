@@ -97,7 +97,7 @@ def test_the_daemon_sweeps_and_checks_with_the_minted_token(
     checked = cli("check", f"--namespace={NS}", url=db_url, POD_SWEEPER_KUBECONFIG=str(kubeconfig))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "delete pods in sandboxes" in checked.stdout
-    settings = daemon_settings(db_url, kubeconfig, request_timeout=5.0, lease_seconds=15.0)
+    settings = daemon_settings(db_url, kubeconfig, request_timeout=5.0, lease_seconds=15.0, events=True)
     done = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done' AND outcome = 'deleted'"
     with DaemonThread(settings) as daemon:
         wait_until(lambda: execs.execute(done).fetchone()["n"] == 2, timeout=30, what="two retired pods deleted")

@@ -90,6 +90,7 @@ def test_alerts_use_exported_metrics() -> None:
         "PodSweeperRejectedRetires",
         "PodSweeperStuckClaim",
         "PodSweeperNotReady",
+        "PodSweeperClusterUnswept",
         "PodSweeperNamespaceRefused",
         "PodSweeperNoProgress",
     }

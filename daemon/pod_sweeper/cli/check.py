@@ -41,7 +41,7 @@ async def _listen_route(settings: Settings) -> Check:
     except PodSweeperError as exc:
         return Check(False, "listen database", str(exc))
     try:
-        await outbox.listen(conn)
+        await outbox.listen(conn, settings.cluster)
     finally:
         await conn.close()
     return Check(True, "listen database", "connected, LISTEN works")

@@ -51,7 +51,7 @@ async def cmd_attach(settings: Settings, args: argparse.Namespace) -> int:
     mapping = attach.parse_mapping(args.column)
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
-        attachment_id = await attach.attach(conn, target, mapping)
+        attachment_id = await attach.attach(conn, target, mapping, cluster=args.cluster)
         nullable = await attach.nullable_columns(conn, target, mapping)
     print(f"attached {target} (attachment {attachment_id})")
     if nullable:
@@ -222,7 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="ROLE=NAME",
-        help=f"map a role to the table's column name; roles: {', '.join(attach.ROLES)}",
+        help=f"map a role to the table's column name; roles: {', '.join(attach.ROLES + attach.OPTIONAL_ROLES)}"
+        " (cluster: the column naming each row's Kubernetes cluster)",
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="the Kubernetes cluster of every row of this table (default: the default cluster, 'default')",
     )
     p.set_defaults(handler=cmd_attach)
 

@@ -42,6 +42,17 @@ class Metrics:
         self.oldest_backoff = Gauge(
             "pod_sweeper_oldest_backoff_seconds", "Age of the oldest row parked in backoff", registry=r
         )
+        # Every cluster's, read by every replica: a cluster whose own replicas are all down still shows.
+        # The label is not `cluster`, which multi-cluster Prometheus set-ups often set themselves.
+        self.cluster_lag = Gauge(
+            "pod_sweeper_cluster_lag_seconds",
+            "Age of the oldest claimable outbox row of each pod cluster (0: none waits)",
+            ["pod_cluster"],
+            registry=r,
+        )
+        self.cluster_pending = Gauge(
+            "pod_sweeper_cluster_pending_rows", "Pending outbox rows of each pod cluster", ["pod_cluster"], registry=r
+        )
         self.dead_rows = Gauge("pod_sweeper_dead_rows", "Rows that went dead and wait for an operator", registry=r)
         self.rejected = Gauge(
             "pod_sweeper_rejected_retires",

@@ -29,6 +29,8 @@ from pydantic_settings import (
 from pod_sweeper.core.errors import ConfigError
 
 ENV_PREFIX = "POD_SWEEPER_"
+# The cluster of every row whose table was attached without one, and of a replica without a setting.
+DEFAULT_CLUSTER = "default"
 CONFIG_FILE_ENV = "POD_SWEEPER_CONFIG_FILE"
 # Read by the test suite or the failpoints, not settings; listed so that they are not reported as typos.
 _FOREIGN_ENV = {
@@ -69,6 +71,14 @@ class Settings(BaseSettings):
         default=None,
         description="Path of a kubeconfig file. Default: unset, meaning the in-cluster service account "
         "when running in a pod, else the usual lookup ($KUBECONFIG, then ~/.kube/config).",
+    )
+    cluster: str = Field(
+        default=DEFAULT_CLUSTER,
+        pattern=r"^[a-z0-9]([-a-z0-9._]{0,48}[a-z0-9])?$",
+        description="The Kubernetes cluster this replica serves: it claims that cluster's rows only (those "
+        "`attach --cluster` or a cluster column gave that name) and is woken by its retires only. Run a "
+        "replica set per cluster, each with that cluster's kubeconfig. Default `default`: the cluster of "
+        "every table attached without one, so a single-cluster installation sets nothing.",
     )
     namespaces: Annotated[frozenset[str] | None, NoDecode] = Field(
         default=None,

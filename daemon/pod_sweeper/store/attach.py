@@ -17,10 +17,14 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from pod_sweeper.core.errors import AttachError, ConfigError
+from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 
 ROLES = ("sandbox_id", "generation", "pod_namespace", "pod_name", "pod_uid", "active")
+# Mapped only when named: the column holding each row's Kubernetes cluster (else `attach --cluster`, or
+# the default cluster, names one cluster for the whole table).
+OPTIONAL_ROLES = ("cluster",)
 TRIGGER_PREFIX = "pod_sweeper_enqueue"
 LOCK_TIMEOUT = "5s"
 
@@ -33,6 +37,7 @@ _ACCEPTED: dict[str, set[str]] = {
     "pod_name": _TEXTUAL,
     "pod_uid": {"uuid"} | _TEXTUAL,
     "active": {"bool"},
+    "cluster": _TEXTUAL,
 }
 
 
@@ -72,15 +77,17 @@ def parse_table(text: str) -> Target:
 
 
 def parse_mapping(pairs: list[str]) -> dict[str, str]:
-    """``ROLE=COLUMN`` flags over the reference names; unknown roles are a usage error."""
+    """``ROLE=COLUMN`` flags over the reference names; unknown roles are a usage error. The optional
+    ``cluster`` role is in the mapping only when named."""
     mapping = {role: role for role in ROLES}
     for pair in pairs:
         role, sep, column = pair.partition("=")
         role = role.strip()
         if not sep or not column:
             raise ConfigError(f"--column {pair!r}: expected ROLE=COLUMN")
-        if role not in ROLES:
-            raise ConfigError(f"--column {pair!r}: unknown role {role!r}; roles are {', '.join(ROLES)}")
+        if role not in ROLES + OPTIONAL_ROLES:
+            known = ", ".join(ROLES + OPTIONAL_ROLES)
+            raise ConfigError(f"--column {pair!r}: unknown role {role!r}; roles are {known}")
         mapping[role] = column
     return mapping
 
@@ -107,7 +114,7 @@ async def _column_types(conn: Connection, target: Target) -> dict[str, str]:
 
 def check_fit(target: Target, mapping: dict[str, str], types: dict[str, str]) -> None:
     """Raise AttachError naming the first mapped column that is missing or of the wrong type."""
-    for role in ROLES:
+    for role in (r for r in ROLES + OPTIONAL_ROLES if r in mapping):
         column = mapping[role]
         if column not in types:
             raise AttachError(f"table {target} has no column {column!r} (role {role})")
@@ -126,6 +133,7 @@ def _value(role: str, record: str, mapping: dict[str, str], types: dict[str, str
         "pod_namespace": "text",
         "pod_name": "text",
         "pod_uid": "text" if types[mapping["pod_uid"]] != "uuid" else None,
+        "cluster": "text",
     }.get(role)
     if cast:
         return sql.SQL("{}::{}").format(column, sql.SQL(cast))
@@ -140,8 +148,13 @@ def _trigger_names() -> dict[str, sql.Identifier]:
     return {op: sql.Identifier(f"{TRIGGER_PREFIX}_{op}") for op in ("ins", "upd", "del")}
 
 
-async def attach(conn: Connection, target: Target, mapping: dict[str, str]) -> int:
-    """Install (or replace) the trigger on ``target``; returns the attachment id."""
+async def attach(conn: Connection, target: Target, mapping: dict[str, str], *, cluster: str | None = None) -> int:
+    """Install (or replace) the trigger on ``target``; returns the attachment id. Each row's cluster is
+    its ``cluster`` column when the mapping names one, else ``cluster`` (default: the default cluster)."""
+    if cluster is not None and "cluster" in mapping:
+        raise ConfigError(
+            "--cluster names one cluster for the whole table; --column cluster=... reads it per row: not both"
+        )
     async with conn.transaction():
         await conn.execute(queries.load("lock_timeout"), {"timeout": LOCK_TIMEOUT})
         types = await _column_types(conn, target)
@@ -149,13 +162,14 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str]) -> i
         row = await (
             await conn.execute(
                 """
-                INSERT INTO pod_sweeper.attachments (table_schema, table_name, column_map)
-                VALUES (%s, %s, %s::jsonb)
+                INSERT INTO pod_sweeper.attachments (table_schema, table_name, column_map, cluster)
+                VALUES (%s, %s, %s::jsonb, %s)
                 ON CONFLICT (table_schema, table_name) DO UPDATE
-                    SET column_map = EXCLUDED.column_map, attached_at = now(), detached_at = NULL
+                    SET column_map = EXCLUDED.column_map, cluster = EXCLUDED.cluster, attached_at = now(),
+                        detached_at = NULL
                 RETURNING id
                 """,
-                (target.schema, target.table, json.dumps(mapping)),
+                (target.schema, target.table, json.dumps(mapping), cluster or DEFAULT_CLUSTER),
             )
         ).fetchone()
         assert row is not None
@@ -169,7 +183,8 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str]) -> i
         enqueue = "enqueue" if types[mapping["pod_uid"]] == "uuid" else "enqueue_text_uid"
 
         def call(record: str, reason: str) -> sql.Composable:
-            return sql.SQL("PERFORM pod_sweeper.{}({}, {}, {}, {}, {}, {}, {});").format(
+            where = v("cluster", record) if "cluster" in mapping else sql.Literal(cluster or DEFAULT_CLUSTER)
+            return sql.SQL("PERFORM pod_sweeper.{}({}, {}, {}, {}, {}, {}, {}, {});").format(
                 sql.Identifier(enqueue),
                 sql.Literal(attachment_id),
                 v("sandbox_id", record),
@@ -178,6 +193,7 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str]) -> i
                 v("pod_name", record),
                 v("pod_uid", record),
                 sql.Literal(reason),
+                where,
             )
 
         body = sql.SQL(
@@ -226,7 +242,9 @@ async def nullable_columns(conn: Connection, target: Target, mapping: dict[str, 
     )
     nullable = {row["attname"] for row in await cur.fetchall()}
     return [
-        f"{mapping[role]} ({role})" for role in ROLES if role not in ("active", "pod_uid") and mapping[role] in nullable
+        f"{mapping[role]} ({role})"
+        for role in ROLES + OPTIONAL_ROLES
+        if role in mapping and role not in ("active", "pod_uid") and mapping[role] in nullable
     ]
 
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from uuid import UUID
 
 from pod_sweeper.core.outcome import Outcome
+from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment, recheck
@@ -120,6 +121,7 @@ async def claim(
     attachments: dict[int, Attachment],
     recheck_retry_delay: float,
     disarm: bool = True,
+    cluster: str = DEFAULT_CLUSTER,
 ) -> ClaimResult:
     """Claim up to ``batch`` rows and re-check them, all in one short transaction. The claim also
     clears the wakeup flag (see :func:`arm`), except with ``disarm=False``: the claim right after arming."""
@@ -132,6 +134,7 @@ async def claim(
                 "lease_seconds": lease_seconds,
                 "max_attempts": max_attempts,
                 "disarm": disarm,
+                "cluster": cluster,
             },
         )
         rows = await cur.fetchall()
@@ -199,17 +202,17 @@ async def finalize(conn: Connection, finals: list[Final], replica: str) -> set[i
     return await _finalize(conn, finals, replica)
 
 
-async def next_due(conn: Connection) -> float | None:
-    """Seconds until the next open row becomes claimable (negative: already due); None: no open row."""
-    row = await (await conn.execute(queries.load("next_due"))).fetchone()
+async def next_due(conn: Connection, cluster: str = DEFAULT_CLUSTER) -> float | None:
+    """Seconds until the cluster's next open row becomes claimable (negative: already due); None: none."""
+    row = await (await conn.execute(queries.load("next_due"), {"cluster": cluster})).fetchone()
     return None if row is None or row["seconds"] is None else float(row["seconds"])
 
 
-async def arm(conn: Connection, owner: str) -> bool:
+async def arm(conn: Connection, owner: str, cluster: str = DEFAULT_CLUSTER) -> bool:
     """Ask retires to NOTIFY again, before sleeping; False while an enqueue that may have read the flag
     clear is still open (then poll again soon instead of sleeping). After True, claim once more
     (``disarm=False``) before sleeping: rows committed before the arming are not announced."""
-    cur = await conn.execute(queries.load("arm"), {"key": queries.Lock.WAKEUP, "owner": owner})
+    cur = await conn.execute(queries.load("arm"), {"key": queries.Lock.WAKEUP, "owner": owner, "cluster": cluster})
     return await cur.fetchone() is not None
 
 
@@ -276,14 +279,19 @@ async def resume_breaker(conn: Connection, who: str) -> bool:
 # --- signals and small reads of the daemon's tasks ----------------------------------------------------
 
 
-async def notify(conn: Connection, payload: str = "") -> None:
-    """NOTIFY our channel: wakes the listening sweepers (``payload`` tells a listener's own ping)."""
-    await conn.execute(queries.load("notify"), queries.notify_params(payload))
+async def notify(conn: Connection, payload: str = "", cluster: str = DEFAULT_CLUSTER) -> None:
+    """NOTIFY the cluster's channel: wakes its listening sweepers (``payload`` tells a listener's own ping)."""
+    await conn.execute(queries.load("notify"), queries.notify_params(payload, cluster))
 
 
-async def listen(conn: Connection) -> None:
-    """LISTEN on our channel (this connection must then stay this session's: not through a pooler)."""
-    await conn.execute(queries.listen())
+async def listen(conn: Connection, cluster: str = DEFAULT_CLUSTER) -> None:
+    """LISTEN on the cluster's channel (this connection must then stay this session's: not through a pooler)."""
+    await conn.execute(queries.listen(cluster))
+
+
+async def cluster_rows(conn: Connection, cluster: str, owner: str) -> None:
+    """The cluster's wakeup flag and reconciliation lease rows, made once by its first replica."""
+    await conn.execute(queries.load("cluster_rows"), {"cluster": cluster, "owner": owner})
 
 
 async def lock_breaker(conn: Connection) -> None:
@@ -324,6 +332,20 @@ async def lag(conn: Connection) -> Lag | None:
         row["oldest_claim_seconds"],
         row["rejected"],
     )
+
+
+@dataclass(frozen=True)
+class ClusterLag:
+    """One cluster's open rows (the lag_by_cluster view)."""
+
+    cluster: str
+    pending: int
+    oldest_claimable_seconds: float
+
+
+async def lag_by_cluster(conn: Connection) -> list[ClusterLag]:
+    rows = await (await conn.execute(queries.load("status_clusters"))).fetchall()
+    return [ClusterLag(r["cluster"], r["pending"], r["oldest_claimable_seconds"]) for r in rows]
 
 
 async def namespaces(conn: Connection) -> list[str]:

@@ -15,9 +15,16 @@ from typing import LiteralString, cast
 from psycopg import sql
 
 from pod_sweeper.core.resources import resource_dir
+from pod_sweeper.core.settings import DEFAULT_CLUSTER
 
 # The NOTIFY channel (a contract name, docs/design.md): the enqueue NOTIFYs it, the listener LISTENs on it.
+# The default cluster's; another cluster's is CHANNEL/NAME (channel(), and pod_sweeper.channel() in SQL).
 CHANNEL = "pod_sweeper"
+
+
+def channel(cluster: str = DEFAULT_CLUSTER) -> str:
+    """A cluster's NOTIFY channel: a replica hears its own cluster's retires and no other's."""
+    return CHANNEL if cluster == DEFAULT_CLUSTER else f"{CHANNEL}/{cluster}"
 
 
 class Lock(enum.IntEnum):
@@ -31,14 +38,14 @@ class Lock(enum.IntEnum):
     WAKEUP = 0x706F6477616B6575  # "podwakeu": enqueues hold it shared, arming takes it exclusively
 
 
-def notify_params(payload: str = "") -> dict[str, str]:
-    """The parameters of ``sql/notify.sql``: our channel and ``payload``."""
-    return {"channel": CHANNEL, "payload": payload}
+def notify_params(payload: str = "", cluster: str = DEFAULT_CLUSTER) -> dict[str, str]:
+    """The parameters of ``sql/notify.sql``: the cluster's channel and ``payload``."""
+    return {"channel": channel(cluster), "payload": payload}
 
 
-def listen() -> sql.Composed:
-    """``LISTEN`` on our channel (a name, so composed rather than parameterised)."""
-    return sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL))
+def listen(cluster: str = DEFAULT_CLUSTER) -> sql.Composed:
+    """``LISTEN`` on the cluster's channel (a name, so composed rather than parameterised)."""
+    return sql.SQL("LISTEN {}").format(sql.Identifier(channel(cluster)))
 
 
 @cache

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 
@@ -23,14 +24,24 @@ class Sighting:
     why: str  # retired, no_execution_row
 
 
-async def begin(conn: Connection, *, replica: str, gap: float, lease: float) -> datetime | None:
-    """Take the pass's lease; the pass's start time, or None when it is not this replica's turn."""
-    cur = await conn.execute(queries.load("reconcile_begin"), {"replica": replica, "gap": gap, "lease": lease})
+async def begin(
+    conn: Connection, *, replica: str, gap: float, lease: float, cluster: str = DEFAULT_CLUSTER
+) -> datetime | None:
+    """Take the cluster's pass lease; the pass's start time, or None when it is not this replica's turn."""
+    params = {"replica": replica, "gap": gap, "lease": lease, "cluster": cluster}
+    cur = await conn.execute(queries.load("reconcile_begin"), params)
     row = await cur.fetchone()
     return None if row is None else row["started_at"]
 
 
-async def sight(conn: Connection, sightings: list[Sighting], *, started_at: datetime, quarantine: float) -> set[str]:
+async def sight(
+    conn: Connection,
+    sightings: list[Sighting],
+    *,
+    started_at: datetime,
+    quarantine: float,
+    cluster: str = DEFAULT_CLUSTER,
+) -> set[str]:
     """Record the sightings; the UIDs whose quarantine is over (seen on an earlier pass, long enough ago)."""
     cur = await conn.execute(
         queries.load("reconcile_suspect"),
@@ -44,6 +55,7 @@ async def sight(conn: Connection, sightings: list[Sighting], *, started_at: date
             "whys": [s.why for s in sightings],
             "started_at": started_at,
             "quarantine": quarantine,
+            "cluster": cluster,
         },
     )
     return {str(r["pod_uid"]) for r in await cur.fetchall() if r["due"]}
@@ -60,18 +72,32 @@ async def enqueue(conn: Connection, uids: list[str]) -> int:
     return int(row["enqueued"]) if row else 0
 
 
-async def prune(conn: Connection, *, started_at: datetime) -> None:
-    """After a complete pass: forget the suspects it did not see."""
-    await conn.execute(queries.load("reconcile_prune"), {"started_at": started_at})
+async def prune(conn: Connection, *, started_at: datetime, cluster: str = DEFAULT_CLUSTER) -> None:
+    """After a complete pass: forget the cluster's suspects it did not see."""
+    await conn.execute(queries.load("reconcile_prune"), {"started_at": started_at, "cluster": cluster})
 
 
 async def finish(
-    conn: Connection, *, replica: str, started_at: datetime, seen: int, enqueued: int, error: str | None
+    conn: Connection,
+    *,
+    replica: str,
+    started_at: datetime,
+    seen: int,
+    enqueued: int,
+    error: str | None,
+    cluster: str = DEFAULT_CLUSTER,
 ) -> int:
     """Record the pass and hand the lease back; the suspects in quarantine now."""
     cur = await conn.execute(
         queries.load("reconcile_finish"),
-        {"seen": seen, "enqueued": enqueued, "error": error, "replica": replica, "started_at": started_at},
+        {
+            "seen": seen,
+            "enqueued": enqueued,
+            "error": error,
+            "replica": replica,
+            "started_at": started_at,
+            "cluster": cluster,
+        },
     )
     row = await cur.fetchone()
     return int(row["last_suspects"]) if row else 0

@@ -36,15 +36,19 @@ async def runtime_grants(
         sql.SQL("GRANT SELECT, INSERT, DELETE ON {}.attempts TO {}").format(ours, who),
         sql.SQL("GRANT SELECT, UPDATE ON {}.breaker TO {}").format(ours, who),
         # arming and clearing the wakeup flag (the reconciliation's enqueue reads it)
-        sql.SQL("GRANT SELECT, UPDATE ON {}.wakeup TO {}").format(ours, who),
+        # (INSERT: a cluster's first replica adds its row, migration 0009)
+        sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}.wakeup TO {}").format(ours, who),
         # the reconciliation pass: its quarantine, its last-pass row, and enqueueing what it confirmed
         # through the one enqueue rule the triggers use
         sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.suspects TO {}").format(ours, who),
         sql.SQL("GRANT SELECT ON {}.rejects TO {}").format(ours, who),
-        sql.SQL("GRANT SELECT, UPDATE ON {}.reconcile_state TO {}").format(ours, who),
+        sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}.reconcile_state TO {}").format(ours, who),
         sql.SQL("GRANT EXECUTE ON FUNCTION {}.enqueue(integer, text, bigint, text, text, uuid, text) TO {}").format(
             ours, who
         ),
+        sql.SQL(
+            "GRANT EXECUTE ON FUNCTION {}.enqueue(integer, text, bigint, text, text, uuid, text, text) TO {}"
+        ).format(ours, who),
     ]
     for attachment in (await load_attachments(conn)).values():
         columns = sql.SQL(", ").join(sql.Identifier(c) for c in sorted(set(attachment.columns.values())))

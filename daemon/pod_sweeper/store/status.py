@@ -6,6 +6,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.text import printable
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
@@ -19,13 +20,15 @@ async def read_status(conn: Connection) -> dict[str, Any]:
     stuck = await (await conn.execute(queries.load("status_stuck"))).fetchall()
     breaker = await (await conn.execute(queries.load("status_breaker"))).fetchone()
     terminating = await (await conn.execute(queries.load("status_terminating"))).fetchall()
-    reconcile = await (await conn.execute(queries.load("status_reconcile"))).fetchone()
-    wakeup = await (await conn.execute(queries.load("status_wakeup"))).fetchone()
+    reconcile = await (await conn.execute(queries.load("status_reconcile"))).fetchall()
+    wakeup = await (await conn.execute(queries.load("status_wakeup"))).fetchall()
     rejects = await (await conn.execute(queries.load("status_rejects"))).fetchall()
+    clusters = await (await conn.execute(queries.load("status_clusters"))).fetchall()
     return {
+        "clusters": [dict(row) for row in clusters],
         "recent_rejects": [dict(row) for row in rejects],
-        "wakeup": dict(wakeup or {}),
-        "reconcile": dict(reconcile or {}),
+        "wakeup": [dict(row) for row in wakeup],
+        "reconcile": [dict(row) for row in reconcile],
         "stuck_terminating": [dict(row) for row in terminating],
         "breaker": dict(breaker or {}),
         "lag": dict(lag or {}),
@@ -33,6 +36,11 @@ async def read_status(conn: Connection) -> dict[str, Any]:
         "recent_failures": [dict(row) for row in failures],
         "stuck_claims": [dict(row) for row in stuck],
     }
+
+
+def _of(cluster: str) -> str:
+    """ " (cluster NAME)" for a cluster other than the default one, which needs no name."""
+    return "" if cluster == DEFAULT_CLUSTER else f" (cluster {cluster})"
 
 
 CELL_WIDTH = 60  # characters of one table cell; longer values end in an ellipsis (whole in --json)
@@ -107,20 +115,28 @@ def _render_text(status: dict[str, Any]) -> str:
         parts.append(
             "pods still terminating past the limit\n" + render_table(keys, [[r[k] for k in keys] for r in terminating])
         )
-    reconcile = status.get("reconcile") or {}
-    if reconcile.get("last_started_at"):
+    clusters = status.get("clusters") or []
+    if any(c["cluster"] != DEFAULT_CLUSTER for c in clusters):
+        keys = ["cluster", "pending", "claimable", "backoff", "claimed", "oldest_claimable_seconds", "last_claimed_at"]
+        parts.append("open rows by cluster\n" + render_table(keys, [[c[k] for k in keys] for c in clusters]))
+    for reconcile in status.get("reconcile") or []:
+        if not reconcile.get("last_started_at"):
+            continue
         parts.append(
-            f"reconciliation: last pass {_cell(reconcile['last_started_at'])} by {reconcile['last_replica']}, "
-            f"{_cell(reconcile['last_pods_seen'])} labelled pod(s) seen, {_cell(reconcile['last_enqueued'])} "
-            f"enqueued; {reconcile['suspects']} suspect(s) in quarantine"
+            f"reconciliation{_of(reconcile['cluster'])}: last pass {_cell(reconcile['last_started_at'])} by "
+            f"{reconcile['last_replica']}, {_cell(reconcile['last_pods_seen'])} labelled pod(s) seen, "
+            f"{_cell(reconcile['last_enqueued'])} enqueued; {reconcile['suspects']} suspect(s) in quarantine"
             + (f" (oldest since {_cell(reconcile['oldest_suspect_since'])})" if reconcile["suspects"] else "")
             + (f"\nlast pass stopped early: {reconcile['last_error']}" if reconcile.get("last_error") else "")
         )
-    wakeup = status.get("wakeup") or {}
-    if wakeup:
+    wakeups = status.get("wakeup") or []
+    for wakeup in wakeups:
         state = "armed (a sweeper sleeps: retires NOTIFY)" if wakeup["armed"] else "clear (a sweeper is claiming)"
-        parts.append(f"wakeup flag: {state}, since {_cell(wakeup['changed_at'])} by {_cell(wakeup['changed_by'])}")
-    else:
+        parts.append(
+            f"wakeup flag{_of(wakeup['cluster'])}: {state}, since {_cell(wakeup['changed_at'])} "
+            f"by {_cell(wakeup['changed_by'])}"
+        )
+    if not wakeups:
         parts.append("wakeup flag: row missing, so every retire NOTIFYs; INSERT INTO pod_sweeper.wakeup DEFAULT VALUES")
     if breaker.get("tripped_at"):
         parts.insert(

@@ -105,6 +105,7 @@ class Claimer:
                             # A poll-only replica cannot hear NOTIFY, so it neither arms nor clears
                             # the flag: clearing it would silence the retires for listening replicas.
                             disarm=self.settings.listens and not just_armed,
+                            cluster=self.settings.cluster,
                         )
             except psycopg.Error as exc:
                 db_failures += 1
@@ -149,7 +150,7 @@ class Claimer:
         the database failed (then the poll interval applies, and the next claim reports the failure)."""
         try:
             async with self.pool.connection() as conn:
-                return await outbox.next_due(conn)
+                return await outbox.next_due(conn, self.settings.cluster)
         except psycopg.Error:
             return None
 
@@ -158,7 +159,7 @@ class Claimer:
         failed: then the claim that follows reports it)."""
         try:
             async with self.pool.connection() as conn:
-                if await outbox.arm(conn, self.settings.replica_id):
+                if await outbox.arm(conn, self.settings.replica_id, self.settings.cluster):
                     return True
         except psycopg.Error:
             return False
@@ -186,7 +187,7 @@ class Claimer:
         self.breaker.reason = window.tripped_reason
         if (budget := breaker_budget(limit, window, want)) > 0 or window.tripped_reason is not None:
             return budget
-        due = await outbox.next_due(conn)
+        due = await outbox.next_due(conn, self.settings.cluster)
         if due is not None and due <= 0:  # work is waiting, and the minute's deletes are spent: trip
             reason = trip_reason(limit, window)
             await outbox.trip_breaker(conn, reason, self.settings.replica_id)

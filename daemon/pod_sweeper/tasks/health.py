@@ -147,10 +147,19 @@ async def refresh_gauges(
 ) -> None:
     """Every ``interval`` seconds, one query (the lag view) sets the database gauges; its success or
     failure is also the readiness probe's view of the database."""
+    clusters_seen: set[str] = set()
     while True:
         try:
             async with pool.connection(timeout=max(1.0, interval)) as conn:
                 lag = await outbox.lag(conn)
+                by_cluster = await outbox.lag_by_cluster(conn)
+            # A cluster with no open row left reads 0 (not the last value it had).
+            current = {c.cluster: c for c in by_cluster}
+            for cluster in clusters_seen | set(current):
+                row = current.get(cluster)
+                metrics.cluster_lag.labels(cluster).set(row.oldest_claimable_seconds if row else 0)
+                metrics.cluster_pending.labels(cluster).set(row.pending if row else 0)
+            clusters_seen |= set(current)
             if lag is not None:
                 for status, rows in (("pending", lag.pending), ("claimed", lag.claimed), ("dead", lag.dead)):
                     metrics.outbox_rows.labels(status).set(rows)

@@ -59,7 +59,7 @@ class Listener:
                 conn = await db.connect(
                     self.settings, application_name="pod-sweeper-listener", conninfo=self.settings.listen_conninfo()
                 )
-                await outbox.listen(conn)
+                await outbox.listen(conn, self.settings.cluster)
                 self.healthy = True
                 self.listening.set()
                 failures = 0
@@ -106,4 +106,4 @@ class Listener:
                 expected_by = now + interval
                 next_ping = now + interval
                 async with self.pool.connection() as other:
-                    await outbox.notify(other, expected)
+                    await outbox.notify(other, expected, self.settings.cluster)

@@ -92,7 +92,7 @@ class Reconciler:
     async def _pass(self, conn: Connection) -> PassResult | None:
         interval = self.settings.reconcile_interval
         started_at = await reconciliation.begin(
-            conn, replica=self.settings.replica_id, gap=interval / 2, lease=interval
+            conn, replica=self.settings.replica_id, gap=interval / 2, lease=interval, cluster=self.settings.cluster
         )
         if started_at is None:
             return None
@@ -115,7 +115,7 @@ class Reconciler:
                     result.enqueued += await self._confirm(conn, due, attachments)
                 if not (token := page.continue_token):
                     break
-            await reconciliation.prune(conn, started_at=started_at)
+            await reconciliation.prune(conn, started_at=started_at, cluster=self.settings.cluster)
             result.complete = True
         except KubeError as exc:
             # An expired continue token (410) or an unreachable API: the pods not listed keep their
@@ -129,6 +129,7 @@ class Reconciler:
             seen=result.seen,
             enqueued=result.enqueued,
             error=result.error,
+            cluster=self.settings.cluster,
         )
         self.metrics.reconcile_passes.labels("complete" if result.complete else "partial").inc()
         self.metrics.reconcile_suspects.set(result.suspects)
@@ -195,7 +196,11 @@ class Reconciler:
                 for s in suspects
             ]
             due = await reconciliation.sight(
-                conn, sightings, started_at=started_at, quarantine=self.settings.reconcile_quarantine
+                conn,
+                sightings,
+                started_at=started_at,
+                quarantine=self.settings.reconcile_quarantine,
+                cluster=self.settings.cluster,
             )
         return [s for s in suspects if s.pod.uid in due]
 

@@ -157,6 +157,7 @@ class Daemon:
                 return EXIT_OK
             async with pool.connection() as conn:
                 version = await migrations.check_schema(conn)
+                await outbox.cluster_rows(conn, self.settings.cluster, self.settings.replica_id)
                 attachments = await load_attachments(conn)
                 if not self.settings.dry_run:
                     reopened = await outbox.reopen_dry_run(conn)
@@ -168,8 +169,10 @@ class Daemon:
             self.sweeper, self.listener = sweeper, listener
             self._watch(sweeper, listener)
             logger.info(
-                "pod-sweeper running as {replica}, schema version {version}, {mode}; deletes in {scope}",
+                "pod-sweeper running as {replica} for cluster {cluster}, schema version {version}, {mode}; "
+                "deletes in {scope}",
                 replica=self.settings.replica_id,
+                cluster=self.settings.cluster,
                 version=version,
                 mode=self.settings.wakeup_mode() + (", DRY RUN: nothing is deleted" if self.settings.dry_run else ""),
                 scope=NamespaceScope(self.settings.namespaces).describe(),

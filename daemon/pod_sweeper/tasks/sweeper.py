@@ -146,6 +146,6 @@ class Sweeper:
         # NOTIFY now, and the other replicas sleep. One NOTIFY makes them claim, and arm it themselves.
         try:
             async with asyncio.timeout(2), self.pool.connection() as conn:
-                await outbox.notify(conn)
+                await outbox.notify(conn, cluster=self.settings.cluster)
         except (psycopg.Error, TimeoutError) as exc:
             logger.warning("could not wake the other replicas on the way out: {error}", error=first_line(exc))
