@@ -1,5 +1,5 @@
 -- Every attachment's table and column mapping, with the mapped key columns' types, for the re-check.
-SELECT a.id, a.table_schema, a.table_name, a.column_map,
+SELECT a.id, a.table_schema, a.table_name, a.column_map, a.cluster,
        format_type(sid.atttypid, NULL) AS sandbox_id_type,
        format_type(gen.atttypid, NULL) AS generation_type
 FROM pod_sweeper.attachments a

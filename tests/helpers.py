@@ -17,9 +17,13 @@ def create_executions(conn: psycopg.Connection[Any], table: str = "public.execut
     conn.execute(executions_ddl(schema, name))
 
 
-async def attach_table(url: str, table: str = "public.executions", columns: list[str] | None = None) -> int:
+async def attach_table(
+    url: str, table: str = "public.executions", columns: list[str] | None = None, *, cluster: str | None = None
+) -> int:
     async with db.connection(Settings(database_url=url, http_port=0)) as conn:
-        return await attach.attach(conn, attach.parse_table(table), attach.parse_mapping(columns or []))
+        return await attach.attach(
+            conn, attach.parse_table(table), attach.parse_mapping(columns or []), cluster=cluster
+        )
 
 
 def outbox(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:

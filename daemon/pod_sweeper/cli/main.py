@@ -19,7 +19,7 @@ from pod_sweeper import __version__
 from pod_sweeper.cli import check
 from pod_sweeper.core.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError, first_line
 from pod_sweeper.core.logs import setup_logging
-from pod_sweeper.core.settings import CONFIG_FILE_ENV, Settings, load_settings, unknown_environment
+from pod_sweeper.core.settings import CONFIG_FILE_ENV, DEFAULT_CLUSTER, Settings, load_settings, unknown_environment
 from pod_sweeper.core.text import printable
 from pod_sweeper.store import attach, backfill, migrations, outbox, queries, roles, status
 from pod_sweeper.store.db import connection
@@ -173,8 +173,9 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     for result in results:
         if args.dry_run:
             print(f"{result.table}: would enqueue {result.seen} retired row(s)")
-            for sandbox_id, generation, namespace, pod, uid in result.sample:
-                print(printable(f"  {sandbox_id} generation {generation}: {namespace}/{pod} uid {uid}", 300))
+            for sandbox_id, generation, namespace, pod, uid, cluster in result.sample:
+                where = "" if cluster == DEFAULT_CLUSTER else f" in cluster {cluster}"
+                print(printable(f"  {sandbox_id} generation {generation}: {namespace}/{pod}{where} uid {uid}", 300))
         else:
             print(f"{result.table}: enqueued {result.enqueued} retired row(s) the outbox did not have")
     if not results:

@@ -8,6 +8,7 @@ row, open or finished, is left alone). ``--dry-run`` lists what it would enqueue
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from psycopg import sql
@@ -33,8 +34,9 @@ def _candidates(attachment: Attachment, uid_is_uuid: bool) -> sql.Composed:
         if uid_is_uuid
         else sql.SQL("pod_sweeper.try_uuid(t.{}::text)").format(cols["pod_uid"])
     )
+    cluster = sql.SQL("t.{}::text").format(cols["cluster"]) if "cluster" in cols else sql.Literal(attachment.cluster)
     return sql.SQL(
-        "SELECT t.{sid}::text, t.{gen}::bigint, t.{ns}::text, t.{name}::text, {uid} FROM {table} AS t"
+        "SELECT t.{sid}::text, t.{gen}::bigint, t.{ns}::text, t.{name}::text, {uid}, {cluster} FROM {table} AS t"
         " WHERE NOT t.{active} AND t.{raw_uid} IS NOT NULL"
         " AND NOT EXISTS (SELECT 1 FROM pod_sweeper.outbox AS o WHERE o.pod_uid = {uid})"
     ).format(
@@ -43,6 +45,7 @@ def _candidates(attachment: Attachment, uid_is_uuid: bool) -> sql.Composed:
         ns=cols["pod_namespace"],
         name=cols["pod_name"],
         uid=uid,
+        cluster=cluster,
         table=attachment.identifier,
         active=cols["active"],
         raw_uid=cols["pod_uid"],
@@ -51,9 +54,10 @@ def _candidates(attachment: Attachment, uid_is_uuid: bool) -> sql.Composed:
 
 _INSERT = sql.SQL(
     "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
-    " reason) SELECT %s, s, g, n, p, u, 'backfill'"
-    " FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::uuid[]) AS x(s, g, n, p, u)"
-    " WHERE u IS NOT NULL ON CONFLICT (pod_uid) DO NOTHING"
+    " reason, cluster) SELECT %s, s, g, n, p, u, 'backfill', c"
+    " FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::uuid[], %s::text[]) AS x(s, g, n, p, u, c)"
+    " WHERE u IS NOT NULL AND nullif(c, '') IS NOT NULL ON CONFLICT (pod_uid) DO NOTHING"
+    " RETURNING cluster AS c"
 )
 
 
@@ -70,6 +74,7 @@ async def backfill(conn: Connection, *, batch: int = 1000, dry_run: bool = False
         )
         row = await cur.fetchone()
         result = BackfillResult(attachment.identifier.as_string(conn))
+        clusters: Counter[str] = Counter()
         # A server-side cursor streams the candidates: one pass, flat memory, however large the table.
         async with conn.transaction(), conn.cursor(name="pod_sweeper_backfill", row_factory=tuple_row) as candidates:
             await candidates.execute(_candidates(attachment, bool(row and row["is_uuid"])))
@@ -80,8 +85,9 @@ async def backfill(conn: Connection, *, batch: int = 1000, dry_run: bool = False
                     continue
                 columns = list(zip(*rows, strict=True))
                 inserted = await conn.execute(_INSERT, (attachment.id, *map(list, columns)))
-                result.enqueued += inserted.rowcount
-            if result.enqueued:
-                await conn.execute(queries.load("notify"), queries.notify_params())
+                clusters.update(r["c"] for r in await inserted.fetchall())
+            result.enqueued = sum(clusters.values())
+            for cluster in clusters:  # wake each cluster's sweepers, on its own channel
+                await conn.execute(queries.load("notify"), queries.notify_params("", cluster))
         results.append(result)
     return results

@@ -16,6 +16,7 @@ from typing import Any
 
 from psycopg import sql
 
+from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.text import printable
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
@@ -178,6 +179,10 @@ def render_json(story: Story) -> str:
 VALUE_WIDTH = 120  # characters of one value in the text form; longer ones end in an ellipsis (whole in --json)
 
 
+def _in_cluster(cluster: str | None) -> str:
+    return "" if cluster in (None, DEFAULT_CLUSTER) else f" in cluster {cluster}"
+
+
 def _shown(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows with every text value escaped and cut for a terminal (see ``core.text``)."""
     return [{k: printable(v, VALUE_WIDTH) if isinstance(v, str) else v for k, v in row.items()} for row in rows]
@@ -209,7 +214,8 @@ def _render_lines(story: Story) -> list[str]:
     lines.append("outbox rows:" if story.outbox else "outbox rows: none")
     for r in story.outbox:
         lines.append(
-            f"  row {r['id']}: pod {r['pod_namespace']}/{r['pod_name']} uid {r['pod_uid']}, sandbox {r['sandbox_id']}"
+            f"  row {r['id']}: pod {r['pod_namespace']}/{r['pod_name']}{_in_cluster(r.get('cluster'))}"
+            f" uid {r['pod_uid']}, sandbox {r['sandbox_id']}"
             f" generation {r['generation']}, enqueued {r['enqueued_at']:%Y-%m-%d %H:%M:%S} ({r['reason']}),"
             f" {r['status']}{' ' + r['outcome'] if r['outcome'] else ''}, {r['attempts']} attempt(s)"
         )

@@ -21,6 +21,7 @@ import psycopg
 from psycopg import sql
 
 from pod_sweeper.core.errors import first_line
+from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 
@@ -33,6 +34,7 @@ class Attachment:
     columns: dict[str, str]
     sandbox_id_type: str | None
     generation_type: str | None
+    cluster: str = DEFAULT_CLUSTER  # every row's, unless columns maps a "cluster" column
 
     @property
     def identifier(self) -> sql.Identifier:
@@ -59,6 +61,7 @@ async def load_attachments(conn: Connection) -> dict[int, Attachment]:
             r["column_map"],
             r["sandbox_id_type"],
             r["generation_type"],
+            r["cluster"],
         )
         for r in rows
     }
