@@ -27,9 +27,9 @@ async def runtime_grants(
         statements.append(sql.SQL("CREATE ROLE {} LOGIN{}").format(who, login))
     statements += [
         sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(ours, who),
-        sql.SQL("GRANT SELECT ON {}.schema_migrations, {}.attachments, {}.lag, {}.summary TO {}").format(
-            ours, ours, ours, ours, who
-        ),
+        sql.SQL(
+            "GRANT SELECT ON {}.schema_migrations, {}.attachments, {}.lag, {}.lag_by_cluster, {}.summary TO {}"
+        ).format(ours, ours, ours, ours, ours, who),
         # claim and finalize (UPDATE), retention (DELETE); INSERT only for the reconciliation pass's
         # enqueue (the enqueue function runs as its caller; the host's writers still get nothing)
         sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.outbox TO {}").format(ours, who),
