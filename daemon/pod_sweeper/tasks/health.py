@@ -143,11 +143,11 @@ class HealthServer:
 
 
 async def refresh_gauges(
-    pool: AsyncConnectionPool[Connection], metrics: Metrics, health: Health, interval: float
+    pool: AsyncConnectionPool[Connection], metrics: Metrics, health: Health, interval: float, cluster: str
 ) -> None:
     """Every ``interval`` seconds, one query (the lag view) sets the database gauges; its success or
     failure is also the readiness probe's view of the database."""
-    clusters_seen: set[str] = set()
+    clusters_seen = {cluster}  # the replica's own cluster reads 0 from the first refresh
     while True:
         try:
             async with pool.connection(timeout=max(1.0, interval)) as conn:

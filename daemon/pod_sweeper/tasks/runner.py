@@ -192,7 +192,12 @@ class Daemon:
                         reconciler = Reconciler(self.settings, pool, deleter, self.metrics)
                         group.create_task(_named("reconciler", reconciler.run()), name="reconciler")
                     group.create_task(
-                        _named("gauges", refresh_gauges(pool, self.metrics, self.health, GAUGE_REFRESH_SECONDS)),
+                        _named(
+                            "gauges",
+                            refresh_gauges(
+                                pool, self.metrics, self.health, GAUGE_REFRESH_SECONDS, self.settings.cluster
+                            ),
+                        ),
                         name="gauges",
                     )
             except* _Stop:
