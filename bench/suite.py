@@ -503,11 +503,20 @@ class Bench:
 
     def claim_scaling(self, done_rows: int) -> None:
         """The claim query's latency with ``done_rows`` done rows over its latency with none: two
-        databases with the same 100 open rows, measured in alternating rounds (a busy minute on a
-        shared machine then weighs on both sides alike)."""
+        databases with the same 100 open rows of cluster east, measured in alternating rounds (a busy
+        minute on a shared machine then weighs on both sides alike). The full one also holds another
+        cluster: half the done rows are west's, and west has 1,000 open rows of its own; east's claim
+        must not pay for them (migration 0009's index leads with the cluster)."""
         empty_url, full_url = self.fresh_db(), self.fresh_db()
         claim = __import__("pod_sweeper.store.queries", fromlist=["load"]).load("claim")
-        params = {"batch": 100, "max_attempts": 10, "owner": "b", "lease_seconds": 60, "disarm": True}
+        params = {
+            "batch": 100,
+            "max_attempts": 10,
+            "owner": "b",
+            "lease_seconds": 60,
+            "disarm": True,
+            "cluster": "east",
+        }
 
         def claim_times(conn: psycopg.Connection[Any], n: int) -> list[float]:
             times = []
@@ -521,21 +530,28 @@ class Bench:
         for url, done in ((empty_url, 0), (full_url, done_rows)):
             with psycopg.connect(url, autocommit=True) as conn:
                 # as a claiming sweeper keeps it: the claim finds the flag clear (no update to make)
-                conn.execute("UPDATE pod_sweeper.wakeup SET armed = false")
+                conn.execute("INSERT INTO pod_sweeper.wakeup (cluster, armed) VALUES ('east', false)")
                 conn.execute(
                     "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace,"
-                    " pod_name, pod_uid, reason) SELECT 1, 'o' || g, g, 'ns', 'o' || g, gen_random_uuid(),"
-                    " 'retired' FROM generate_series(1, 100) g"
+                    " pod_name, pod_uid, reason, cluster) SELECT 1, 'o' || g, g, 'ns', 'o' || g, gen_random_uuid(),"
+                    " 'retired', 'east' FROM generate_series(1, 100) g"
                 )
                 conn.execute(
                     "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace,"
-                    " pod_name, pod_uid, reason, status, outcome, done_at) SELECT 1, 'd' || g, g, 'ns',"
+                    " pod_name, pod_uid, reason, status, outcome, done_at, cluster) SELECT 1, 'd' || g, g, 'ns',"
                     # ascending UUIDs: the unique index grows at its right edge, the seeding is quicker
                     # (the claim never reads that index)
                     " 'd' || g, ('00000000-0000-4000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'retired',"
-                    " 'done', 'deleted', now() FROM generate_series(1, %s) g",
+                    " 'done', 'deleted', now(), CASE WHEN g %% 2 = 0 THEN 'east' ELSE 'west' END"
+                    " FROM generate_series(1, %s) g",
                     (done,),
                 )
+                if done:
+                    conn.execute(
+                        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace,"
+                        " pod_name, pod_uid, reason, cluster) SELECT 1, 'w' || g, g, 'ns', 'w' || g,"
+                        " gen_random_uuid(), 'retired', 'west' FROM generate_series(1, 1000) g"
+                    )
                 conn.execute("VACUUM ANALYZE pod_sweeper.outbox")
         samples: dict[str, list[float]] = {"empty": [], "full": []}
         with psycopg.connect(empty_url) as e, psycopg.connect(full_url) as f:
