@@ -206,3 +206,35 @@ def test_an_outbox_from_before_clusters_upgrades_with_nothing_to_change(
             done = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done' AND outcome = 'deleted'"
             wait_until(lambda: conn.execute(done).fetchone()["n"] == 3, timeout=15, what="all three deleted")
         assert [kube.get_pod("sandboxes", f"p{i}") for i in range(3)] == [None, None, None]
+
+
+def test_each_cluster_has_its_own_reconciliation_lease_and_quarantine(
+    runs: psycopg.Connection[Any], db_url: str
+) -> None:
+    pg = runs  # an attached table: suspects refer to their attachment
+    from pod_sweeper.store import outbox, reconciliation
+
+    async def scenario() -> list[Any]:
+        async with db.connection(settings_for(db_url)) as conn:
+            for cluster in CLUSTERS:
+                await outbox.cluster_rows(conn, cluster, f"{cluster}-1")
+            east = await reconciliation.begin(conn, replica="east-1", gap=60, lease=60, cluster="east")
+            west = await reconciliation.begin(conn, replica="west-1", gap=60, lease=60, cluster="west")
+            again = await reconciliation.begin(conn, replica="east-2", gap=60, lease=60, cluster="east")
+            assert east is not None
+            sighting = reconciliation.Sighting(str(uuid.uuid4()), "sandboxes", "p", "s", 1, 1, "retired")
+            await reconciliation.sight(conn, [sighting], started_at=east, quarantine=600, cluster="east")
+            left = await reconciliation.finish(
+                conn, replica="east-1", started_at=east, seen=1, enqueued=0, error=None, cluster="east"
+            )
+            return [east, west, again, left]
+
+    east, west, again, left = run(scenario())
+    assert east is not None and west is not None  # one pass per cluster at once
+    assert again is None  # but one replica at a time within a cluster
+    assert left == 1
+    suspects = pg.execute("SELECT cluster FROM pod_sweeper.suspects").fetchall()
+    assert [s["cluster"] for s in suspects] == ["east"]
+    state = {r["cluster"]: r for r in pg.execute("SELECT * FROM pod_sweeper.reconcile_state").fetchall()}
+    assert set(state) == {"default", "east", "west"} and state["east"]["last_suspects"] == 1
+    assert state["west"]["last_finished_at"] is None  # west's pass still holds its own lease
