@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -347,12 +348,24 @@ class Bench:
         """An idle daemon, single retires with random 10-30 ms gaps: commit to the DELETE's arrival."""
         url = self.fresh_db()
         self.backlog(url, n, retire=False)
+
+        def arrived() -> dict[str, float]:
+            return {r["path"].rsplit("/", 1)[1]: r["at"] for r in self.kube.deletes()}
+
+        latencies = self._single_retires(url, {f"s{i}": f"p{i}" for i in range(n)}, arrived)
+        self.results.update(self._percentiles("wake", latencies))
+
+    def _single_retires(
+        self, url: str, pods: dict[str, str], arrived: Callable[[], dict[str, float]], **overrides: Any
+    ) -> list[float]:
+        """An idle daemon; each sandbox of ``pods`` (sandbox id -> pod name) retired alone, 10-30 ms
+        apart; the milliseconds from each commit to the time ``arrived()`` gives its pod, sorted."""
         box: dict[str, Any] = {}
 
         def main() -> None:
             async def body() -> int:
                 box["loop"] = asyncio.get_running_loop()
-                box["d"] = Daemon(self.settings(url), handle_signals=False)
+                box["d"] = Daemon(self.settings(url, **overrides), handle_signals=False)
                 return await box["d"].run()
 
             asyncio.run(body())
@@ -364,22 +377,25 @@ class Bench:
         rng = random.Random(5)
         committed: dict[str, float] = {}
         with psycopg.connect(url, autocommit=True) as conn:
-            for i in range(n):
-                conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (f"s{i}",))
-                committed[f"p{i}"] = time.monotonic()
+            for sandbox, pod in pods.items():
+                conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (sandbox,))
+                committed[pod] = time.monotonic()
                 time.sleep(rng.uniform(0.010, 0.030))
         deadline = time.monotonic() + 30
-        while len(self.kube.deletes()) < n and time.monotonic() < deadline:
+        while len(arrived()) < len(pods) and time.monotonic() < deadline:
             time.sleep(0.05)
         box["loop"].call_soon_threadsafe(box["d"].stop_requested.set)
         thread.join(30)
-        arrived = {r["path"].rsplit("/", 1)[1]: r["at"] for r in self.kube.deletes()}
-        latencies = sorted((arrived[k] - t) * 1000 for k, t in committed.items() if k in arrived)
-        self.results.update(
-            wake_p50_ms=round(statistics.median(latencies), 2),
-            wake_p99_ms=round(latencies[int(len(latencies) * 0.99) - 1], 2),
-            wake_max_ms=round(latencies[-1], 2),
-        )
+        at = arrived()
+        return sorted((at[k] - t) * 1000 for k, t in committed.items() if k in at)
+
+    @staticmethod
+    def _percentiles(prefix: str, latencies: list[float]) -> dict[str, float]:
+        return {
+            f"{prefix}_p50_ms": round(statistics.median(latencies), 2),
+            f"{prefix}_p99_ms": round(latencies[int(len(latencies) * 0.99) - 1], 2),
+            f"{prefix}_max_ms": round(latencies[-1], 2),
+        }
 
     def real_api(self, n: int, retires: int) -> None:
         """Against a real kube-apiserver and etcd (tools/kube/build): the same client alone (the real
@@ -411,7 +427,7 @@ class Bench:
                 )
                 url = self.fresh_db()
                 self._record(url, self._real_pods(deleter, server, retires), retire=False)
-                self._real_wake_latency(url, server, retires, real)
+                self._real_wake_latency(url, server, real)
             finally:
                 deleter.close()
 
@@ -443,7 +459,7 @@ class Bench:
                 conn.execute("UPDATE executions SET active = false")
         self.pods = pods
 
-    def _real_wake_latency(self, url: str, server: KubeApiServer, n: int, kubeconfig: Path) -> None:
+    def _real_wake_latency(self, url: str, server: KubeApiServer, kubeconfig: Path) -> None:
         deleted: dict[str, float] = {}
         http = urllib3.PoolManager(
             ca_certs=str(server.ca),
@@ -467,39 +483,10 @@ class Bench:
 
         follower = threading.Thread(target=follow, daemon=True)
         follower.start()
-        box: dict[str, Any] = {}
-
-        def main() -> None:
-            async def body() -> int:
-                box["loop"] = asyncio.get_running_loop()
-                box["d"] = Daemon(self.settings(url, kubeconfig=kubeconfig), handle_signals=False)
-                return await box["d"].run()
-
-            asyncio.run(body())
-
-        thread = threading.Thread(target=main, daemon=True)
-        thread.start()
-        while not (box.get("d") and box["d"].ready):
-            time.sleep(0.01)
-        rng = random.Random(5)
-        committed: dict[str, float] = {}
-        with psycopg.connect(url, autocommit=True) as conn:
-            for name, _ in self.pods:
-                conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (name,))
-                committed[name] = time.monotonic()
-                time.sleep(rng.uniform(0.010, 0.030))
-        deadline = time.monotonic() + 30
-        while len(deleted) < n and time.monotonic() < deadline:
-            time.sleep(0.05)
-        box["loop"].call_soon_threadsafe(box["d"].stop_requested.set)
-        thread.join(30)
+        pods = {name: name for name, _ in self.pods}
+        latencies = self._single_retires(url, pods, lambda: dict(deleted), kubeconfig=kubeconfig)
         watch.release_conn()
-        latencies = sorted((deleted[k] - t) * 1000 for k, t in committed.items() if k in deleted)
-        self.results.update(
-            real_wake_p50_ms=round(statistics.median(latencies), 2),
-            real_wake_p99_ms=round(latencies[int(len(latencies) * 0.99) - 1], 2),
-            real_wake_max_ms=round(latencies[-1], 2),
-        )
+        self.results.update(self._percentiles("real_wake", latencies))
 
     def claim_scaling(self, done_rows: int) -> None:
         """The claim query's latency with ``done_rows`` done rows over its latency with none: two

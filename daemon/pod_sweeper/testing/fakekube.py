@@ -488,13 +488,7 @@ class FakeKube:
         makes that the daemon could fail (a 403 where ``denied`` says so, the involved object's namespace)."""
         name = (event.get("metadata") or {}).get("name", "")
         if ("create", namespace) in self.denied:
-            return 403, status_body(
-                403,
-                "Forbidden",
-                f'events is forbidden: User "system:serviceaccount:{namespace}:pod-sweeper" cannot create '
-                f'resource "events" in API group "" in the namespace "{namespace}"',
-                {"kind": "events"},
-            )
+            return self._forbidden("create", namespace, None, resource="events")
         involved = event.get("involvedObject") or {}
         if involved.get("namespace") != namespace:
             return 422, status_body(
@@ -521,13 +515,15 @@ class FakeKube:
         review["status"] = {"allowed": allowed} if allowed else {"allowed": False, "reason": "no RBAC rule allows it"}
         return 201, review
 
-    def _forbidden(self, verb: str, namespace: str, name: str) -> tuple[int, Any]:
+    def _forbidden(self, verb: str, namespace: str, name: str | None, resource: str = "pods") -> tuple[int, Any]:
+        subject = f'{resource} "{name}"' if name else resource
+        details = {"name": name, "kind": resource} if name else {"kind": resource}
         return 403, status_body(
             403,
             "Forbidden",
-            f'pods "{name}" is forbidden: User "system:serviceaccount:{namespace}:pod-sweeper" cannot {verb} '
-            f'resource "pods" in API group "" in the namespace "{namespace}"',
-            {"name": name, "kind": "pods"},
+            f'{subject} is forbidden: User "system:serviceaccount:{namespace}:pod-sweeper" cannot {verb} '
+            f'resource "{resource}" in API group "" in the namespace "{namespace}"',
+            details,
         )
 
     def take_fault(self, method: str, path: str) -> Fault | None:
