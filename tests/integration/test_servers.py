@@ -3,9 +3,11 @@ one line (with what to do) when there is none."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -76,3 +78,21 @@ def test_the_suite_without_a_server_stops_once_early_with_that_line(tmp_path: Pa
     assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout[-2000:]
     mentions = [line for line in done.stdout.splitlines() if "holds no initdb" in line]
     assert len(mentions) == 1 and "passed" not in done.stdout, done.stdout[-2000:]
+
+
+def test_a_docker_engine_that_cannot_start_the_image_falls_through_to_the_next_way(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Docker client with an engine that answers but has no registry to pull from: the suite goes on
+    with the machine's binaries (or the wheel's) instead of failing."""
+
+    @contextlib.contextmanager
+    def unpullable() -> Iterator[str]:
+        raise RuntimeError("pull access denied for postgres, repository does not exist\nmore detail")
+        yield ""
+
+    monkeypatch.setattr(postgres, "docker_server", lambda: unpullable())
+    with postgres.provide_server() as url, psycopg.connect(url) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    said = capsys.readouterr().out
+    assert "the Docker engine could not start PostgreSQL (pull access denied for postgres" in said

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from pod_sweeper.core.errors import PodSweeperError
+from pod_sweeper.core.errors import PodSweeperError, first_line
 
 BINDIR_ENV = "POD_SWEEPER_PG_BINDIR"
 _RUN_AS = ("postgres", "nobody")
@@ -317,11 +317,16 @@ def provide_server(url: str | None = None, *, announce: bool = False) -> Iterato
         return
     container = docker_server()
     if container is not None:
-        with container as found:
-            if announce:
-                print("started PostgreSQL in a Docker container")
-            yield found
-        return
+        with contextlib.ExitStack() as stack:
+            try:
+                found = stack.enter_context(container)
+            except Exception as exc:  # an engine that answers but cannot pull or start the image
+                print(f"the Docker engine could not start PostgreSQL ({first_line(exc)}); trying the next way")
+            else:
+                if announce:
+                    print("started PostgreSQL in a Docker container")
+                yield found
+                return
     with ThrowawayCluster() as cluster:
         if announce:
             print(f"started a throwaway PostgreSQL in {cluster.root} (PostgreSQL {cluster.version})")
