@@ -295,6 +295,16 @@ def asleep_and_listening(conn: psycopg.Connection[Any]) -> bool:
     return bool(armed) and listeners(conn) > 0
 
 
+def sleeping(daemon: DaemonThread, conn: psycopg.Connection[Any]) -> bool:
+    """The daemon's claimer sleeps: the next retire reaches it by NOTIFY alone. Ready comes after the
+    catch-up claim, which can run before the LISTEN has; and a sweeper arms the flag, then claims once
+    more before it sleeps (a retire in between is found by that claim, its NOTIFY heard by nobody). So:
+    listening, armed, and the claimer's loop has not turned for a while (that last claim is over)."""
+    import time
+
+    return asleep_and_listening(conn) and time.monotonic() - daemon.daemon.sweeper.claimer.last_turn > 0.2
+
+
 def retire(conn: psycopg.Connection[Any], sid: str) -> None:
     """Retire every generation of sandbox ``sid`` in the reference executions table."""
     conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (sid,))

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from conftest import run, settings_for
-from helpers import DaemonThread, asleep_and_listening, daemon_settings, wait_until
+from helpers import DaemonThread, daemon_settings, sleeping, wait_until
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.store import db, migrations, queries
 from pod_sweeper.testing.fakekube import FakeKube
@@ -99,7 +99,7 @@ def test_a_replica_is_woken_by_its_own_clusters_retires_only(
         record(runs, fakes["west"], "west", f"w{i}", f"w{i}")
     record(runs, fakes["east"], "east", "e0", "e0")
     with DaemonThread(daemon_settings(db_url, fakes["east"], cluster="east", replica_id="east-1")) as east:
-        wait_until(lambda: asleep_and_listening(runs), what="east asleep and listening")
+        wait_until(lambda: sleeping(east, runs), what="east asleep")
         for i in range(3):
             retire(runs, f"w{i}")  # no west replica runs: these wait, and must not wake east
         metrics = east.daemon.metrics

@@ -13,11 +13,11 @@ from conftest import run, settings_for
 from helpers import (
     DaemonThread,
     add_execution,
-    asleep_and_listening,
     daemon_settings,
     retire,
     row_for,
     seed_executions,
+    sleeping,
     wait_until,
 )
 from pod_sweeper.store import db, outbox
@@ -226,9 +226,10 @@ def test_a_refused_namespace_waits_alone_and_the_replica_stays_ready(
         assert all(ready), "the replica went not ready over one namespace's refusal"
         # Each refused row is tried at most once per backoff (at most 1 s here) after the first closing.
         assert len(refused) <= 3 * (elapsed / 0.2 + 2), len(refused)
-        rows = [row_for(execs, f"bad{i}") for i in range(3)]
-        assert all(r is not None and r["status"] == "pending" and r["attempts"] == 0 for r in rows)
-        assert all(r is not None and r["last_http_status"] == 403 and "forbidden" in r["last_error"] for r in rows)
+    # Read once the replica has stopped: while it runs, a refused row may be in its next try (claimed).
+    rows = [row_for(execs, f"bad{i}") for i in range(3)]
+    assert all(r is not None and r["status"] == "pending" and r["attempts"] == 0 for r in rows)
+    assert all(r is not None and r["last_http_status"] == 403 and "forbidden" in r["last_error"] for r in rows)
     assert all(kube.get_pod("forbidden", f"pod-bad{i}-1") is not None for i in range(3))
 
 
@@ -422,12 +423,10 @@ def test_two_replicas_on_2000_rows_finish_each_exactly_once(
 def test_wake_sources_are_counted(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
     add_execution(execs, kube, "a")
     with DaemonThread(daemon_settings(db_url, kube)) as daemon:
-        # Ready comes after the catch-up claim, which can run before the LISTEN has: a retire in between
-        # would be found by a claim, not a NOTIFY.
-        wait_until(lambda: asleep_and_listening(execs), what="the replica asleep and listening")
+        metrics = daemon.daemon.sweeper.metrics
+        wait_until(lambda: sleeping(daemon, execs), what="the replica asleep")
         retire(execs, "a")
         wait_until(lambda: finished(execs, "a"))
-        metrics = daemon.daemon.sweeper.metrics
         wait_until(lambda: metrics.value("pod_sweeper_wakeups_total", source="notify") >= 1)
         assert metrics.value("pod_sweeper_outcomes_total", outcome="deleted") == 1
         assert metrics.value("pod_sweeper_kube_responses_total", code="200") == 1
