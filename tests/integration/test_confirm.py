@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 
 from conftest import run, settings_for
 from helpers import DaemonThread, row_for, wait_until
 from pod_sweeper.store import db, status
+from pod_sweeper.tasks import confirm
 from pod_sweeper.tasks.confirm import RECHECK_SECONDS
 
 
@@ -95,3 +97,24 @@ def test_stuck_pod_on_a_vanished_node_is_forced_only_when_allowed(
         assert daemon.daemon.metrics.value("pod_sweeper_force_deleted_total") >= 1
     forced = [d for d in kube.deletes() if d.body.get("gracePeriodSeconds") == 0]
     assert forced and all(d.body["preconditions"]["uid"] for d in forced)  # still fenced by the UID
+
+
+def test_a_stuck_pod_outside_the_namespace_scope_is_never_forced(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleted under a wider scope, looked at again under a narrower one: reported, not forced."""
+    monkeypatch.setattr(confirm, "RECHECK_SECONDS", 0.5)  # the next look soon
+    add_scheduled(execs, kube, "a", "gone-node")
+    with DaemonThread(settings(db_url, kube, stuck_terminating_seconds=1)):
+        execs.execute("UPDATE executions SET active = false")
+        wait_until(lambda: (row_for(execs, "a") or {}).get("stuck_at") is not None, timeout=20, what="stuck")
+    narrowed = settings(db_url, kube, stuck_terminating_seconds=1, force_stuck=True, namespaces="elsewhere")
+    with DaemonThread(narrowed):
+        seen = len(kube.requests)
+        wait_until(
+            lambda: any(r.method == "GET" and r.path.endswith("/pods/a") for r in kube.requests[seen:]),
+            timeout=20,
+            what="the next look at the stuck pod",
+        )
+    assert kube.get_pod("sandboxes", "a") is not None
+    assert not [d for d in kube.deletes() if d.body.get("gracePeriodSeconds") == 0]

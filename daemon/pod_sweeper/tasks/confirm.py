@@ -21,6 +21,7 @@ from pod_sweeper.core.errors import KubeError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import PodDeleter
+from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import confirmation
 from pod_sweeper.store.db import Connection
 
@@ -34,6 +35,7 @@ class Confirmer:
     ) -> None:
         self.settings, self.pool, self.deleter, self.metrics = settings, pool, deleter, metrics
         self.interval = min(settings.poll_interval, 5.0)
+        self.scope = NamespaceScope(settings.namespaces)
 
     async def run(self) -> None:
         await periodic.every(lambda: self.interval, "confirmation pass", self._passes, expected=(psycopg.Error,))
@@ -88,6 +90,11 @@ class Confirmer:
 
     async def _force_if_node_gone(self, namespace: str, name: str, uid: str, node: str) -> None:
         timeout = self.settings.request_timeout
+        # The scope holds for every DELETE, this one too: a row deleted before the scope narrowed
+        # (a restart with other settings) is reported stuck, never forced outside it.
+        if (why := self.scope.refuses(namespace)) is not None:
+            logger.warning("not force-deleting {ns}/{pod}: {why}", ns=namespace, pod=name, why=why)
+            return
         try:
             if await asyncio.to_thread(self.deleter.node_exists, node, timeout=timeout):
                 return  # its kubelet may still finish it: never force
