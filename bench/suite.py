@@ -169,19 +169,8 @@ class Bench:
     def backlog(self, url: str, n: int, *, retire: bool = True) -> None:
         """``n`` executions with real pods on the fake server; retired at once when ``retire``."""
         self.kube.reset()
-        uids = self.kube.create_pods([f"p{i}" for i in range(n)])
-        with psycopg.connect(url, autocommit=True) as conn:
-            with (
-                conn.cursor() as cur,
-                cur.copy(
-                    "COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN"
-                ) as copy,
-            ):
-                for i, uid in enumerate(uids):
-                    copy.write_row((f"s{i}", 1, NS, f"p{i}", uuid.UUID(uid)))
-            if retire:
-                conn.execute("UPDATE executions SET active = false")
-        self.pods = list(zip([f"p{i}" for i in range(n)], uids, strict=True))
+        names = [f"p{i}" for i in range(n)]
+        self._record(url, list(zip(names, self.kube.create_pods(names), strict=True)), retire=retire)
 
     def done(self, url: str) -> int:
         with psycopg.connect(url) as conn:
@@ -446,6 +435,8 @@ class Bench:
             return list(pool.map(create, range(n)))
 
     def _record(self, url: str, pods: list[tuple[str, str]], *, retire: bool) -> None:
+        """An execution row for each (pod name, uid), sandbox ``s<i>`` for the i-th; all retired at
+        once when ``retire``. ``self.pods`` keeps the list (the steps that follow read it)."""
         with psycopg.connect(url, autocommit=True) as conn:
             with (
                 conn.cursor() as cur,
@@ -453,8 +444,8 @@ class Bench:
                     "COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN"
                 ) as copy,
             ):
-                for name, uid in pods:
-                    copy.write_row((name, 1, NS, name, uuid.UUID(uid)))
+                for i, (name, uid) in enumerate(pods):
+                    copy.write_row((f"s{i}", 1, NS, name, uuid.UUID(uid)))
             if retire:
                 conn.execute("UPDATE executions SET active = false")
         self.pods = pods
@@ -483,7 +474,7 @@ class Bench:
 
         follower = threading.Thread(target=follow, daemon=True)
         follower.start()
-        pods = {name: name for name, _ in self.pods}
+        pods = {f"s{i}": name for i, (name, _) in enumerate(self.pods)}
         latencies = self._single_retires(url, pods, lambda: dict(deleted), kubeconfig=kubeconfig)
         watch.release_conn()
         self.results.update(self._percentiles("real_wake", latencies))
