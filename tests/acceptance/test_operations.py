@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import psycopg
 import pytest
 
 from conftest import run, settings_for
-from helpers import daemon_env, http_get, sample, wait_until
+from helpers import asleep_and_listening, daemon_env, http_get, sample, wait_until
 from pod_sweeper.store import db, migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
 
@@ -76,6 +77,19 @@ def test_metrics_move_as_rows_are_processed(execs: psycopg.Connection[Any], db_u
     )
     try:
         wait_until(lambda: http_get(port, "/readyz")[0] == 200, timeout=20, what="ready")
+        # Ready comes before the replica sleeps: it listens, arms the flag and claims once more first,
+        # and rows retired in that moment are claimed without a NOTIFY (the assertion on notify below
+        # would then wait for nothing). Asleep: listening with the flag armed for half a second.
+        armed_since: list[float] = []
+
+        def asleep() -> bool:
+            if not asleep_and_listening(execs):
+                armed_since.clear()
+                return False
+            armed_since.append(time.monotonic())
+            return armed_since[-1] - armed_since[0] > 0.5
+
+        wait_until(asleep, timeout=20, what="the replica asleep")
         execs.execute("UPDATE executions SET active = false")
         wait_until(
             lambda: (sample(http_get(port, "/metrics")[1], "pod_sweeper_backoff_rows") or 0) > 0,
