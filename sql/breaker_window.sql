@@ -1,17 +1,22 @@
--- The breaker's view: its state, the rows claimed right now by any replica (deletes that may happen),
--- and the deletes recorded (all replicas') since the later of a minute ago and the last resume, per
--- namespace. One row per namespace; namespace NULL when there were none. Read in one snapshot, each
--- row counts once: the finalize moves it from claimed to the attempt history in one statement.
-WITH b AS (SELECT tripped_at, reason, resumed_at FROM pod_sweeper.breaker),
-     recent AS (
-        SELECT o.pod_namespace, count(*) AS deletes
-        FROM pod_sweeper.attempts AS a
-        JOIN pod_sweeper.outbox AS o ON o.id = a.outbox_id
-        WHERE a.result IN ('deleted', 'would_delete')
-          AND a.started_at > greatest(now() - interval '1 minute',
-                                      coalesce((SELECT resumed_at FROM b), '-infinity'))
-        GROUP BY o.pod_namespace
-     )
+-- The breaker's view of one cluster, its row locked for the claim's transaction so that two replicas of
+-- the cluster cannot spend the same budget: its state, the cluster's rows claimed right now by any
+-- replica (deletes that may still happen), and the cluster's deletes recorded (all replicas') since the
+-- later of a minute ago and its last resume, per namespace. One row per namespace; namespace NULL when
+-- there were none; no row when the cluster has no breaker row (cluster_rows.sql makes it at start).
+-- Read in one snapshot, each row counts once: the finalize moves it from claimed to the attempt
+-- history in one statement.
+WITH b AS (
+    SELECT tripped_at, reason, resumed_at FROM pod_sweeper.breaker WHERE cluster = %(cluster)s FOR UPDATE
+),
+recent AS (
+    SELECT o.pod_namespace, count(*) AS deletes
+    FROM pod_sweeper.attempts AS a
+    JOIN pod_sweeper.outbox AS o ON o.id = a.outbox_id
+    WHERE a.result IN ('deleted', 'would_delete')
+      AND a.started_at > greatest(now() - interval '1 minute', coalesce((SELECT resumed_at FROM b), '-infinity'))
+      AND o.cluster = %(cluster)s
+    GROUP BY o.pod_namespace
+)
 SELECT b.tripped_at, b.reason, recent.pod_namespace, coalesce(recent.deletes, 0) AS deletes,
-       (SELECT count(*) FROM pod_sweeper.outbox WHERE status = 'claimed') AS claimed
+       (SELECT count(*) FROM pod_sweeper.outbox WHERE status = 'claimed' AND cluster = %(cluster)s) AS claimed
 FROM b LEFT JOIN recent ON true

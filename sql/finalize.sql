@@ -1,5 +1,5 @@
 -- Record how a batch of claimed rows ended, one row per element of the JSON array:
---   status 'done'    with its outcome;
+--   status 'done'    with its outcome (last_error cleared, last_http_status the final answer's);
 --   status 'pending' to retry after delay seconds (refund 1 for a hand-back or an auth failure, which
 --                    are not charged as attempts);
 --   status 'dead'    with its last error.
@@ -23,8 +23,11 @@ updated AS (
         next_attempt_at = CASE WHEN f.status = 'pending'
                                THEN now() + make_interval(secs => f.delay)
                                ELSE o.next_attempt_at END,
-        last_error = coalesce(f.error, o.last_error),
-        last_http_status = coalesce(f.http_status, o.last_http_status),
+        -- last_error says why a row is not done: a done row has none (the history is in attempts), a
+        -- row handed back without a reason (a shutdown) keeps the one it had
+        last_error = CASE WHEN f.status = 'done' THEN NULL ELSE coalesce(f.error, o.last_error) END,
+        last_http_status = CASE WHEN f.status = 'done' THEN f.http_status
+                                ELSE coalesce(f.http_status, o.last_http_status) END,
         done_at = CASE WHEN f.status = 'done' THEN now() END,
         -- a pod left terminating (a grace period) is looked at again once the grace has passed
         confirm_after = CASE WHEN f.confirm_in IS NOT NULL THEN now() + make_interval(secs => f.confirm_in) END,

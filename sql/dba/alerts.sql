@@ -33,6 +33,20 @@ WHERE status = 'pending' AND last_http_status = 403
 GROUP BY pod_namespace
 HAVING min(enqueued_at) < now() - interval '15 minutes'
 UNION ALL
+SELECT 'PodSweeperBreakerTripped',
+       format('cluster %s: the blast-radius breaker tripped %s s ago (%s); no pod of it is deleted until'
+              ' `pod-sweeper resume --cluster %s`', cluster, round(extract(epoch FROM now() - tripped_at)),
+              reason, cluster)
+FROM pod_sweeper.breaker WHERE tripped_at IS NOT NULL
+UNION ALL
+SELECT 'PodSweeperKubeUnreachable',
+       format('cluster %s: its API server cannot be reached from %s replica(s) for %s s (for 5 min); its rows wait',
+              cluster, count(*), round(extract(epoch FROM now() - min(since))))
+FROM pod_sweeper.outages
+WHERE probed_at > now() - interval '2 minutes'  -- reports still renewed (a dead replica's are not)
+GROUP BY cluster
+HAVING min(since) < now() - interval '5 minutes'
+UNION ALL
 SELECT 'PodSweeperNoProgress', 'rows are claimable but none finished in 20 minutes (10 min window, for 10 min)'
 FROM pod_sweeper.lag
 WHERE oldest_claimable_seconds > 60 + 600

@@ -159,6 +159,7 @@ def test_check_reports_each_check_and_a_missing_verb(db_url: str, kube: Any) -> 
     lines = ok.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == [
         "ok    settings",
+        "ok    retries",
         "ok    database",
         "ok    schema",
         "ok    wakeups",
@@ -167,6 +168,7 @@ def test_check_reports_each_check_and_a_missing_verb(db_url: str, kube: Any) -> 
         "ok    get pods in sandboxes",
         "ok    delete pods in sandboxes",
     ]
+    assert "33 retries spanning 1 h 4 min to 2 h 8 min before it goes dead" in ok.stdout  # the defaults
     kube.denied.add(("delete", "sandboxes"))
     missing = cli("check", "--namespace", "sandboxes", url=db_url, POD_SWEEPER_KUBECONFIG=str(kube.kubeconfig))
     assert missing.returncode == 1

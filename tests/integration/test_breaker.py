@@ -1,15 +1,18 @@
 """The blast-radius breaker: a burst of retires trips it at the configured rate, across replicas; it
-holds across a restart and lifts only with `resume`."""
+holds across a restart and lifts only with `resume`; and a breaker tripped before each cluster had its
+own (migration 0010) stays tripped for every cluster it held. (Two clusters with one tripped:
+tests/integration/test_clusters.py, and on the real API servers tests/realkube/test_clusters.py.)"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import psycopg
+import pytest
 
 from conftest import run, settings_for
-from helpers import DaemonThread, seed_executions, wait_until
-from pod_sweeper.store import db, outbox, status
+from helpers import DaemonThread, attach_table, cli, create_executions, seed_executions, wait_until
+from pod_sweeper.store import db, migrations, outbox, status
 
 LIMIT = 30
 
@@ -45,7 +48,7 @@ def test_burst_trips_the_breaker_which_holds_across_restarts_until_resume(
         )
         wait_until(lambda: not first.daemon.ready, what="readiness to follow the trip")
         assert "blast-radius breaker tripped" in first.daemon.health.readiness()[1]
-        assert first.daemon.metrics.value("pod_sweeper_breaker_tripped") == 1
+        assert first.daemon.metrics.value("pod_sweeper_breaker_tripped", pod_cluster="default") == 1
         # Let the rows in hand settle: a delete granted budget may still be in flight, and rows granted
         # budget but still queued when the trip lands are handed back uncharged.
         wait_until(
@@ -73,11 +76,11 @@ def test_burst_trips_the_breaker_which_holds_across_restarts_until_resume(
         wait_until(lambda: again.daemon.sweeper.breaker_reason, what="the restarted daemon to see the trip")
         assert accepted(kube) == held
 
-        async def resume() -> bool:
+        async def resume() -> dict[str, bool]:
             async with db.connection(settings_for(db_url)) as conn:
-                return await outbox.resume_breaker(conn, "test")
+                return await outbox.resume_breakers(conn, cluster="default", all_clusters=False, who="test")
 
-        assert run(resume()) is True
+        assert run(resume()) == {"default": True}
         wait_until(lambda: accepted(kube) >= held + LIMIT, timeout=30, what="deletes to resume")
         wait_until(lambda: again.daemon.sweeper.breaker_reason, timeout=30, what="the next trip")
     finally:
@@ -92,3 +95,38 @@ def test_breaker_off_with_zero(execs: psycopg.Connection[Any], db_url: str, kube
     with DaemonThread(settings_for(db_url, kubeconfig=kube.kubeconfig, rate_limit_qps=0, max_deletes_per_minute=0)):
         execs.execute("UPDATE executions SET active = false")
         wait_until(lambda: accepted(kube) == 50)
+
+
+def test_a_breaker_tripped_before_clusters_had_their_own_stays_tripped_for_each_it_held(
+    empty_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migrated to 0009 with two clusters attached and the one breaker tripped, then migrated on: each
+    known cluster's breaker is tripped with the old reason (and a note), and each is resumed alone."""
+
+    async def migrate() -> None:
+        async with db.connection(settings_for(empty_db_url)) as conn:
+            await migrations.migrate(conn)
+
+    before = tuple(m for m in migrations.shipped() if m.version <= 9)
+    monkeypatch.setattr(migrations, "shipped", lambda: before)
+    run(migrate())
+    with psycopg.connect(empty_db_url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        create_executions(conn)
+        create_executions(conn, "public.elsewhere")
+        run(attach_table(empty_db_url))  # the default cluster
+        run(attach_table(empty_db_url, "public.elsewhere", cluster="east"))
+        conn.execute("UPDATE pod_sweeper.breaker SET tripped_at = now(), reason = 'too many', tripped_by = 'r1'")
+        monkeypatch.undo()
+        run(migrate())  # 0010 on a tripped breaker
+        breakers = {r["cluster"]: r for r in conn.execute("SELECT * FROM pod_sweeper.breaker").fetchall()}
+        assert set(breakers) == {"default", "east"}
+        for row in breakers.values():
+            assert row["tripped_at"] is not None and row["tripped_by"] == "r1"
+            assert row["reason"] == "too many (tripped before migration 0010, when one breaker held every cluster)"
+        resumed = cli("resume", "--cluster", "east", url=empty_db_url)
+        assert resumed.returncode == 0 and "deletes resume in cluster east" in resumed.stdout
+        assert "still tripped: cluster default" in resumed.stderr
+        left = {r["cluster"]: r["tripped_at"] for r in conn.execute("SELECT * FROM pod_sweeper.breaker").fetchall()}
+        assert left["east"] is None and left["default"] is not None
+        shown = cli("status", url=empty_db_url)
+        assert "BREAKER TRIPPED (cluster default)" in shown.stdout and "(cluster east)" not in shown.stdout

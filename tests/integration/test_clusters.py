@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from conftest import run, settings_for
-from helpers import DaemonThread, daemon_settings, sleeping, wait_until
+from helpers import DaemonThread, cli, daemon_settings, sleeping, wait_until
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.store import db, migrations, queries
 from pod_sweeper.testing.fakekube import FakeKube
@@ -132,6 +132,49 @@ def test_a_cluster_whose_replica_is_down_is_visible_and_alerting_and_the_other_g
     assert any(r["alert"] == "PodSweeperClusterUnswept" and r["detail"].startswith("cluster west:") for r in fired)
     lag = {r["cluster"]: r for r in runs.execute("SELECT * FROM pod_sweeper.lag_by_cluster").fetchall()}
     assert set(lag) == {"west"} and lag["west"]["oldest_claimable_seconds"] > 1000
+
+
+def test_one_clusters_burst_trips_its_own_breaker_and_never_stops_another(
+    runs: psycopg.Connection[Any], db_url: str, fakes: dict[str, FakeKube]
+) -> None:
+    """Each cluster has its own breaker, budget and readiness: east's burst trips east's alone, while
+    west deletes all of its rows and stays ready; `resume --cluster east` lets east go on."""
+    limit = 20
+    for i in range(60):
+        record(runs, fakes["east"], "east", f"e{i}", f"e{i}")
+    for i in range(10):
+        record(runs, fakes["west"], "west", f"w{i}", f"w{i}")
+    replicas = {
+        cluster: daemon_settings(
+            db_url, fakes[cluster], cluster=cluster, replica_id=f"{cluster}-1", max_deletes_per_minute=limit
+        )
+        for cluster in CLUSTERS
+    }
+    deleted = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE cluster = %s AND outcome = 'deleted'"
+    with DaemonThread(replicas["east"]) as east, DaemonThread(replicas["west"]) as west:
+        runs.execute("UPDATE runs SET active = false WHERE cluster = 'east'")  # a bad migration, east only
+        wait_until(lambda: east.daemon.sweeper.breaker_reason, timeout=15, what="east's breaker to trip")
+        runs.execute("UPDATE runs SET active = false WHERE cluster = 'west'")
+        wait_until(lambda: runs.execute(deleted, ("west",)).fetchone()["n"] == 10, timeout=15, what="west swept")
+        assert west.daemon.ready and west.daemon.sweeper.breaker_reason is None
+        assert not east.daemon.ready and "cluster east" in east.daemon.health.readiness()[1]
+        tripped = {
+            cluster: replica.daemon.metrics.value("pod_sweeper_breaker_tripped", pod_cluster=cluster)
+            for cluster, replica in (("east", east), ("west", west))
+        }
+        assert tripped == {"east": 1, "west": 0}
+        held = runs.execute(deleted, ("east",)).fetchone()["n"]
+        assert limit // 2 <= held <= limit
+        breakers = {r["cluster"]: r for r in runs.execute("SELECT * FROM pod_sweeper.breaker").fetchall()}
+        assert breakers["east"]["tripped_at"] is not None and breakers["west"]["tripped_at"] is None
+        assert "cluster east: " in breakers["east"]["reason"]
+        fired = runs.execute(queries.load("dba/alerts")).fetchall()
+        assert [r["detail"].split(":")[0] for r in fired if r["alert"] == "PodSweeperBreakerTripped"] == [
+            "cluster east"
+        ]
+        resumed = cli("resume", "--cluster", "east", url=db_url)
+        assert resumed.returncode == 0 and "deletes resume in cluster east" in resumed.stdout, resumed.stderr
+        wait_until(lambda: runs.execute(deleted, ("east",)).fetchone()["n"] > held, timeout=15, what="east resumes")
 
 
 def test_a_table_of_one_cluster_and_a_missing_cluster_value(

@@ -39,7 +39,7 @@ def test_immediate_delete_is_confirmed_by_its_answer(execs: psycopg.Connection[A
     with DaemonThread(settings(db_url, kube)):
         row = wait_until(lambda: (r := row_for(execs, "now")) and r["status"] == "done" and r)
     assert row["confirmed_at"] is not None and row["confirm_after"] is None
-    assert [r.method for r in kube.requests] == ["DELETE"]  # no extra GET
+    assert [r.method for r in kube.api_calls()] == ["DELETE"]  # no extra GET
 
 
 def test_terminating_pod_is_confirmed_once_it_is_gone(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:

@@ -158,5 +158,19 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
         "PodSweeperNoProgress",
         "PodSweeperStuckClaim",
         "PodSweeperNamespaceRefused",
+        "PodSweeperBreakerTripped",
+        "PodSweeperKubeUnreachable",
     }
     assert {r["alert"] for r in rule["spec"]["groups"][0]["rules"]} == in_sql | {"PodSweeperNotReady"}
+    assert not {"PodSweeperBreakerTripped", "PodSweeperKubeUnreachable"} & {r["alert"] for r in fired}
+    pg.execute("UPDATE pod_sweeper.breaker SET tripped_at = now(), reason = 'a burst' WHERE cluster = 'default'")
+    pg.execute(
+        "INSERT INTO pod_sweeper.outages VALUES ('east', 'r1', now() - interval '6 minutes', 'refused', now()),"
+        " ('west', 'r2', now() - interval '4 minutes', 'refused', now()),"  # not for 5 minutes yet
+        " ('north', 'r3', now() - interval '2 hours', 'refused', now() - interval '1 hour')"  # a dead replica's
+    )
+    fired = pg.execute(queries.load("dba/alerts")).fetchall()
+    tripped = [r["detail"] for r in fired if r["alert"] == "PodSweeperBreakerTripped"]
+    assert [d.split(":")[0] for d in tripped] == ["cluster default"] and "(a burst)" in tripped[0]
+    unreachable = [r["detail"] for r in fired if r["alert"] == "PodSweeperKubeUnreachable"]
+    assert [d.split(":")[0] for d in unreachable] == ["cluster east"]

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import DaemonThread, add_execution, daemon_settings, retire, row_for, wait_until
+from helpers import DaemonThread, add_execution, daemon_settings, retire, row_for, seed_executions, wait_until
 from pod_sweeper.tasks import events
 
 
@@ -101,3 +101,27 @@ def test_events_off(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> N
         retire(execs, "a")
         wait_until(lambda: done(execs, 1), what="the row done")
     assert kube.events == [] and not [r for r in kube.requests if r.path.endswith("/events")]
+
+
+def test_events_queued_at_a_stop_are_sent_within_the_shutdown_timeout_and_the_rest_counted(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    """A stop with a long queue of Events: they go out at the DELETE rate until the shutdown deadline,
+    and every one that cannot is counted as dropped (sent + failed + dropped = the pods deleted)."""
+    n = 300
+    seed_executions(execs, kube, n)
+    kube.inject("delay", method="POST", path="/events$", seconds=0.02, times=None)  # a slow Event path
+    settings = daemon_settings(db_url, kube, events=True, events_qps=1.0, shutdown_timeout=1.5, rate_limit_qps=200)
+    daemon = DaemonThread(settings).start()
+    try:
+        execs.execute("UPDATE executions SET active = false")
+        wait_until(lambda: done(execs, n), timeout=30, what="every pod deleted")
+        metrics = daemon.daemon.metrics
+        queued = daemon.daemon.sweeper.events.queue.qsize()
+        assert queued > 200  # one a second: nearly all still queued when the stop comes
+    finally:
+        assert daemon.stop() == 0
+    sent, failed, dropped = (metrics.value("pod_sweeper_events_total", result=r) for r in ("sent", "failed", "dropped"))
+    assert sent + failed + dropped == n  # none vanished uncounted
+    assert len(kube.events) == sent and failed == 0
+    assert sent > 20 and dropped > 0  # the time left was used, at the DELETE rate, and the rest counted

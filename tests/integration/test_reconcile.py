@@ -18,6 +18,7 @@ from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import PodDeleter, load_configuration
 from pod_sweeper.store import db, reconciliation, status
+from pod_sweeper.tasks.outage import OutageWatch
 from pod_sweeper.tasks.reconcile import Reconciler
 
 pytestmark = pytest.mark.versions
@@ -65,7 +66,8 @@ async def reconciler(settings: Settings) -> AsyncIterator[Reconciler]:
     pool = db.make_pool(settings, max_size=2)
     await pool.open(wait=True, timeout=10)
     try:
-        yield Reconciler(settings, pool, deleter, Metrics())
+        metrics = Metrics()
+        yield Reconciler(settings, pool, deleter, metrics, OutageWatch(settings, pool, deleter, metrics))
     finally:
         await pool.close()
         deleter.close()

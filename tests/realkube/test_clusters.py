@@ -13,7 +13,7 @@ import pytest
 
 from conformance.apiserver import core_api, manifest
 from conftest import run
-from helpers import DaemonThread, attach_table, daemon_settings, wait_until
+from helpers import DaemonThread, attach_table, cli, daemon_settings, wait_until
 from pod_sweeper.testing.kubeapiserver import KubeApiServer
 
 NS = "sandboxes"
@@ -69,3 +69,46 @@ def test_two_clusters_one_outbox(
     assert set(retired_events(west, namespace)) == {"only"}  # nothing recorded on west's twin
     claimed = {r["sandbox_id"]: r["claimed_by"] for r in pg.execute("SELECT * FROM pod_sweeper.outbox").fetchall()}
     assert claimed == {"twin-east": "east-1", "only-west": "west-1"}
+
+
+def test_one_clusters_burst_trips_its_breaker_alone_on_the_real_servers(
+    kube_apiserver: KubeApiServer, west: KubeApiServer, pg: psycopg.Connection[Any], db_url: str
+) -> None:
+    """60 retires in east with a budget of 20 a minute trip east's breaker; west's 10 are deleted at
+    once and west stays ready; resuming east lets east go on."""
+    east = kube_apiserver
+    namespace = f"{NS}-{uuid.uuid4().hex[:6]}"
+    pg.execute(
+        "CREATE TABLE runs (sandbox_id text PRIMARY KEY, generation int NOT NULL, pod_namespace text NOT NULL,"
+        " pod_name text NOT NULL, pod_uid uuid, active bool NOT NULL DEFAULT true, cluster text NOT NULL)"
+    )
+    run(attach_table(db_url, "public.runs", ["cluster=cluster"]))
+    for cluster, server, count in (("east", east, 60), ("west", west, 10)):
+        server.namespace(namespace)
+        core = core_api(server.admin_kubeconfig)
+        for i in range(count):
+            pod = core.create_namespaced_pod(namespace, manifest(f"{cluster}-{i}"))
+            pg.execute(
+                "INSERT INTO runs VALUES (%s, 1, %s, %s, %s, true, %s)",
+                (f"{cluster}-{i}", namespace, f"{cluster}-{i}", uuid.UUID(pod.metadata.uid), cluster),
+            )
+    replicas = [
+        daemon_settings(db_url, server.admin_kubeconfig, cluster=cluster, replica_id=f"{cluster}-1",
+                        max_deletes_per_minute=20)
+        for cluster, server in (("east", east), ("west", west))
+    ]  # fmt: skip
+    deleted = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE cluster = %s AND outcome = 'deleted'"
+    with DaemonThread(replicas[0]) as east_replica, DaemonThread(replicas[1]) as west_replica:
+        pg.execute("UPDATE runs SET active = false WHERE cluster = 'east'")
+        wait_until(lambda: east_replica.daemon.sweeper.breaker_reason, timeout=30, what="east's breaker to trip")
+        pg.execute("UPDATE runs SET active = false WHERE cluster = 'west'")
+        wait_until(lambda: pg.execute(deleted, ("west",)).fetchone()["n"] == 10, timeout=30, what="west's 10")
+        assert west_replica.daemon.ready and not east_replica.daemon.ready
+        held = pg.execute(deleted, ("east",)).fetchone()["n"]
+        assert 10 <= held <= 20
+        left = len(core_api(east.admin_kubeconfig).list_namespaced_pod(namespace).items)
+        assert left == 60 - held
+        resumed = cli("resume", "--cluster", "east", url=db_url)
+        assert resumed.returncode == 0, resumed.stderr
+        wait_until(lambda: pg.execute(deleted, ("east",)).fetchone()["n"] > held, timeout=30, what="east resumes")
+    assert core_api(west.admin_kubeconfig).list_namespaced_pod(namespace).items == []

@@ -92,6 +92,8 @@ def test_alerts_use_exported_metrics() -> None:
         "PodSweeperNotReady",
         "PodSweeperClusterUnswept",
         "PodSweeperNamespaceRefused",
+        "PodSweeperBreakerTripped",
+        "PodSweeperKubeUnreachable",
         "PodSweeperNoProgress",
     }
     for rule in rules:

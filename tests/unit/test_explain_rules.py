@@ -43,7 +43,7 @@ def test_target_parsing() -> None:
     ("overrides", "tripped", "expected"),
     [
         ({}, False, "claimable now: the next claim takes it, attempt 1"),
-        ({}, True, "held back: the blast-radius breaker is tripped"),
+        ({}, True, "held back: the blast-radius breaker of cluster default is tripped"),
         ({"attempts": 2, "next_attempt_at": NOW + timedelta(seconds=30)}, False, "waits in backoff until"),
         ({"attempts": 2, "next_attempt_at": NOW + timedelta(seconds=30)}, False, "(30 s from now), then attempt 3"),
         (

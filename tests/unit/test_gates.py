@@ -1,5 +1,5 @@
-"""The gates alone, with a clock of their own: the 401 circuit, the per-namespace 403 gates and the
-breaker's policy."""
+"""The gates alone, with a clock of their own: the 401 circuit, the per-namespace 403 gates, the outage
+gate and the breaker's policy."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.store.outbox import BreakerWindow
-from pod_sweeper.tasks.gates import AuthGate, NamespaceGates, breaker_budget, trip_reason
+from pod_sweeper.tasks.gates import AuthGate, NamespaceGates, OutageGate, breaker_budget, trip_reason
 
 
 class Clock:
@@ -51,9 +51,26 @@ def test_the_breaker_budget() -> None:
 
 
 def test_the_trip_reason_names_the_count_the_busiest_namespace_and_the_way_out() -> None:
-    reason = trip_reason(1000, BreakerWindow(None, {"a": 400, "b": 600}, 0))
-    assert reason.startswith("1000 deletes within a minute reached POD_SWEEPER_MAX_DELETES_PER_MINUTE=1000")
-    assert "(most in namespace b: 600)" in reason and "`pod-sweeper resume`" in reason
+    reason = trip_reason(1000, BreakerWindow(None, {"a": 400, "b": 600}, 0), "east")
+    assert reason.startswith("cluster east: 1000 deletes within a minute reached POD_SWEEPER_MAX_DELETES_PER_MINUTE")
+    assert "(most in namespace b: 600)" in reason and "`pod-sweeper resume --cluster east`" in reason
+
+
+def test_the_outage_gate_stays_closed_until_a_probe_is_answered_probing_less_often_each_time() -> None:
+    clock = Clock()
+    gate = OutageGate(Backoff(1.0, 30.0, rng=random.Random(1)), clock=clock)
+    assert gate.open and gate.wait() == 0 and gate.reason is None
+    delays = []
+    for _ in range(8):
+        delays.append(gate.close("connection refused"))
+        assert not gate.open and gate.wait() == pytest.approx(delays[-1])
+        clock.now += delays[-1]
+        assert not gate.open and gate.wait() == 0  # due for a probe, but closed until one is answered
+    assert delays == sorted(delays[:6]) + delays[6:] and max(delays) <= 30.0 and max(delays) > 15.0
+    assert gate.since == 100.0 and gate.reason == "connection refused"
+    assert gate.reopen() == pytest.approx(sum(delays))  # how long it was closed
+    assert gate.open and gate.failures == 0 and gate.since is None
+    assert gate.close("timed out") <= 1.0  # the backoff starts over
 
 
 def test_a_refused_namespace_waits_alone_longer_each_time_up_to_the_maximum() -> None:

@@ -11,7 +11,7 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import KubeConflict, KubeRejected, KubeRetryable, KubeUnauthorized
 from pod_sweeper.core.outcome import Outcome
 from pod_sweeper.kube.api import Answer
-from pod_sweeper.tasks.outcomes import CONFIRM_MARGIN_SECONDS, Verdict, answer_label, decide
+from pod_sweeper.tasks.outcomes import CONFIRM_MARGIN_SECONDS, Verdict, answer_label, decide, needs_probe
 
 BACKOFF = Backoff(1.0, 300.0, rng=random.Random(7))
 
@@ -43,23 +43,42 @@ def test_a_pod_left_terminating_is_looked_at_again_after_its_grace() -> None:
 @pytest.mark.parametrize(
     "error",
     [
-        KubeRetryable("429 TooManyRequests", status=429, reason="TooManyRequests", retry_after=None),
         KubeRetryable("500 InternalError", status=500, reason="InternalError"),
         KubeRetryable("503 ServiceUnavailable", status=503, reason="ServiceUnavailable"),
         KubeRetryable("504 Timeout", status=504, reason="Timeout"),
         KubeRetryable("read timed out"),  # a timeout or a connection error: no status
     ],
-    ids=["429", "500", "503", "504", "timeout"],
+    ids=["500", "503", "504", "timeout"],
 )
-def test_transient_answers_retry_with_backoff_until_the_attempts_run_out(error: KubeRetryable) -> None:
+def test_the_rows_own_trouble_is_retried_with_backoff_until_the_attempts_run_out(error: KubeRetryable) -> None:
+    """No answer or a 5xx while the API server shows it is up (server_down False): the row's own."""
+    assert needs_probe(error)
     retry = decide(error, attempts=3, max_attempts=10, backoff=BACKOFF)
-    assert retry.verdict is Verdict.RETRY and 0 <= retry.delay <= BACKOFF.ceiling(3)
+    assert retry.verdict is Verdict.RETRY and BACKOFF.ceiling(3) / 2 <= retry.delay <= BACKOFF.ceiling(3)
     assert retry.http_status == error.status and retry.error == str(error)
     dead = decide(error, attempts=10, max_attempts=10, backoff=BACKOFF)
     assert (dead.verdict, dead.exhausted, dead.error) == (Verdict.DEAD, True, str(error))
 
 
-def test_retry_after_is_a_floor_for_the_backoff() -> None:
+@pytest.mark.parametrize(
+    "error",
+    [KubeRetryable("connection refused"), KubeRetryable("503", status=503, reason="ServiceUnavailable")],
+    ids=["no-answer", "503"],
+)
+def test_an_api_server_found_down_holds_the_row_uncharged_whatever_its_attempts(error: KubeRetryable) -> None:
+    held = decide(error, attempts=10, max_attempts=10, backoff=BACKOFF, server_down=True)
+    assert (held.verdict, held.delay, held.http_status) == (Verdict.HELD, 0.0, error.status)  # never dead
+
+
+def test_a_429_is_the_servers_load_not_the_row_so_it_waits_uncharged_at_least_as_asked() -> None:
+    error = KubeRetryable("429 TooManyRequests", status=429, reason="TooManyRequests", retry_after=None)
+    assert not needs_probe(error)  # an answer: the server is up
+    held = decide(error, attempts=10, max_attempts=10, backoff=BACKOFF)
+    assert (held.verdict, held.http_status, held.reason) == (Verdict.HELD, 429, "TooManyRequests")
+    assert held.delay <= BACKOFF.cap
+
+
+def test_retry_after_is_a_floor_for_the_wait() -> None:
     error = KubeRetryable("429", status=429, reason="TooManyRequests", retry_after=120.0)
     assert decide(error, attempts=1, max_attempts=10, backoff=BACKOFF).delay >= 120.0
 
@@ -82,6 +101,13 @@ def test_any_other_4xx_is_dead_at_once(status: int) -> None:
         KubeRejected(f"{status} Invalid", status=status, reason="Invalid"), attempts=1, max_attempts=10, backoff=BACKOFF
     )
     assert (d.verdict, d.exhausted, d.http_status) == (Verdict.DEAD, False, status)
+
+
+def test_only_no_answer_or_a_5xx_needs_the_probe() -> None:
+    assert not needs_probe(Answer(Outcome.DELETED, 200))
+    assert not needs_probe(KubeRejected("422", status=422, reason="Invalid"))
+    assert not needs_probe(KubeUnauthorized("401", status=401, reason="Unauthorized"))
+    assert not needs_probe(RuntimeError("a bug"))  # a bug is no news about the server
 
 
 def test_an_unforeseen_error_is_uncertain_so_the_row_is_kept() -> None:

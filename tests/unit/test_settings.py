@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pod_sweeper.core.backoff import Backoff, describe_duration, retry_span
 from pod_sweeper.core.errors import ConfigError
 from pod_sweeper.core.settings import CONFIG_FILE_ENV, Settings, load_settings, redact_conninfo, unknown_environment
 
@@ -24,7 +25,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_defaults() -> None:
     s = load_settings()
-    assert (s.poll_interval, s.lease_seconds, s.concurrency, s.max_attempts, s.http_port) == (5.0, 60.0, 16, 10, 9464)
+    assert (s.poll_interval, s.lease_seconds, s.concurrency, s.max_attempts, s.http_port) == (5.0, 60.0, 16, 34, 9464)
     assert s.retention == timedelta(days=7)
     assert s.listen is True and s.log_format == "text"
 
@@ -157,6 +158,19 @@ def test_unknown_variables_are_reported(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_redact_conninfo_key_value_form() -> None:
     assert "pw" not in redact_conninfo("host=h user=u password=pw dbname=d")
+
+
+def test_the_attempts_span_what_their_description_says_and_at_least_an_hour() -> None:
+    """The span is computed from the defaults themselves, so neither the settings table in
+    docs/operations.md (made from these descriptions) nor this claim can drift from the code."""
+    s = load_settings()
+    span = retry_span(s.backoff_base, s.backoff_max, s.max_attempts)
+    assert span.shortest >= 3600, "a row's own trouble gets at least an hour before it goes dead"
+    described = Settings.model_fields["max_attempts"].description or ""
+    said = f"{span.retries} retries spanning {describe_duration(span.shortest)} to {describe_duration(span.longest)}"
+    assert said in described, described
+    # Every retry comes back within backoff_max: a row never waits longer than that between attempts.
+    assert Backoff(s.backoff_base, s.backoff_max).ceiling(s.max_attempts) == s.backoff_max
 
 
 def test_every_setting_is_documented() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from pod_sweeper.core.backoff import describe_duration, retry_span
 from pod_sweeper.core.errors import PodSweeperError
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.text import printable
@@ -49,9 +50,19 @@ async def _listen_route(settings: Settings) -> Check:
 
 async def run_checks(settings: Settings, namespaces: list[str]) -> list[Check]:
     checks = [Check(True, "settings", f"valid; database {settings.redacted_database_url()}")]
-    schema_ok = False
+    span = retry_span(settings.backoff_base, settings.backoff_max, settings.max_attempts)
+    checks.append(
+        Check(
+            True,
+            "retries",
+            f"a row's own trouble gets {span.retries} retries spanning {describe_duration(span.shortest)} to "
+            f"{describe_duration(span.longest)} before it goes dead (an unreachable API server charges nothing)",
+        )
+    )
+    schema_ok = connected = False
     try:
         async with db.connection(settings) as conn:
+            connected = True
             checks.append(Check(True, "database", "connected"))
             version = await migrations.check_schema(conn)
             checks.append(Check(True, "schema", f"at version {version}"))
@@ -63,7 +74,7 @@ async def run_checks(settings: Settings, namespaces: list[str]) -> list[Check]:
                 detail = f"{names}: {why}"
                 checks.append(Check(False, "triggers", detail))
     except PodSweeperError as exc:
-        checks.append(Check(False, "database" if len(checks) == 1 else "schema", str(exc)))
+        checks.append(Check(False, "schema" if connected else "database", str(exc)))
     checks.append(Check(True, "wakeups", settings.wakeup_mode()))
     if settings.listens and settings.listen_database_url is not None:
         checks.append(await _listen_route(settings))

@@ -184,10 +184,26 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_resume(settings: Settings, args: argparse.Namespace) -> int:
+    cluster = args.cluster or settings.cluster
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
-        was = await outbox.resume_breaker(conn, f"{getpass.getuser()} (resume)")
-    print("breaker closed: deletes resume" if was else "the breaker was not tripped")
+        touched = await outbox.resume_breakers(
+            conn, cluster=cluster, all_clusters=args.all_clusters, who=f"{getpass.getuser()} (resume)"
+        )
+        still = [b["cluster"] for b in await status.breakers(conn) if b["tripped_at"] is not None]
+        resumed = sorted(name for name, was_tripped in touched.items() if was_tripped)
+        for name in resumed:  # the cluster's replicas sleep until their poll: wake them now
+            await outbox.notify(conn, cluster=name)
+    if resumed:
+        print(f"breaker closed, deletes resume in cluster {', '.join(resumed)}")
+    elif cluster not in touched and not args.all_clusters:
+        print(f"cluster {cluster} has no breaker yet (no replica of it has started): nothing to resume")
+    else:
+        print(
+            f"the breaker of cluster {cluster} was not tripped" if not args.all_clusters else "no breaker was tripped"
+        )
+    if still:
+        print(f"still tripped: cluster {', '.join(still)} (`pod-sweeper resume --cluster NAME`)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -285,7 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=1000, help="rows per insert (default 1000)")
     p.set_defaults(handler=cmd_backfill)
 
-    p = commands.add_parser("resume", help="close the blast-radius breaker after a trip")
+    p = commands.add_parser("resume", help="close a cluster's blast-radius breaker after a trip")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--cluster", metavar="NAME", help="the cluster whose breaker to close (default: POD_SWEEPER_CLUSTER)"
+    )
+    which.add_argument("--all-clusters", action="store_true", help="close every tripped breaker")
     p.set_defaults(handler=cmd_resume)
 
     p = commands.add_parser("demo", help="the whole loop on this machine: throwaway database, fake API server")

@@ -128,7 +128,16 @@ class Metrics:
             registry=r,
         )
         self.breaker_tripped = Gauge(
-            "pod_sweeper_breaker_tripped", "1 while the blast-radius breaker holds every delete back", registry=r
+            "pod_sweeper_breaker_tripped",
+            "1 while the blast-radius breaker of the replica's cluster holds that cluster's deletes back",
+            ["pod_cluster"],
+            registry=r,
+        )
+        self.kube_unreachable = Gauge(
+            "pod_sweeper_kube_unreachable",
+            "1 while the replica's cluster's API server cannot be reached (its rows wait, uncharged)",
+            ["pod_cluster"],
+            registry=r,
         )
         self.confirmed = Counter(
             "pod_sweeper_confirmed_gone", "Terminating pods seen gone after their grace", registry=r

@@ -26,6 +26,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from pod_sweeper.core.backoff import describe_duration, retry_span
 from pod_sweeper.core.errors import ConfigError
 
 ENV_PREFIX = "POD_SWEEPER_"
@@ -46,6 +47,15 @@ Seconds = Annotated[float, Field(gt=0)]
 # A Kubernetes label key: an optional DNS subdomain prefix and a name of at most 63 characters.
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _LABEL_KEY = rf"^({_DNS_LABEL}(\.{_DNS_LABEL})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
+
+
+# The retry defaults, and what they span (computed, never claimed: tests/unit/test_settings.py holds the
+# descriptions below to retry_span). A row's own trouble gets at least an hour before it goes dead; an API
+# server that cannot be reached charges nothing (docs/design.md, "What an answer to DELETE means").
+DEFAULT_MAX_ATTEMPTS = 34
+DEFAULT_BACKOFF_BASE = 1.0
+DEFAULT_BACKOFF_MAX = 300.0
+DEFAULT_SPAN = retry_span(DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_MAX, DEFAULT_MAX_ATTEMPTS)
 
 
 def _default_replica_id() -> str:
@@ -113,9 +123,13 @@ class Settings(BaseSettings):
         "keeping each claim transaction short.",
     )
     max_attempts: Annotated[int, Field(ge=1, le=1000)] = Field(
-        default=10,
-        description="Claims a row may take (a lease taken over after a crash counts) before it goes "
-        "`dead` with its last error. Default 10: with backoff that spans about an hour of API trouble.",
+        default=DEFAULT_MAX_ATTEMPTS,
+        description="Attempts a row may take before it goes `dead` with its last error. Charged only for "
+        "answers about the row itself (its own 5xx or timeout while the API server answers, a lease taken "
+        "over after a crash); an API server that cannot be reached, a 429, a 401 or a 403 charges nothing. "
+        f"Default {DEFAULT_MAX_ATTEMPTS}: with the default backoff, {DEFAULT_SPAN.retries} retries spanning "
+        f"{describe_duration(DEFAULT_SPAN.shortest)} to {describe_duration(DEFAULT_SPAN.longest)}, so a row's "
+        "own trouble gets at least an hour (`pod-sweeper check` says what the values in use span).",
     )
     request_timeout: Seconds = Field(
         default=10.0,
@@ -123,13 +137,14 @@ class Settings(BaseSettings):
         "capped below what is left of the claim's lease. Default 10.",
     )
     backoff_base: Seconds = Field(
-        default=1.0,
-        description="Seconds of the first retry delay; it doubles per attempt with full jitter. Default 1.",
+        default=DEFAULT_BACKOFF_BASE,
+        description="Seconds of the first retry delay's ceiling; the ceiling doubles per attempt up to "
+        "`backoff_max`, and each delay is drawn between half and all of it (equal jitter). Default 1.",
     )
     backoff_max: Seconds = Field(
-        default=300.0,
-        description="Cap, in seconds, of one retry delay. Default 300: a row is retried at least every "
-        "five minutes while its attempts last.",
+        default=DEFAULT_BACKOFF_MAX,
+        description="Cap, in seconds, of one retry delay (also of a refused namespace's wait). Default 300: a "
+        "row is retried at least every five minutes while its attempts last.",
     )
     rate_limit_qps: Annotated[float, Field(ge=0)] = Field(
         default=50.0,

@@ -197,6 +197,10 @@ def _status_body(exc: ApiException) -> dict[str, Any] | None:
 def classify(exc: ApiException) -> KubeError:
     """Our error type for an API answer, with the cause chained by the caller."""
     status = int(exc.status or 0)
+    if status == 0:
+        # The client's own word for "no HTTP answer" (a TLS handshake that failed, say): not an answer
+        # about the row, so never a 4xx-style end.
+        return KubeRetryable(f"no answer from the API server: {exc.reason}"[:500])
     body = _status_body(exc) or {}
     reason = body.get("reason") or exc.reason or ""
     message = body.get("message") or (exc.body.decode() if isinstance(exc.body, bytes) else str(exc.body or ""))
@@ -300,6 +304,24 @@ class PodDeleter:
         response = self._call(self._core.delete_namespaced_pod, name, namespace, body=body, timeout=timeout)
         _ = response.data
         return int(response.status)
+
+    def probe(self, *, timeout: float) -> str | None:
+        """Whether the API server answers at all: None when ``GET /readyz`` gets an answer below 500 (a
+        401 or 403 is an answer: the credentials are the auth gate's business), else why not. Every
+        identity may read /readyz (the default ClusterRole system:public-info-viewer), and it fails
+        when etcd does, so it tells "the server is down" from "this pod's DELETE failed"."""
+        method, url, headers, _, _ = self._api_client.param_serialize("GET", "/readyz", auth_settings=["BearerToken"])
+        try:
+            response = self._api_client.call_api(method, url, header_params=headers, _request_timeout=timeout)
+            body = response.read() or b""
+        except ApiException as exc:  # a TLS failure: the client says status 0
+            return f"no answer from the API server: {exc.reason}"[:500]
+        except _TRANSPORT_ERRORS as exc:
+            return f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]
+        if response.status >= 500:
+            checks = " ".join(line for line in body.decode(errors="replace").splitlines() if "failed" in line)
+            return f"the API server answers GET /readyz with {response.status} {checks}".strip()[:500]
+        return None
 
     def may(self, verb: str, namespace: str, *, timeout: float) -> bool:
         """Whether the API server lets us ``verb`` pods in ``namespace`` (a SelfSubjectAccessReview)."""

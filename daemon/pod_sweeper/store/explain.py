@@ -68,7 +68,8 @@ def next_step(row: dict[str, Any], *, breaker_tripped: bool) -> str:
     status = row["status"]
     if status == "pending":
         held = (
-            " (held back: the blast-radius breaker is tripped; `pod-sweeper resume` after a look)"
+            f" (held back: the blast-radius breaker of cluster {row.get('cluster', DEFAULT_CLUSTER)} is tripped;"
+            f" `pod-sweeper resume --cluster {row.get('cluster', DEFAULT_CLUSTER)}` after a look)"
             if breaker_tripped
             else ""
         )
@@ -131,7 +132,7 @@ class Story:
     outbox: list[dict[str, Any]] = field(default_factory=list)
     attempts: list[dict[str, Any]] = field(default_factory=list)
     suspects: list[dict[str, Any]] = field(default_factory=list)
-    breaker: dict[str, Any] | None = None
+    breakers: list[dict[str, Any]] = field(default_factory=list)  # the tripped ones
     next: list[str] = field(default_factory=list)
 
 
@@ -162,11 +163,11 @@ async def gather(conn: Connection, text: str) -> Story:
         async with conn.transaction():  # a host table that changed under us fails this lookup alone
             cur = await conn.execute(_executions_query(attachment), {**params, "sandboxes": sandboxes})
             story.executions += [{"table": ".".join(attachment.table), **r} for r in await cur.fetchall()]
-    breaker = await (await conn.execute(queries.load("status_breaker"))).fetchone()
-    story.breaker = dict(breaker) if breaker else None
-    tripped = bool(story.breaker and story.breaker["tripped_at"])
+    rows = await (await conn.execute(queries.load("status_breaker"))).fetchall()
+    story.breakers = [dict(r) for r in rows if r["tripped_at"] is not None]
+    tripped = {b["cluster"] for b in story.breakers}
     if story.outbox:
-        story.next = [f"row {r['id']}: {next_step(r, breaker_tripped=tripped)}" for r in story.outbox]
+        story.next = [f"row {r['id']}: {next_step(r, breaker_tripped=r['cluster'] in tripped)}" for r in story.outbox]
     else:
         story.next = [no_row_story(story.executions, story.suspects)]
     return story
@@ -197,7 +198,7 @@ def render_text(story: Story) -> str:
         outbox=_shown(story.outbox),
         attempts=_shown(story.attempts),
         suspects=_shown(story.suspects),
-        breaker=_shown([story.breaker])[0] if story.breaker else story.breaker,
+        breakers=_shown(story.breakers),
     )
     return "\n".join(printable(line) for line in _render_lines(shown))
 
@@ -232,8 +233,11 @@ def _render_lines(story: Story) -> list[str]:
             f"suspect: {s['pod_namespace']}/{s['pod_name']} ({s['why']}), first seen "
             f"{s['first_seen_at']:%Y-%m-%d %H:%M:%S}, last seen {s['last_seen_at']:%Y-%m-%d %H:%M:%S}"
         )
-    if story.breaker and story.breaker["tripped_at"]:
-        lines.append(f"breaker: TRIPPED at {story.breaker['tripped_at']:%Y-%m-%d %H:%M:%S}: {story.breaker['reason']}")
+    for breaker in story.breakers:
+        lines.append(
+            f"breaker of cluster {breaker['cluster']}: TRIPPED at {breaker['tripped_at']:%Y-%m-%d %H:%M:%S}: "
+            f"{breaker['reason']}"
+        )
     lines.append("")
     lines.append("next:")
     lines.extend(f"  {step}" for step in story.next)

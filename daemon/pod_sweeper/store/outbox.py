@@ -250,6 +250,8 @@ async def prune(conn: Connection, *, retention_seconds: float, batch: int = 1000
 
 @dataclass(frozen=True)
 class BreakerWindow:
+    """One cluster's breaker as the claim reads it (its row locked for the claim's transaction)."""
+
     tripped_reason: str | None  # None: closed
     deletes: dict[str, int]  # per namespace, since the later of a minute ago and the last resume
     claimed: int  # rows any replica holds right now: deletes that may still happen
@@ -259,21 +261,41 @@ class BreakerWindow:
         return sum(self.deletes.values())
 
 
-async def breaker_window(conn: Connection) -> BreakerWindow:
-    rows = await (await conn.execute(queries.load("breaker_window"))).fetchall()
+async def breaker_window(conn: Connection, cluster: str) -> BreakerWindow:
+    """Inside a transaction: read the cluster's breaker and lock its row until the transaction ends, so
+    that one replica at a time spends the cluster's budget."""
+    rows = await (await conn.execute(queries.load("breaker_window"), {"cluster": cluster})).fetchall()
     tripped = rows[0]["reason"] or "tripped" if rows and rows[0]["tripped_at"] else None
     claimed = int(rows[0]["claimed"]) if rows else 0
     return BreakerWindow(tripped, {r["pod_namespace"]: r["deletes"] for r in rows if r["pod_namespace"]}, claimed)
 
 
-async def trip_breaker(conn: Connection, reason: str, who: str) -> None:
-    await conn.execute(queries.load("breaker_trip"), {"reason": reason, "who": who})
+async def trip_breaker(conn: Connection, cluster: str, reason: str, who: str) -> None:
+    await conn.execute(queries.load("breaker_trip"), {"cluster": cluster, "reason": reason, "who": who})
 
 
-async def resume_breaker(conn: Connection, who: str) -> bool:
-    """Close the breaker; True when it had been tripped."""
-    row = await (await conn.execute(queries.load("breaker_resume"), {"who": who})).fetchone()
-    return bool(row and row["was_tripped_at"])
+async def resume_breakers(conn: Connection, *, cluster: str, all_clusters: bool, who: str) -> dict[str, bool]:
+    """Close the breaker of ``cluster`` (or of every tripped one); each breaker touched -> whether it
+    had been tripped."""
+    params = {"cluster": cluster, "all_clusters": all_clusters, "who": who}
+    rows = await (await conn.execute(queries.load("breaker_resume"), params)).fetchall()
+    return {r["cluster"]: r["was_tripped_at"] is not None for r in rows}
+
+
+async def record_outage(conn: Connection, *, cluster: str, replica: str, reason: str, closed_for: float) -> None:
+    """This replica cannot reach its API server (since ``closed_for`` seconds ago)."""
+    params = {"cluster": cluster, "replica": replica, "reason": reason, "closed_for": closed_for}
+    await conn.execute(queries.load("outage_record"), params)
+
+
+async def clear_outage(conn: Connection, *, cluster: str, replica: str) -> None:
+    """This replica's API server answers."""
+    await conn.execute(queries.load("outage_clear"), {"cluster": cluster, "replica": replica})
+
+
+async def prune_outages(conn: Connection) -> int:
+    """Outage reports an hour stale (their replica died mid-outage); how many were deleted."""
+    return (await conn.execute(queries.load("outage_prune"))).rowcount
 
 
 # --- signals and small reads of the daemon's tasks ----------------------------------------------------
@@ -290,13 +312,8 @@ async def listen(conn: Connection, cluster: str = DEFAULT_CLUSTER) -> None:
 
 
 async def cluster_rows(conn: Connection, cluster: str, owner: str) -> None:
-    """The cluster's wakeup flag and reconciliation lease rows, made once by its first replica."""
+    """The cluster's wakeup flag, reconciliation lease and breaker rows, made once by its first replica."""
     await conn.execute(queries.load("cluster_rows"), {"cluster": cluster, "owner": owner})
-
-
-async def lock_breaker(conn: Connection) -> None:
-    """Inside a transaction: one replica at a time spends the breaker's budget."""
-    await conn.execute(queries.load("advisory_lock"), {"key": queries.Lock.BREAKER})
 
 
 async def reopen_dry_run(conn: Connection) -> int:

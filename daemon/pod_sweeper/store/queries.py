@@ -34,7 +34,6 @@ class Lock(enum.IntEnum):
 
     MIGRATION = 0x706F6473776570  # "podswep": one migration at a time
     PRUNE = 0x706F647072756E  # "podprun": one retention pass at a time
-    BREAKER = 0x706F64627265616B  # "podbreak": the breaker's budget and the claim that spends it
     WAKEUP = 0x706F6477616B6575  # "podwakeu": enqueues hold it shared, arming takes it exclusively
 
 

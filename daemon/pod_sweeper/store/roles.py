@@ -34,7 +34,10 @@ async def runtime_grants(
         # enqueue (the enqueue function runs as its caller; the host's writers still get nothing)
         sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.outbox TO {}").format(ours, who),
         sql.SQL("GRANT SELECT, INSERT, DELETE ON {}.attempts TO {}").format(ours, who),
-        sql.SQL("GRANT SELECT, UPDATE ON {}.breaker TO {}").format(ours, who),
+        # the breakers: a cluster's first replica adds its row (migration 0010), the claim trips it
+        sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}.breaker TO {}").format(ours, who),
+        # what each replica reports of its API server's outages, and retention of stale reports
+        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.outages TO {}").format(ours, who),
         # arming and clearing the wakeup flag (the reconciliation's enqueue reads it)
         # (INSERT: a cluster's first replica adds its row, migration 0009)
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}.wakeup TO {}").format(ours, who),

@@ -12,13 +12,19 @@ from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 
 
+async def breakers(conn: Connection) -> list[dict[str, Any]]:
+    """Every cluster's blast-radius breaker."""
+    return [dict(row) for row in await (await conn.execute(queries.load("status_breaker"))).fetchall()]
+
+
 async def read_status(conn: Connection) -> dict[str, Any]:
     """The lag row and the summary rows, as plain data."""
     lag = await (await conn.execute(queries.load("status_lag"))).fetchone()
     summary = await (await conn.execute(queries.load("status_summary"))).fetchall()
     failures = await (await conn.execute(queries.load("status_failures"))).fetchall()
     stuck = await (await conn.execute(queries.load("status_stuck"))).fetchall()
-    breaker = await (await conn.execute(queries.load("status_breaker"))).fetchone()
+    breakers = await (await conn.execute(queries.load("status_breaker"))).fetchall()
+    outages = await (await conn.execute(queries.load("status_outages"))).fetchall()
     terminating = await (await conn.execute(queries.load("status_terminating"))).fetchall()
     reconcile = await (await conn.execute(queries.load("status_reconcile"))).fetchall()
     wakeup = await (await conn.execute(queries.load("status_wakeup"))).fetchall()
@@ -30,7 +36,8 @@ async def read_status(conn: Connection) -> dict[str, Any]:
         "wakeup": [dict(row) for row in wakeup],
         "reconcile": [dict(row) for row in reconcile],
         "stuck_terminating": [dict(row) for row in terminating],
-        "breaker": dict(breaker or {}),
+        "breakers": [dict(row) for row in breakers],
+        "outages": [dict(row) for row in outages],
         "lag": dict(lag or {}),
         "summary": [dict(row) for row in summary],
         "recent_failures": [dict(row) for row in failures],
@@ -85,7 +92,6 @@ def _render_text(status: dict[str, Any]) -> str:
     summary_rows = [
         [r["status"], r["outcome"], r["rows"], r["oldest_enqueued_at"], r["last_updated_at"]] for r in status["summary"]
     ]
-    breaker = status.get("breaker") or {}
     parts = [
         render_table(["lag", "value"], lag_rows),
         render_table(["status", "outcome", "rows", "oldest enqueued", "last updated"], summary_rows)
@@ -138,12 +144,21 @@ def _render_text(status: dict[str, Any]) -> str:
         )
     if not wakeups:
         parts.append("wakeup flag: row missing, so every retire NOTIFYs; INSERT INTO pod_sweeper.wakeup DEFAULT VALUES")
-    if breaker.get("tripped_at"):
+    for outage in reversed(status.get("outages") or []):
         parts.insert(
             0,
-            f"BREAKER TRIPPED at {_cell(breaker['tripped_at'])} by {breaker['tripped_by']}: "
-            f"{breaker['reason']}\nno pod is deleted until `pod-sweeper resume`",
+            f"API SERVER UNREACHABLE (cluster {outage['cluster']}) since {_cell(outage['since'])}, reported by "
+            f"{outage['replica']} (last probe {_cell(outage['probed_at'])}): {outage['reason']}\n"
+            "its rows wait, uncharged; they are claimed again as soon as a probe is answered",
         )
+    for breaker in reversed(status.get("breakers") or []):
+        if breaker.get("tripped_at"):
+            parts.insert(
+                0,
+                f"BREAKER TRIPPED (cluster {breaker['cluster']}) at {_cell(breaker['tripped_at'])} by "
+                f"{breaker['tripped_by']}: {breaker['reason']}\nno pod of cluster {breaker['cluster']} is deleted "
+                f"until `pod-sweeper resume --cluster {breaker['cluster']}`",
+            )
     return "\n\n".join(parts)
 
 

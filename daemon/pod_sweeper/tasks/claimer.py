@@ -3,7 +3,9 @@
 Then it sleeps until a NOTIFY, the next due time (a backoff ending, a lease expiring) or the poll
 interval, whichever comes first. Before it sleeps it arms the wakeup flag, so that retires NOTIFY
 (they do not while a sweeper is claiming: migration 0007), and claims once more. With the
-blast-radius breaker on, the budget and the claim run in one transaction under its advisory lock.
+blast-radius breaker on, the cluster's budget and the claim run in one transaction holding the cluster's
+breaker row. While the API server cannot be reached (the outage watch), it claims nothing, and claims
+at once when the server answers again.
 A database error is retried with backoff; the rows it claims go to the pipeline only after the claim's
 transaction has committed, so no DELETE ever runs inside a transaction.
 """
@@ -41,15 +43,19 @@ class Claimer:
     ) -> None:
         self.pool, self.attachments = pool, attachments
         self.settings, self.pipeline, self.metrics = shared.settings, shared.pipeline, shared.metrics
-        self.backoff, self.auth, self.breaker, self.stopping = (
+        self.backoff, self.auth, self.breaker, self.outage, self.stopping = (
             shared.backoff,
             shared.auth,
             shared.breaker,
+            shared.outage,
             shared.stopping,
         )
         self.wake = asyncio.Event()
         self.wake_source = "start"
         self.last_turn = time.monotonic()  # the claimer's heartbeat, for the systemd watchdog
+        # Waiting out a closed gate (the API server unreachable, a 401) on purpose: the heartbeat stands
+        # still, and a restart would cure nothing, so the watchdog must not count it as a stall.
+        self.gated = False
         self.first_claim_done = asyncio.Event()  # the start-up catch-up claim ran (readiness waits on it)
 
     def notify(self, source: str) -> None:
@@ -68,6 +74,15 @@ class Claimer:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stopping.wait(), seconds)
 
+    async def _sleep_until_reachable(self) -> None:
+        """Until the outage watch opens its gate again, or the stop."""
+        waits = [asyncio.ensure_future(self.outage.opened.wait()), asyncio.ensure_future(self.stopping.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+
     async def run(self) -> None:
         db_failures = 0
         just_armed = False  # the next claim is the one after arming: it must not clear the flag
@@ -75,8 +90,15 @@ class Claimer:
         pipeline = self.pipeline
         while not self.stopping.is_set():
             self.last_turn = time.monotonic()
-            if not self.auth.open:
-                await self._sleep_until_stop(self.auth.wait())
+            if not self.outage.open or not self.auth.open:
+                self.gated = True
+                try:
+                    if not self.outage.open:
+                        await self._sleep_until_reachable()
+                    else:
+                        await self._sleep_until_stop(self.auth.wait())
+                finally:
+                    self.gated = False
                 continue
             room = pipeline.free
             # Claim when the workers may run dry, or a whole batch fits: claiming whatever room each
@@ -168,29 +190,28 @@ class Claimer:
 
     @contextlib.asynccontextmanager
     async def _breaker_section(self, conn: Connection) -> AsyncIterator[None]:
-        """With the breaker on, the budget and the claim run in one transaction under an advisory
-        lock (the claim's own transaction becomes a savepoint); with it off, nothing."""
+        """With the breaker on, the budget and the claim run in one transaction (the claim's own becomes
+        a savepoint), which the budget's read holds the cluster's breaker row in; with it off, nothing."""
         if not self.settings.max_deletes_per_minute:
             yield
             return
         async with conn.transaction():
-            await outbox.lock_breaker(conn)
             yield
 
     async def _breaker_budget(self, conn: Connection, want: int) -> int:
-        """How many rows this claim may take under the blast-radius breaker (0: none; tripped or
-        the minute's budget spent). Counts every replica's deletes, from the attempt history."""
+        """How many rows this claim may take under the cluster's blast-radius breaker (0: none; tripped or
+        the minute's budget spent). Counts the cluster's deletes by every replica, from the attempt history."""
         limit = self.settings.max_deletes_per_minute
         if not limit:
             return want
-        window = await outbox.breaker_window(conn)
+        window = await outbox.breaker_window(conn, self.settings.cluster)
         self.breaker.reason = window.tripped_reason
         if (budget := breaker_budget(limit, window, want)) > 0 or window.tripped_reason is not None:
             return budget
         due = await outbox.next_due(conn, self.settings.cluster)
         if due is not None and due <= 0:  # work is waiting, and the minute's deletes are spent: trip
-            reason = trip_reason(limit, window)
-            await outbox.trip_breaker(conn, reason, self.settings.replica_id)
+            reason = trip_reason(limit, window, self.settings.cluster)
+            await outbox.trip_breaker(conn, self.settings.cluster, reason, self.settings.replica_id)
             self.breaker.reason = reason
             logger.critical("blast-radius breaker tripped, no more deletes: {reason}", reason=reason)
         return 0

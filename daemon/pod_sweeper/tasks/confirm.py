@@ -3,7 +3,9 @@ grace has passed the pod is looked at again. Gone (or replaced under its name): 
 with its UID past ``POD_SWEEPER_STUCK_TERMINATING_SECONDS``: reported stuck (log, metric, status), and
 force-deleted only when ``POD_SWEEPER_FORCE_STUCK`` is set and the pod's node is gone, still under the
 UID precondition. Rows are taken with SKIP LOCKED by moving their ``confirm_after`` forward, so any
-number of replicas can share the work; an uncertain answer just waits for the next look.
+number of replicas can share the work; an uncertain answer just waits for the next look. Nothing is
+looked at while the API server cannot be reached (the outage watch), and a look that gets no answer
+asks the watch before the pass goes on.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pod_sweeper.kube.api import PodDeleter
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import confirmation
 from pod_sweeper.store.db import Connection
+from pod_sweeper.tasks.outage import OutageWatch
+from pod_sweeper.tasks.outcomes import needs_probe
 
 BATCH = 50
 RECHECK_SECONDS = 30.0  # how long a looked-at, still-terminating pod waits for the next look
@@ -31,9 +35,14 @@ RECHECK_SECONDS = 30.0  # how long a looked-at, still-terminating pod waits for 
 
 class Confirmer:
     def __init__(
-        self, settings: Settings, pool: AsyncConnectionPool[Connection], deleter: PodDeleter, metrics: Metrics
+        self,
+        settings: Settings,
+        pool: AsyncConnectionPool[Connection],
+        deleter: PodDeleter,
+        metrics: Metrics,
+        outage: OutageWatch,
     ) -> None:
-        self.settings, self.pool, self.deleter, self.metrics = settings, pool, deleter, metrics
+        self.settings, self.pool, self.deleter, self.metrics, self.outage = settings, pool, deleter, metrics, outage
         self.interval = min(settings.poll_interval, 5.0)
         self.scope = NamespaceScope(settings.namespaces)
 
@@ -45,6 +54,8 @@ class Confirmer:
             pass
 
     async def pass_once(self) -> int:
+        if not self.outage.open:
+            return 0
         async with self.pool.connection() as conn:
             rows = await confirmation.take_due(conn, batch=BATCH, recheck_seconds=RECHECK_SECONDS)
         if not rows:
@@ -52,11 +63,14 @@ class Confirmer:
         ids, gone, stuck = [], [], []
         timeout = self.settings.request_timeout
         for row in rows:
+            sent = time.monotonic()
             try:
                 state = await asyncio.to_thread(
                     self.deleter.pod_state, row.pod_namespace, row.pod_name, timeout=timeout
                 )
             except KubeError as exc:
+                if needs_probe(exc) and await self.outage.server_down(sent):
+                    break  # the rest of the batch comes back after RECHECK_SECONDS, like this one
                 logger.info(
                     "confirming {ns}/{pod} must wait: {error}",
                     ns=row.pod_namespace,
@@ -64,6 +78,7 @@ class Confirmer:
                     error=str(exc),
                 )
                 continue
+            self.outage.answered(sent)
             uid = row.pod_uid
             still_there = state is not None and state.uid == uid
             overdue = (datetime.now(UTC) - row.done_at).total_seconds() > self.settings.stuck_terminating_seconds
@@ -84,8 +99,9 @@ class Confirmer:
                 )
             if overdue and self.settings.force_stuck and state is not None and state.node_name:
                 await self._force_if_node_gone(row.pod_namespace, row.pod_name, uid, state.node_name)
-        async with self.pool.connection() as conn:
-            await confirmation.record(conn, ids=ids, gone=gone, stuck=stuck)
+        if ids:
+            async with self.pool.connection() as conn:
+                await confirmation.record(conn, ids=ids, gone=gone, stuck=stuck)
         return len(rows)
 
     async def _force_if_node_gone(self, namespace: str, name: str, uid: str, node: str) -> None:

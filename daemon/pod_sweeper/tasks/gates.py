@@ -9,6 +9,11 @@ what is wrong, and opens again on the first answer Kubernetes gives.
 policy), so it holds back that namespace's rows alone, for a backoff of its own that grows to
 ``backoff_max``; every other namespace goes on at full speed and the replica stays ready.
 
+``OutageGate``: the API server cannot be reached, or answers 5xx to everything (its health check says
+so too). That is nobody's fault a row could answer for, so every row waits uncharged while the gate is
+closed, and nothing is sent but a probe of the server, after a backoff that grows to half a minute; the
+first probe the server answers opens the gate again.
+
 ``breaker_budget`` and ``trip_reason``: how many rows a claim may take within the minute's deletes
 (counted across replicas from the attempt history, plus the claims held right now), and why the
 breaker trips when the budget is spent while work is waiting.
@@ -93,9 +98,46 @@ class NamespaceGates:
         return dict(self.errors)
 
 
+class OutageGate:
+    """Closed while the API server cannot be reached; opened only by a probe it answers."""
+
+    def __init__(self, backoff: Backoff, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._backoff, self._clock = backoff, clock
+        self.failures = 0  # probes failed in a row
+        self.since: float | None = None  # when it closed (monotonic); None while open
+        self.next_probe = 0.0
+        self.reason: str | None = None  # why it is closed; None while open
+
+    def close(self, reason: str) -> float:
+        """A probe failed: stay closed (or close) until the next probe; returns the seconds until it."""
+        self.failures += 1
+        now = self._clock()
+        if self.since is None:
+            self.since = now
+        delay = self._backoff.delay(self.failures)
+        self.next_probe = now + delay
+        self.reason = reason
+        return delay
+
+    def reopen(self) -> float:
+        """A probe was answered: open; returns how long it was closed."""
+        closed_for = 0.0 if self.since is None else self._clock() - self.since
+        self.failures, self.since, self.reason = 0, None, None
+        return closed_for
+
+    @property
+    def open(self) -> bool:
+        return self.reason is None
+
+    def wait(self) -> float:
+        """Seconds until the next probe is due (0 while open)."""
+        return 0.0 if self.open else max(0.0, self.next_probe - self._clock())
+
+
 class BreakerGate:
-    """The blast-radius breaker as this replica last read it from the database: the claimer sets it,
-    the workers ask it before each DELETE, readiness reports it."""
+    """The blast-radius breaker of this replica's cluster as it last read it from the database: the
+    claimer sets it, the workers ask it before each DELETE, readiness reports it. Another cluster's
+    breaker never closes it."""
 
     def __init__(self) -> None:
         self.reason: str | None = None  # set while tripped
@@ -115,11 +157,13 @@ def breaker_budget(limit: int, window: BreakerWindow, want: int) -> int:
     return max(0, min(want, limit - window.total - window.claimed))
 
 
-def trip_reason(limit: int, window: BreakerWindow) -> str:
-    """Why the breaker trips: the minute's count, the busiest namespace, and what to do."""
+def trip_reason(limit: int, window: BreakerWindow, cluster: str) -> str:
+    """Why a cluster's breaker trips: the minute's count, the busiest namespace, and what to do."""
     busiest = max(window.deletes, key=lambda ns: window.deletes[ns], default="-")
+    in_flight = f" and {window.claimed} in flight" if window.claimed else ""
     return (
-        f"{window.total} deletes within a minute reached POD_SWEEPER_MAX_DELETES_PER_MINUTE={limit} "
-        f"(most in namespace {busiest}: {window.deletes.get(busiest, 0)}) with more rows waiting; "
-        "check what retired them, then run `pod-sweeper resume`"
+        f"cluster {cluster}: {window.total} deletes within a minute{in_flight} reached "
+        f"POD_SWEEPER_MAX_DELETES_PER_MINUTE={limit} (most in namespace {busiest}: "
+        f"{window.deletes.get(busiest, 0)}) with more rows waiting; check what retired them, then run "
+        f"`pod-sweeper resume --cluster {cluster}`"
     )

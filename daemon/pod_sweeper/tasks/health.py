@@ -4,8 +4,8 @@ timer that refreshes the database gauges.
 The server runs on its own thread (a scrape or a probe must answer even while the event loop is busy)
 and only reads state that the loop writes: a heartbeat time and a few flags. ``/livez`` says the loop
 is turning; ``/readyz`` says the daemon can do its job right now: database reachable, schema at the
-expected version, listener healthy (or poll-only), Kubernetes not refusing us, start-up catch-up done,
-not stopping. Each answers a short JSON reason.
+expected version, listener healthy (or poll-only), the API server reachable and not refusing us,
+start-up catch-up done, not stopping. Each answers a short JSON reason.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class Health:
     # Read from their owners at the moment a probe asks (see ``watch``), never copied on a timer.
     listener_ok: Callable[[], bool | None] = lambda: None  # None: poll-only mode
     kube_error: Callable[[], str | None] = lambda: None
+    kube_unreachable: Callable[[], str | None] = lambda: None  # the outage watch's reason while closed
     breaker: Callable[[], str | None] = lambda: None  # the blast-radius breaker's reason while tripped
 
     def watch(
@@ -53,10 +54,13 @@ class Health:
         *,
         listener_ok: Callable[[], bool | None],
         kube_error: Callable[[], str | None],
+        kube_unreachable: Callable[[], str | None],
         breaker: Callable[[], str | None],
     ) -> None:
-        """Where readiness reads the listener's health, Kubernetes' refusal and the breaker from."""
+        """Where readiness reads the listener's health, Kubernetes' refusal and reachability, and the
+        breaker from."""
         self.listener_ok, self.kube_error, self.breaker = listener_ok, kube_error, breaker
+        self.kube_unreachable = kube_unreachable
 
     def readiness(self) -> tuple[bool, str]:
         problems = []
@@ -68,6 +72,8 @@ class Health:
             problems.append("schema not checked")
         if self.listener_ok() is False:
             problems.append("listener not hearing NOTIFY")
+        if unreachable := self.kube_unreachable():
+            problems.append(unreachable)
         if kube_error := self.kube_error():
             problems.append(f"kubernetes refuses us: {kube_error}")
         if breaker := self.breaker():

@@ -21,7 +21,7 @@ from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core import failpoints
-from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.core.backoff import RECONNECT_MAX_SECONDS, Backoff
 from pod_sweeper.core.errors import DatabaseUnavailable, first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
@@ -49,7 +49,7 @@ class Listener:
         self.listening = asyncio.Event()  # set once the first LISTEN is in place
         self.reconnects = 0
         self._pings = itertools.count(1)
-        self._backoff = Backoff(settings.backoff_base, min(settings.backoff_max, 30.0))
+        self._backoff = Backoff(settings.backoff_base, min(settings.backoff_max, RECONNECT_MAX_SECONDS))
 
     async def run(self) -> None:
         failures = 0

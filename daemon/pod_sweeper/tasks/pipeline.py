@@ -18,6 +18,7 @@ from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store.outbox import Claim, Final
 from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates
+from pod_sweeper.tasks.outage import OutageWatch
 
 
 @dataclass
@@ -75,4 +76,5 @@ class Shared:
     auth: AuthGate  # 401: every row waits
     namespaces: NamespaceGates  # 403: that namespace's rows wait
     breaker: BreakerGate
+    outage: OutageWatch  # the API server cannot be reached: every row waits
     stopping: asyncio.Event  # set by the graceful stop: no new claims, no new requests

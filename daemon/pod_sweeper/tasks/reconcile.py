@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,6 +37,8 @@ from pod_sweeper.kube.api import PodDeleter, PodState
 from pod_sweeper.store import reconciliation
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment, Generation, generations, load_attachments
+from pod_sweeper.tasks.outage import OutageWatch
+from pod_sweeper.tasks.outcomes import needs_probe
 
 _BIGINT = 2**63
 
@@ -62,11 +65,16 @@ class _Suspect:
 
 class Reconciler:
     def __init__(
-        self, settings: Settings, pool: AsyncConnectionPool[Connection], deleter: PodDeleter, metrics: Metrics
+        self,
+        settings: Settings,
+        pool: AsyncConnectionPool[Connection],
+        deleter: PodDeleter,
+        metrics: Metrics,
+        outage: OutageWatch,
     ) -> None:
         assert settings.reconcile_sandbox_label and settings.reconcile_generation_label
         assert settings.reconcile_namespace
-        self.settings, self.pool, self.deleter, self.metrics = settings, pool, deleter, metrics
+        self.settings, self.pool, self.deleter, self.metrics, self.outage = settings, pool, deleter, metrics, outage
         self.sandbox_label = settings.reconcile_sandbox_label
         self.generation_label = settings.reconcile_generation_label
         self.namespace = settings.reconcile_namespace
@@ -84,8 +92,10 @@ class Reconciler:
         )
 
     async def pass_once(self) -> PassResult | None:
-        """One pass, or None when another replica holds the lease or ran one less than half an
-        interval ago."""
+        """One pass, or None when another replica holds the lease, ran one less than half an interval
+        ago, or the API server cannot be reached (the outage watch: the pass waits for the next tick)."""
+        if not self.outage.open:
+            return None
         async with self.pool.connection() as conn:
             return await self._pass(conn)
 
@@ -99,8 +109,10 @@ class Reconciler:
         attachments = await load_attachments(conn)
         result = PassResult()
         token: str | None = None
+        sent = time.monotonic()
         try:
             while True:
+                sent = time.monotonic()
                 page = await asyncio.to_thread(
                     self.deleter.list_pods,
                     self.namespace,
@@ -119,7 +131,10 @@ class Reconciler:
             result.complete = True
         except KubeError as exc:
             # An expired continue token (410) or an unreachable API: the pods not listed keep their
-            # quarantine as it was, and the next pass starts from the first page.
+            # quarantine as it was, and the next pass starts from the first page. No answer at all is
+            # the outage watch's to judge (it holds every task back while the server is down).
+            if needs_probe(exc):
+                await self.outage.server_down(sent)
             result.error = f"listing pods in {self.namespace}: {exc}"[:500]
             logger.warning("reconciliation pass stopped early: {error}", error=result.error)
         result.suspects = await reconciliation.finish(

@@ -6,8 +6,8 @@ sidecar must not crash-loop while its database restarts; one log line per attemp
 check (exit 3 if it does not match), then the LISTEN, then the first catch-up claim; only after that is
 the process ready.
 
-The tasks (listener, sweeper with its claimer, workers and finalizer, retention, confirmer, the
-reconciler when it is configured, the gauges and the shutdown watcher) run in
+The tasks (listener, the outage watch, sweeper with its claimer, workers and finalizer, retention,
+confirmer, the reconciler when it is configured, the gauges and the shutdown watcher) run in
 one task group: if any of them dies, the others are cancelled and the process exits 1 with a line
 naming the task. SIGTERM or SIGINT starts a graceful stop (no new claims, in-flight deletes get
 ``shutdown_timeout`` seconds, unfinished claims are handed back without charging an attempt, exit 0); a
@@ -29,7 +29,7 @@ from loguru import logger
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pod_sweeper.core import periodic
-from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.core.backoff import RECONNECT_MAX_SECONDS, Backoff
 from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
@@ -40,11 +40,16 @@ from pod_sweeper.store.recheck import load_attachments
 from pod_sweeper.tasks.confirm import Confirmer
 from pod_sweeper.tasks.health import Health, HealthServer, refresh_gauges
 from pod_sweeper.tasks.listener import Listener
+from pod_sweeper.tasks.outage import OutageWatch
 from pod_sweeper.tasks.reconcile import Reconciler
 from pod_sweeper.tasks.sdnotify import Notifier
 from pod_sweeper.tasks.sweeper import Sweeper
 
 GAUGE_REFRESH_SECONDS = 5.0
+STALL_MARGIN_SECONDS = 10.0
+# HTTP connections to the API server beyond one per worker: the Events task, the outage probe, the
+# confirmer and the reconciliation pass each send from a thread of their own.
+KUBE_CONNECTIONS_BESIDE_THE_WORKERS = 4
 RETENTION_INTERVAL_SECONDS = 60.0
 RETENTION_BATCH = 1000
 
@@ -79,6 +84,7 @@ class Daemon:
         self.http: HealthServer | None = None
         self.sweeper: Sweeper | None = None
         self.listener: Listener | None = None
+        self.outage: OutageWatch | None = None
         self._signals = 0
 
     @property
@@ -105,7 +111,7 @@ class Daemon:
         Each attempt first opens one plain connection: its failure carries the server's reason (no such
         role, a wrong password, connection refused), which a pool's timeout does not, and the pool is
         opened only once that works, so its own reconnect warnings do not repeat the same story."""
-        backoff = Backoff(self.settings.backoff_base, min(self.settings.backoff_max, 30.0))
+        backoff = Backoff(self.settings.backoff_base, min(self.settings.backoff_max, RECONNECT_MAX_SECONDS))
         attempt = 0
         while not self.stop_requested.is_set():
             attempt += 1
@@ -140,7 +146,9 @@ class Daemon:
                 loop.add_signal_handler(sig, self._on_signal, sig)
         deleter = PodDeleter(
             load_configuration(
-                self.settings.kubeconfig, self.settings.kube_context, pool_size=self.settings.concurrency
+                self.settings.kubeconfig,
+                self.settings.kube_context,
+                pool_size=self.settings.concurrency + KUBE_CONNECTIONS_BESIDE_THE_WORKERS,
             ),
             dry_run=self.settings.dry_run,
         )
@@ -164,10 +172,13 @@ class Daemon:
                     if reopened:
                         logger.info("reopened {n} row(s) a dry run left as would_delete", n=reopened)
             self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True
-            sweeper = Sweeper(self.settings, pool, deleter, attachments=attachments, metrics=self.metrics)
+            outage = OutageWatch(self.settings, pool, deleter, self.metrics)
+            sweeper = Sweeper(
+                self.settings, pool, deleter, attachments=attachments, outage=outage, metrics=self.metrics
+            )
             listener = Listener(self.settings, pool, sweeper.notify, self.metrics) if self.settings.listens else None
-            self.sweeper, self.listener = sweeper, listener
-            self._watch(sweeper, listener)
+            self.sweeper, self.listener, self.outage = sweeper, listener, outage
+            self._watch(sweeper, listener, outage)
             logger.info(
                 "pod-sweeper running as {replica} for cluster {cluster}, schema version {version}, {mode}; "
                 "deletes in {scope}",
@@ -182,14 +193,15 @@ class Daemon:
                 async with asyncio.TaskGroup() as group:
                     if listener is not None:
                         group.create_task(_named("listener", listener.run()), name="listener")
+                    group.create_task(_named("outage watch", outage.run()), name="outage watch")
                     group.create_task(_named("sweeper", sweeper.run()), name="sweeper")
                     group.create_task(_named("readiness", self._become_ready(sweeper, listener)), name="readiness")
                     group.create_task(_named("shutdown", self._shutdown_when_asked(sweeper)), name="shutdown")
                     group.create_task(_named("retention", self._retention(pool)), name="retention")
-                    confirmer = Confirmer(self.settings, pool, deleter, self.metrics)
+                    confirmer = Confirmer(self.settings, pool, deleter, self.metrics, outage)
                     group.create_task(_named("confirmer", confirmer.run()), name="confirmer")
                     if self.settings.reconcile:
-                        reconciler = Reconciler(self.settings, pool, deleter, self.metrics)
+                        reconciler = Reconciler(self.settings, pool, deleter, self.metrics, outage)
                         group.create_task(_named("reconciler", reconciler.run()), name="reconciler")
                     group.create_task(
                         _named(
@@ -242,6 +254,7 @@ class Daemon:
             async with pool.connection() as conn:
                 # A pause between batches lets the claim and the finalize through.
                 deleted = await outbox.prune(conn, retention_seconds=retention, batch=RETENTION_BATCH, pause=0.1)
+                await outbox.prune_outages(conn)
             self.metrics.pruned.inc(deleted or 0)
 
         await periodic.every(lambda: RETENTION_INTERVAL_SECONDS, "retention pass", prune, expected=(psycopg.Error,))
@@ -258,23 +271,30 @@ class Daemon:
         """For the systemd watchdog: the claimer is turning (or the database is down and being retried,
         which a restart would not cure)."""
         sweeper = self.sweeper
-        if sweeper is None or not self.health.database_ok or self.health.stopping:
+        if sweeper is None or not self.health.database_ok or self.health.stopping or sweeper.claimer.gated:
             return sweeper is not None
-        stall = max(self.settings.poll_interval, self.settings.request_timeout) * 2 + 10
-        return time.monotonic() - sweeper.last_turn < stall
+        return time.monotonic() - sweeper.last_turn < self._stall_seconds()
 
-    def _watch(self, sweeper: Sweeper, listener: Listener | None) -> None:
-        """Readiness and the state gauges read the listener, the auth gate and the breaker where they
-        live, when a probe or a scrape asks."""
+    def _stall_seconds(self) -> float:
+        """How long the claimer's loop may stand still before the watchdog calls it wedged: two of its
+        longest ordinary waits (a poll, a request) and a margin."""
+        return max(self.settings.poll_interval, self.settings.request_timeout) * 2 + STALL_MARGIN_SECONDS
+
+    def _watch(self, sweeper: Sweeper, listener: Listener | None, outage: OutageWatch) -> None:
+        """Readiness and the state gauges read the listener, the outage watch, the auth gate and the
+        breaker where they live, when a probe or a scrape asks."""
         self.health.watch(
             listener_ok=(lambda: listener.healthy) if listener is not None else (lambda: None),
             kube_error=lambda: sweeper.auth.refusing,
+            kube_unreachable=lambda: outage.reason,
             breaker=lambda: sweeper.breaker_reason,
         )
         if listener is not None and self.metrics.listener_healthy is not None:
             self.metrics.listener_healthy.set_function(lambda: 1.0 if listener.healthy else 0.0)
         self.metrics.kube_refusing.set_function(lambda: 1.0 if sweeper.auth.refusing else 0.0)
-        self.metrics.breaker_tripped.set_function(lambda: 1.0 if sweeper.breaker_reason else 0.0)
+        self.metrics.breaker_tripped.labels(self.settings.cluster).set_function(
+            lambda: 1.0 if sweeper.breaker_reason else 0.0
+        )
 
     async def _heartbeat(self) -> None:
         """The main loop's beat: keeps /livez and the gauges of process state current, pets the systemd

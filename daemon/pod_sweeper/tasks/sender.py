@@ -4,8 +4,9 @@
 synchronous), paced by the token bucket and never with a timeout that outlasts the row's lease; when
 the queue is deep a worker hands its thread a few rows at once, sent one after another. What a result
 means for the row is ``outcomes.decide``'s to say; this module only applies it: the pipeline gets the
-row's result, the auth gate hears of a 401 and the namespace gates of a 403, the metrics and the log of
-everything. A row that names a pod Kubernetes could not hold, or a namespace outside the scope, ends
+row's result, the auth gate hears of a 401 and the namespace gates of a 403, the outage watch of every
+answer and of every request that got none (or a 5xx), the metrics and the log of everything. A row
+that names a pod Kubernetes could not hold, or a namespace outside the scope, ends
 dead before any request; a row of a namespace that answers 403 waits, uncharged, for that namespace's
 gate, and nothing else does.
 """
@@ -22,7 +23,7 @@ from datetime import UTC, datetime
 from loguru import logger
 
 from pod_sweeper.core.backoff import TokenBucket
-from pod_sweeper.core.errors import KubeError, KubeRejected, KubeUnauthorized
+from pod_sweeper.core.errors import KubeError, KubeRejected, KubeRetryable, KubeUnauthorized
 from pod_sweeper.core.outcome import Outcome
 from pod_sweeper.kube.api import Answer, PodDeleter
 from pod_sweeper.kube.scope import NamespaceScope, invalid_name
@@ -45,6 +46,7 @@ class _Request:
     """One row's request as the pool thread saw it: when it started, how long it took, how it ended."""
 
     started_at: datetime
+    sent: float  # time.monotonic() when it was sent (the outage watch compares answers with it)
     seconds: float
     result: Answer | Exception
 
@@ -53,11 +55,12 @@ class Sender:
     def __init__(self, shared: Shared, deleter: PodDeleter, events: EventRecorder | None) -> None:
         settings = self.settings = shared.settings
         self.deleter, self.pipeline, self.metrics = deleter, shared.pipeline, shared.metrics
-        self.backoff, self.auth, self.namespaces, self.breaker, self.stopping = (
+        self.backoff, self.auth, self.namespaces, self.breaker, self.outage, self.stopping = (
             shared.backoff,
             shared.auth,
             shared.namespaces,
             shared.breaker,
+            shared.outage,
             shared.stopping,
         )
         self.scope = NamespaceScope(settings.namespaces)
@@ -92,7 +95,7 @@ class Sender:
             if sendable:
                 sent = await loop.run_in_executor(self._executor, self._send, sendable)
                 for work, request in zip(sendable, sent, strict=True):
-                    self._settle(work.claim, request)
+                    await self._settle(work.claim, request)
 
     def _unsendable(self, claim: Claim) -> bool:
         """A row no request may be sent for ends dead here, with the reason: a pod Kubernetes could not
@@ -109,11 +112,12 @@ class Sender:
 
     def _held_back(self, claim: Claim) -> Final:
         """A row not sent after all: handed back uncharged, after its namespace's gate when that is
-        what holds it (else at once: the lease ran short, a 401, the breaker, shutdown)."""
+        what holds it (else at once: the lease ran short, the API server cannot be reached, a 401, the
+        breaker, shutdown)."""
         namespace = claim.pod_namespace
         if wait := self.namespaces.wait(namespace):
             return Final.hand_back(claim, error=self.namespaces.errors.get(namespace), delay=wait, http_status=403)
-        return Final.hand_back(claim, error=self.auth.error or self.breaker.reason)
+        return Final.hand_back(claim, error=self.outage.reason or self.auth.error or self.breaker.reason)
 
     @staticmethod
     def _lease_left(work: Work) -> float:
@@ -121,10 +125,11 @@ class Sender:
         return work.lease_deadline - time.monotonic() - LEASE_MARGIN_SECONDS
 
     def _may_send(self, work: Work) -> bool:
-        """Whether a DELETE for this row may start now (enough lease left, neither the credentials nor
-        the namespace refused, breaker closed)."""
+        """Whether a DELETE for this row may start now (enough lease left, the API server reachable,
+        neither the credentials nor the namespace refused, breaker closed)."""
         return (
             self._lease_left(work) >= MIN_REQUEST_SECONDS
+            and self.outage.open
             and self.auth.open
             and self.breaker.open
             and not self.namespaces.wait(work.claim.pod_namespace)
@@ -133,13 +138,19 @@ class Sender:
     def _send(self, chunk: list[Work]) -> list[_Request | None]:
         """On a pool thread: each row's DELETE (and GET after a 409) in turn. None for a row not sent
         (to be handed back): the lease ran short, Kubernetes refused our credentials or this row's
-        namespace, or shutdown began while it waited behind the others of its chunk."""
+        namespace, the request before it got no answer at all (the outage watch decides what that means
+        before more go out), or shutdown began while it waited behind the others of its chunk."""
         out: list[_Request | None] = []
-        unauthorized = False
+        unauthorized = unanswered = False
         forbidden: set[str] = set()  # the gates hear of these only once the chunk is settled
         for i, work in enumerate(chunk):
             namespace = work.claim.pod_namespace
-            if unauthorized or namespace in forbidden or (i and (self.stopping.is_set() or not self._may_send(work))):
+            if (
+                unauthorized
+                or unanswered
+                or namespace in forbidden
+                or (i and (self.stopping.is_set() or not self._may_send(work)))
+            ):
                 out.append(None)
                 continue
             # resolve() may send a DELETE and then a GET: both must end before the lease does.
@@ -156,10 +167,11 @@ class Sender:
                         forbidden.add(namespace)
                     else:
                         unauthorized = True
-            out.append(_Request(started_at, time.monotonic() - sent, result))
+                unanswered = isinstance(exc, KubeRetryable) and exc.status is None
+            out.append(_Request(started_at, sent, time.monotonic() - sent, result))
         return out
 
-    def _settle(self, claim: Claim, request: _Request | None) -> None:
+    async def _settle(self, claim: Claim, request: _Request | None) -> None:
         """Record how one row's request ended (the answer table of docs/design.md, in outcomes)."""
         if request is None:
             self.pipeline.record(self._held_back(claim))
@@ -167,8 +179,17 @@ class Sender:
         result = request.result
         self.metrics.delete_latency.observe(request.seconds)
         self.metrics.answered(outcomes.answer_label(result)).inc()
+        server_down = False
+        if outcomes.needs_probe(result):
+            server_down = await self.outage.server_down(request.sent)
+        elif isinstance(result, Answer | KubeError):
+            self.outage.answered(request.sent)
         decision = outcomes.decide(
-            result, attempts=claim.attempts, max_attempts=self.settings.max_attempts, backoff=self.backoff
+            result,
+            attempts=claim.attempts,
+            max_attempts=self.settings.max_attempts,
+            backoff=self.backoff,
+            server_down=server_down,
         )
         attempt = Attempt(request.started_at, request.seconds * 1000, decision.reason)
         if isinstance(result, Exception) and not isinstance(result, KubeError):  # a bug, or nobody foresaw it
@@ -187,6 +208,12 @@ class Sender:
         elif decision.verdict is Verdict.REFUSED:
             assert isinstance(result, KubeUnauthorized)
             self._refused(claim, result, attempt)
+        elif decision.verdict is Verdict.HELD:
+            error = (self.outage.reason or decision.error) if server_down else decision.error
+            held = Final.hand_back(
+                claim, error=error, delay=decision.delay, http_status=decision.http_status, attempt=attempt
+            )
+            self.pipeline.record(held)
         elif decision.verdict is Verdict.DEAD:
             self._log_dead(claim, decision)
             self.pipeline.record(Final.dead(claim, decision.error or "", decision.http_status, attempt))

@@ -34,6 +34,7 @@ from pod_sweeper.store.recheck import Attachment
 from pod_sweeper.tasks.claimer import Claimer
 from pod_sweeper.tasks.events import EventRecorder
 from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates
+from pod_sweeper.tasks.outage import OutageWatch
 from pod_sweeper.tasks.pipeline import Pipeline, Shared
 from pod_sweeper.tasks.recorder import Recorder
 from pod_sweeper.tasks.sender import Sender
@@ -47,6 +48,7 @@ class Sweeper:
         deleter: PodDeleter,
         *,
         attachments: dict[int, Attachment],
+        outage: OutageWatch,
         metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
@@ -62,13 +64,22 @@ class Sweeper:
         # the drain ran at 0.54 of the client's ceiling, 0.76 with this; bench/README.md.) A queued
         # row whose lease runs short before a worker reaches it is handed back, not sent.
         self.pipeline = Pipeline(settings.concurrency + settings.batch_size)
+        self.outage = outage
         shared = Shared(
-            settings, self.pipeline, self.metrics, backoff, self.auth, self.namespaces, self.breaker, self._stopping
+            settings,
+            self.pipeline,
+            self.metrics,
+            backoff,
+            self.auth,
+            self.namespaces,
+            self.breaker,
+            outage,
+            self._stopping,
         )
         self.claimer = Claimer(shared, pool, attachments=attachments)
         # Events on deleted pods (best effort, paced, off the rows' path); none in a dry run.
         self.events = (
-            EventRecorder(settings, deleter, self.metrics) if settings.events and not settings.dry_run else None
+            EventRecorder(settings, deleter, self.metrics, outage) if settings.events and not settings.dry_run else None
         )
         self.sender = Sender(shared, deleter, self.events)
         self.recorder = Recorder(shared, pool, wake_claimer=self.claimer.notify)
@@ -107,7 +118,8 @@ class Sweeper:
 
     async def drain(self, deadline: float) -> None:
         """Stop claiming, let in-flight deletes finish until ``deadline`` (monotonic), hand back the
-        rest without charging an attempt, record everything, and stop the tasks."""
+        rest without charging an attempt, record everything, send the queued Events in the time left
+        (counting what cannot be sent), and stop the tasks."""
         pipeline = self.pipeline
         self._stopping.set()
         pipeline.room.set()
@@ -118,7 +130,7 @@ class Sweeper:
             pipeline.settled.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(pipeline.settled.wait(), deadline - time.monotonic())
-        others = [task for task in self._tasks if task.get_name() != "finalizer"]
+        others = [task for task in self._tasks if task.get_name() not in ("finalizer", "events")]
         for task in others:
             task.cancel()
         # Cancelled once, a task inside a query lets psycopg cancel it on the server and keep the
@@ -135,6 +147,9 @@ class Sweeper:
                 n=len(pipeline.results),
                 error=first_line(exc),
             )
+        events = next((task for task in self._tasks if task.get_name() == "events"), None)
+        if self.events is not None and events is not None:
+            await self.events.finish(events, deadline)
         await self._wake_the_others()
         for task in self._tasks:
             if not task.done():

@@ -277,6 +277,11 @@ class FakeKube:
         self._release.set()
         self._release = threading.Event()
 
+    def api_calls(self) -> list[RequestRecord]:
+        """The requests made of the API, without the health probes (``/readyz``) the daemon sends."""
+        with self._lock:
+            return [r for r in self.requests if r.path not in ("/readyz", "/livez", "/healthz")]
+
     def deletes(self) -> list[RequestRecord]:
         with self._lock:
             return [r for r in self.requests if r.method == "DELETE"]
@@ -475,6 +480,8 @@ class FakeKube:
             return 404, status_body(404, "NotFound", f'nodes "{node}" not found', {"name": node, "kind": "nodes"})
         if method == "GET" and path == "/api/v1/pods":
             return self._list(None, query)
+        if method == "GET" and path in ("/readyz", "/livez", "/healthz"):
+            return 200, "ok"
         if method == "POST" and path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":
             return self._access_review(body if isinstance(body, dict) else {})
         if method == "POST" and pods_match:
@@ -536,6 +543,10 @@ class FakeKube:
 
 
 class _QuietServer(ThreadingHTTPServer):
+    # The socket module's default backlog of 5 drops the SYNs of a replica's workers connecting at once
+    # (after an outage, say), which then time out connecting: a real API server's backlog is deep.
+    request_queue_size = 1024
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that was killed, or timed out, resets its connection: that is a scenario, not an error.
         pass
@@ -600,7 +611,7 @@ def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
             if fault is not None and fault.action == "drop_after":
                 self._drop()
                 return
-            self._send(status, payload)
+            self._send(status, payload, text=isinstance(payload, str))  # the health checks answer text
 
         def _send_fault(self, fault: Fault) -> None:
             headers = {}

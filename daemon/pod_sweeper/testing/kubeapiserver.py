@@ -131,7 +131,7 @@ class KubeApiServer:
     # --- life -------------------------------------------------------------------------------------
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = open(self.folder / f"{name}.log", "wb")  # noqa: SIM115 - the process owns it until stop()
+        log = open(self.folder / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it until stop()
         self._procs[name] = subprocess.Popen(
             [str(self.bindir / name), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
@@ -154,27 +154,30 @@ class KubeApiServer:
                 "--unsafe-no-fsync",
             ],
         )  # fmt: skip
-        self._spawn(
-            "kube-apiserver",
-            [
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
-                f"--cert-dir={self.folder / 'certs'}",
-                f"--tls-cert-file={self.folder / 'server.crt'}", f"--tls-private-key-file={self.folder / 'server.key'}",
-                f"--client-ca-file={self.ca}",
-                "--authorization-mode=RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={self.folder / 'sa.pub'}",
-                f"--service-account-signing-key-file={self.folder / 'sa.key'}",
-                "--service-cluster-ip-range=10.96.0.0/24",
-                # The endpoints of the `kubernetes` Service would name 127.0.0.1, which validation refuses.
-                "--endpoint-reconciler-type=none",
-                "--profiling=false",
-                *self.extra_args,
-            ],
-        )  # fmt: skip
+        self._apiserver_args = [
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
+            f"--cert-dir={self.folder / 'certs'}",
+            f"--tls-cert-file={self.folder / 'server.crt'}", f"--tls-private-key-file={self.folder / 'server.key'}",
+            f"--client-ca-file={self.ca}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={self.folder / 'sa.pub'}",
+            f"--service-account-signing-key-file={self.folder / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/24",
+            # The endpoints of the `kubernetes` Service would name 127.0.0.1, which validation refuses.
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+            *self.extra_args,
+        ]  # fmt: skip
+        self._spawn("kube-apiserver", self._apiserver_args)
         for path, who in ((self.admin_kubeconfig, "admin"), (self.user_kubeconfig, "user")):
             kubeconfig(path, self.url, self.ca, cert=self.folder / f"{who}.crt", key=self.folder / f"{who}.key")
+        self._wait_ready(timeout)
+        self.started_in = time.monotonic() - began
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not self._ready():
             for name, proc in self._procs.items():
@@ -183,8 +186,22 @@ class KubeApiServer:
             if time.monotonic() > deadline:
                 raise KubeApiServerError(f"kube-apiserver not ready after {timeout:.0f} s:\n{self.log_tail()}")
             time.sleep(0.2)
-        self.started_in = time.monotonic() - began
-        return self
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver alone (etcd and its data stay): its port refuses connections until
+        :meth:`start_apiserver` (an upgrade of the control plane, an outage)."""
+        proc = self._procs["kube-apiserver"]
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+    def start_apiserver(self, *, timeout: float = 120.0) -> None:
+        """Start kube-apiserver again on the same port, with the same etcd, and wait until it is ready."""
+        self._spawn("kube-apiserver", self._apiserver_args)
+        self._wait_ready(timeout)
 
     def _ready(self) -> bool:
         try:
