@@ -42,10 +42,12 @@ from pod_sweeper.store.recheck import load_attachments
 from pod_sweeper.tasks.runner import Daemon
 from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
 from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
+from pod_sweeper.testing.kubecluster import KubeCluster
 from pod_sweeper.testing.postgres import ThrowawayCluster, find_bindir
 from pod_sweeper.testing.reference import executions_ddl
 
 NS = "sandboxes"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 RETIRE_ROWS = 100_000
@@ -420,8 +422,170 @@ class Bench:
             finally:
                 deleter.close()
 
-    def _real_pods(self, deleter: PodDeleter, server: KubeApiServer, n: int) -> list[tuple[str, str]]:
-        """``n`` pending pods on the real server, created 16 at a time: (name, uid)."""
+    def whole_cluster(self, latencies: int, sustained_seconds: float, rate: float, backlog: int) -> None:
+        """On a whole cluster (controller manager, scheduler, kwok's emulated kubelets), as the shipped
+        ServiceAccount with a token from the TokenRequest API (not exempt from Priority and Fairness):
+        retire-to-gone latency of Pending pods (a runtime that refuses them) and of Running pods, from the
+        commit to the pod's DELETED event (the kubelet ending it); a sustained stream of ``rate`` retires
+        a second for ``sustained_seconds`` at the shipped rate limit, with its lag (enqueue to done); and
+        the drain of a ``backlog`` as the account beside the same client alone, as the same account."""
+        try:
+            bindir = find_kube_bindir()
+            cluster = KubeCluster(bindir)
+        except KubeApiServerError as exc:
+            print(f"  no whole-cluster figures: {exc}", file=sys.stderr)
+            return
+        with cluster:
+            cluster.namespace(NS)
+            for name in ("serviceaccount.yaml", "role.yaml", "rolebinding.yaml"):
+                cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy" / name))
+            account = cluster.token_kubeconfig(
+                Path(tempfile.mkdtemp()) / "sa.kubeconfig", cluster.token(NS, "pod-sweeper"), namespace=NS
+            )
+            for _ in range(2):
+                cluster.add_node()
+            for kind, refuses, phase in (("pending", True, "Pending"), ("running", False, "Running")):
+                pods = [cluster.pod(NS, f"{kind}-{i}", refuses=refuses, grace=1) for i in range(latencies)]
+                for pod in pods:
+                    self._wait_for_pod(cluster, pod["metadata"]["name"], phase, refuses)
+                url = self.fresh_db()
+                self._record(url, [(p["metadata"]["name"], p["metadata"]["uid"]) for p in pods], retire=False)
+                gone = self._single_retires(
+                    url,
+                    {f"s{i}": p["metadata"]["name"] for i, p in enumerate(pods)},
+                    self._deletions(cluster),
+                    kubeconfig=account,
+                    rate_limit_qps=50.0,
+                )
+                self.results.update(self._percentiles(f"cluster_{kind}_gone", gone))
+            self._sustained(cluster, account, sustained_seconds, rate)
+            deleter = PodDeleter(load_configuration(account, None, pool_size=16))
+            try:
+                pods = self._real_pods(deleter, cluster, backlog, as_admin=cluster)
+                started = time.monotonic()
+                with ThreadPoolExecutor(16) as pool:
+                    list(pool.map(lambda p: deleter.resolve(NS, p[0], p[1], timeout=10), pods))
+                ceiling = backlog / (time.monotonic() - started)
+            finally:
+                deleter.close()
+            url = self.fresh_db()
+            admin = PodDeleter(load_configuration(cluster.admin_kubeconfig, None, pool_size=16))
+            try:
+                self._record(url, self._real_pods(admin, cluster, backlog), retire=True)
+            finally:
+                admin.close()
+            drained = self.drain_with_daemon(url, backlog, concurrency=16, batch_size=100, kubeconfig=account)
+            self.results.update(
+                cluster_account_client_ceiling_rows_per_s=round(ceiling),
+                cluster_account_drain_rows_per_s=round(drained),
+                cluster_account_drain_vs_client_ceiling=round(drained / ceiling, 3),
+                cluster_rss_mb=round(sum(cluster.rss_bytes().values()) / 2**20),
+            )
+
+    @staticmethod
+    def _wait_for_pod(cluster: KubeCluster, name: str, phase: str, refuses: bool) -> None:
+        """Until the emulated kubelet has the pod where a test wants it (an IP and ``phase``)."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            pod = cluster.get_pod(NS, name) or {}
+            status = pod.get("status") or {}
+            if status.get("podIP") and status.get("phase") == phase:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"pod {name} never reached {phase}")
+
+    @staticmethod
+    def _deletions(cluster: KubeCluster) -> Callable[[], dict[str, float]]:
+        """Follow the namespace's watch; what it returns gives each DELETED pod's time of arrival."""
+        deleted: dict[str, float] = {}
+        http = urllib3.PoolManager(
+            ca_certs=str(cluster.ca),
+            cert_file=str(cluster.folder / "admin.crt"),
+            key_file=str(cluster.folder / "admin.key"),
+        )
+        watch = http.request(
+            "GET", f"{cluster.url}/api/v1/namespaces/{NS}/pods?watch=true&timeoutSeconds=600", preload_content=False
+        )
+
+        def follow() -> None:
+            buffer = b""
+            with contextlib.suppress(urllib3.exceptions.HTTPError, OSError):
+                for chunk in watch.stream(4096):
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        event = json.loads(line)
+                        if event["type"] == "DELETED":
+                            deleted[event["object"]["metadata"]["name"]] = time.monotonic()
+
+        threading.Thread(target=follow, daemon=True).start()
+        return lambda: dict(deleted)
+
+    def _sustained(self, cluster: KubeCluster, account: Path, seconds: float, rate: float) -> None:
+        """A writer retiring ``rate`` rows a second for ``seconds`` (pods made before, never scheduled),
+        the daemon at the shipped rate limit as the account; the lag of each row, enqueue to done."""
+        n = int(seconds * rate)
+        admin = PodDeleter(load_configuration(cluster.admin_kubeconfig, None, pool_size=16))
+        try:
+            pods = self._real_pods(admin, cluster, n)
+        finally:
+            admin.close()
+        url = self.fresh_db()
+        self._record(url, pods, retire=False)
+        box: dict[str, Any] = {}
+
+        def main() -> None:
+            async def body() -> int:
+                box["loop"] = asyncio.get_running_loop()
+                box["d"] = Daemon(
+                    self.settings(url, kubeconfig=account, rate_limit_qps=50.0, rate_limit_burst=100, poll_interval=5),
+                    handle_signals=False,
+                )
+                return await box["d"].run()
+
+            asyncio.run(body())
+
+        thread = threading.Thread(target=main, daemon=True)
+        thread.start()
+        while not (box.get("d") and box["d"].ready):
+            time.sleep(0.01)
+        started = time.monotonic()
+        with psycopg.connect(url, autocommit=True) as conn:
+            for i in range(n):
+                conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (f"s{i}",))
+                time.sleep(max(0.0, started + (i + 1) / rate - time.monotonic()))
+            elapsed = time.monotonic() - started
+            while self.done(url) < n and time.monotonic() - started < seconds + 120:
+                time.sleep(0.2)
+            lags = sorted(
+                r[0] * 1000
+                for r in conn.execute(
+                    "SELECT extract(epoch FROM done_at - enqueued_at)::float8 FROM pod_sweeper.outbox"
+                    " WHERE status = 'done'"
+                ).fetchall()
+            )
+            throttled = box["d"].metrics.value("pod_sweeper_kube_responses_total", code="429")
+        box["loop"].call_soon_threadsafe(box["d"].stop_requested.set)
+        thread.join(30)
+        self.results.update(
+            cluster_sustained_seconds=round(elapsed),
+            cluster_sustained_retires_per_s=round(n / elapsed, 1),
+            cluster_sustained_done=len(lags),
+            cluster_sustained_429=int(throttled),
+            **self._percentiles("cluster_sustained_lag", lags),
+        )
+
+    def _real_pods(
+        self, deleter: PodDeleter, server: KubeApiServer, n: int, *, as_admin: KubeApiServer | None = None
+    ) -> list[tuple[str, str]]:
+        """``n`` pending pods on the real server, created 16 at a time: (name, uid). With ``as_admin``,
+        created as that server's admin whatever ``deleter`` is (an account that may not create pods)."""
+        if as_admin is not None:
+            admin = PodDeleter(load_configuration(as_admin.admin_kubeconfig, None, pool_size=16))
+            try:
+                return self._real_pods(admin, server, n)
+            finally:
+                admin.close()
         core: Any = client.CoreV1Api(deleter._api_client)
         batch = uuid.uuid4().hex[:6]
 
@@ -603,9 +767,19 @@ def main() -> int:
             ("slow API", lambda: bench.slow_api(2_000 if quick else 5_000)),
             ("wake latency", lambda: bench.wake_latency(200 if quick else 500)),
             ("real API server", lambda: bench.real_api(1_000 if quick else 5_000, 200 if quick else 500)),
+            (
+                "whole cluster",
+                lambda: bench.whole_cluster(
+                    50 if quick else 200, 120.0, 40.0 if quick else 50.0, 1_000 if quick else 5_000
+                ),
+            ),
             ("claim scaling", lambda: bench.claim_scaling(1_000_000 if quick else 10_000_000)),
             ("memory", lambda: bench.rss(4_000 if quick else 200_000)),
         ]
+        if quick and not args.only:
+            # Two minutes of sustained sweeping alone would double the quick run: the whole cluster's
+            # figures come with the full run, or with --only "whole cluster".
+            steps = [(label, step) for label, step in steps if label != "whole cluster"]
         if args.only:
             wanted = {w.strip() for w in args.only.split(",")}
             # The ratios need their ceilings: a drain brings the client and SQL ceilings along.

@@ -24,6 +24,7 @@ from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import db, migrations
 from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
 from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
+from pod_sweeper.testing.kubecluster import KubeCluster
 from pod_sweeper.testing.postgres import (
     PostgresNotFound,
     docker_server,
@@ -187,6 +188,29 @@ _kube_servers: list[KubeApiServer] = []
 USED_KUBE = pytest.StashKey[bool]()
 
 
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[KubeCluster]:
+    """A whole cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok) for the
+    session, built by ``tools/kube/build``; skipped locally when it is not built, failed under CI."""
+    try:
+        bindir = find_kube_bindir()
+    except KubeApiServerError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc), pytrace=False)
+        pytest.skip(str(exc))
+    with KubeCluster(bindir) as cluster:
+        print(
+            f"\nwhole cluster: API server in {cluster.started_in:.1f} s, "
+            f"the rest in {cluster.components_started_in:.1f} s"
+        )
+        _kube_clusters.append(cluster)
+        yield cluster
+        _kube_clusters.remove(cluster)
+
+
+_kube_clusters: list[KubeCluster] = []
+
+
 def real_kube(request: pytest.FixtureRequest) -> KubeApiServer:
     """The session's real API server, for a fixture that decides at run time whether it needs it."""
     request.node.stash[USED_KUBE] = True
@@ -201,4 +225,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     used = "kube_apiserver" in getattr(item, "fixturenames", ()) or item.stash.get(USED_KUBE, False)
     if report.failed and used and _kube_servers:
         report.sections.append(("kube-apiserver log (last lines)", _kube_servers[0].log_tail()))
+    if report.failed and "kube_cluster" in getattr(item, "fixturenames", ()) and _kube_clusters:
+        report.sections.append(("the whole cluster's logs (last lines of each)", _kube_clusters[0].logs()))
     return report

@@ -308,3 +308,14 @@ def sleeping(daemon: DaemonThread, conn: psycopg.Connection[Any]) -> bool:
 def retire(conn: psycopg.Connection[Any], sid: str) -> None:
     """Retire every generation of sandbox ``sid`` in the reference executions table."""
     conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (sid,))
+
+
+def record_pod(conn: psycopg.Connection[Any], pod: dict[str, Any], sid: str, *, active: bool = True) -> None:
+    """The execution row that records a pod's UID (``pod`` as the API server returned it), as the control
+    plane writes it after the create."""
+    meta = pod["metadata"]
+    conn.execute(
+        "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+        " VALUES (%s, 1, %s, %s, %s, %s)",
+        (sid, meta["namespace"], meta["name"], meta["uid"], active),
+    )

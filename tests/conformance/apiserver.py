@@ -9,6 +9,7 @@ to a node that does not exist.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -79,3 +80,45 @@ def fake_api_server(tmp_path: Path) -> Iterator[ApiServer]:
         kubeconfig = fake.write_kubeconfig(tmp_path / "kubeconfig")
         fake.kubeconfig = kubeconfig
         yield ApiServer(core_api(kubeconfig), kubeconfig, "conformance", real=None)
+
+
+# --- what the daemon reads of an answer: the differential tests compare these ---------------------
+
+
+def answer(call: Any) -> tuple[int, Any, dict[str, str]]:
+    """(status, JSON body, headers) of one raw client call, success or failure."""
+    try:
+        response = call()
+        return response.status, json.loads(response.data), dict(response.headers)
+    except ApiException as exc:
+        return int(exc.status), json.loads(exc.body), dict(exc.headers or {})
+
+
+def pod_fields(pod: dict[str, Any], uids: dict[str, str]) -> dict[str, Any]:
+    """What ``PodState.from_json`` and the DELETE's grace reading take from a pod, UIDs named by role."""
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return {
+        "kind": pod.get("kind"),
+        "uid": uids.get(metadata.get("uid"), "unknown uid"),
+        "namespace_set": bool(metadata.get("namespace")),
+        "name": metadata.get("name"),
+        "labels": metadata.get("labels"),
+        "created_is_a_timestamp": bool(metadata.get("creationTimestamp")),
+        "nodeName": spec.get("nodeName"),
+        "terminating": bool(metadata.get("deletionTimestamp")),
+        "deletionGracePeriodSeconds": metadata.get("deletionGracePeriodSeconds"),
+    }
+
+
+def failure_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """What ``kube.api.classify`` reads of a Status body."""
+    details = body.get("details") or {}
+    return {
+        "kind": body.get("kind"),
+        "reason": body.get("reason"),
+        "code": body.get("code"),
+        "details.kind": details.get("kind"),
+        "details.name": details.get("name"),
+        "retryAfterSeconds": details.get("retryAfterSeconds"),
+        "causes": [cause.get("reason") for cause in details.get("causes") or []],
+    }

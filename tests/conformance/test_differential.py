@@ -4,54 +4,22 @@ and is fixed to answer like the real server, so the fast tiers that use the fake
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
-from conformance.apiserver import ApiServer, fake_api_server, manifest, real_api_server
+from conformance.apiserver import (
+    ApiServer,
+    answer,
+    failure_fields,
+    fake_api_server,
+    manifest,
+    pod_fields,
+    real_api_server,
+)
 from conftest import real_kube
-
-
-def _answer(call: Any) -> tuple[int, Any, dict[str, str]]:
-    """(status, JSON body, headers) of one raw client call, success or failure."""
-    try:
-        response = call()
-        return response.status, json.loads(response.data), dict(response.headers)
-    except ApiException as exc:
-        return int(exc.status), json.loads(exc.body), dict(exc.headers or {})
-
-
-def _pod_fields(pod: dict[str, Any], uids: dict[str, str]) -> dict[str, Any]:
-    """What ``PodState.from_json`` and the DELETE's grace reading take from a pod, UIDs named by role."""
-    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    return {
-        "kind": pod.get("kind"),
-        "uid": uids.get(metadata.get("uid"), "unknown uid"),
-        "namespace_set": bool(metadata.get("namespace")),
-        "name": metadata.get("name"),
-        "labels": metadata.get("labels"),
-        "created_is_a_timestamp": bool(metadata.get("creationTimestamp")),
-        "nodeName": spec.get("nodeName"),
-        "terminating": bool(metadata.get("deletionTimestamp")),
-        "deletionGracePeriodSeconds": metadata.get("deletionGracePeriodSeconds"),
-    }
-
-
-def _failure_fields(body: dict[str, Any]) -> dict[str, Any]:
-    """What ``kube.api.classify`` reads of a Status body."""
-    details = body.get("details") or {}
-    return {
-        "kind": body.get("kind"),
-        "reason": body.get("reason"),
-        "code": body.get("code"),
-        "details.kind": details.get("kind"),
-        "details.name": details.get("name"),
-        "retryAfterSeconds": details.get("retryAfterSeconds"),
-    }
 
 
 def run_sequence(api: ApiServer) -> list[tuple[str, int, Any]]:
@@ -62,18 +30,20 @@ def run_sequence(api: ApiServer) -> list[tuple[str, int, Any]]:
     seen: list[tuple[str, int, Any]] = []
 
     def step(what: str, call: Any) -> dict[str, Any]:
-        status, body, _ = _answer(call)
+        status, body, _ = answer(call)
         if body.get("kind") == "Status":
-            seen.append((what, status, _failure_fields(body)))
+            seen.append((what, status, failure_fields(body)))
         elif body.get("kind") == "Event":
             involved = body.get("involvedObject") or {}
             fields = {k: body.get(k) for k in ("reason", "type", "action", "reportingComponent", "count")}
             seen.append((what, status, {**fields, "involved": (involved.get("kind"), involved.get("name"))}))
+        elif body.get("kind") == "Namespace":
+            seen.append((what, status, {"kind": "Namespace", "phase": (body.get("status") or {}).get("phase")}))
         elif body.get("kind") == "PodList":
-            items = [_pod_fields(p, uids) for p in body.get("items") or []]
+            items = [pod_fields(p, uids) for p in body.get("items") or []]
             seen.append((what, status, {"items": items, "has_continue": bool(body["metadata"].get("continue"))}))
         else:
-            seen.append((what, status, _pod_fields(body, uids)))
+            seen.append((what, status, pod_fields(body, uids)))
         return dict(body)
 
     for name, labels, scheduled in (("a", {"app": "d", "n": "1"}, False), ("b", {"app": "d", "n": "2"}, True)):
@@ -121,6 +91,19 @@ def run_sequence(api: ApiServer) -> list[tuple[str, int, Any]]:
     step("create an event", lambda: core.create_namespaced_event(ns, event, **raw))
     elsewhere = {**event, "metadata": {"name": "a.2"}, "involvedObject": {**event["involvedObject"], "namespace": "x"}}
     step("an event for another namespace", lambda: core.create_namespaced_event(ns, elsewhere, **raw))
+    # A namespace deleted under its pods: it terminates (nothing finalizes it here); creating in it is
+    # refused, while its pods are read and deleted as usual.
+    created = step("create c", lambda: core.create_namespaced_pod(ns, manifest("c", scheduled=True), **raw))
+    uids[created["metadata"]["uid"]] = "uid of c"
+    step("delete the namespace", lambda: core.delete_namespace(ns, **raw))
+    late = {**event, "metadata": {"name": "c.1"}, "involvedObject": {**event["involvedObject"], "name": "c"}}
+    step("an event in the terminating namespace", lambda: core.create_namespaced_event(ns, late, **raw))
+    step("a pod in the terminating namespace", lambda: core.create_namespaced_pod(ns, manifest("d"), **raw))
+    step("get c in the terminating namespace", lambda: core.read_namespaced_pod("c", ns, **raw))
+    uid_c = next(k for k, v in uids.items() if v == "uid of c")
+    fenced = {"preconditions": {"uid": uid_c}, "propagationPolicy": "Background"}
+    step("delete c in the terminating namespace", lambda: core.delete_namespaced_pod("c", ns, body=fenced, **raw))
+    step("delete the namespace again", lambda: core.delete_namespace(ns, **raw))
     return seen
 
 

@@ -19,7 +19,7 @@ from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core import periodic
-from pod_sweeper.core.errors import KubeError
+from pod_sweeper.core.errors import KubeConflict, KubeError, KubeNotFound
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import PodDeleter
@@ -116,6 +116,11 @@ class Confirmer:
                 return  # its kubelet may still finish it: never force
             started = time.monotonic()
             status = await asyncio.to_thread(self.deleter.force_delete, namespace, name, uid, timeout=timeout)
+        except (KubeNotFound, KubeConflict):
+            # Gone (PodGC removes a vanished node's pods after its quarantine) or another pod holds the
+            # name: nothing to force, and the next look confirms it.
+            logger.info("stuck pod {ns}/{pod} is already gone; nothing to force", ns=namespace, pod=name)
+            return
         except KubeError as exc:
             logger.warning("force-deleting {ns}/{pod} must wait: {error}", ns=namespace, pod=name, error=str(exc))
             return

@@ -8,6 +8,14 @@ call can never block it. What it does, per the project's reference notes on the 
 - delete with DeleteOptions: 404 before any precondition check, 422 for invalid options, 409 Conflict
   on a UID or resourceVersion mismatch with the real Status body, graceful deletion of scheduled pods
   (deletionTimestamp set, the pod stays), finalizers for Foreground/Orphan propagation, ``dryRun``;
+- kubelets: a pod bound to a node named in ``kubelets`` is ended as a running kubelet ends it, removed
+  ``kubelet_seconds`` after its graceful DELETE unless a finalizer holds it (held to the whole cluster by
+  tests/cluster/test_fake_follows.py); a pod on any other node stays terminating, as on a node whose
+  kubelet is gone;
+- namespaces that terminate: ``DELETE /api/v1/namespaces/NS`` leaves NS terminating for good (nothing
+  here finalizes it), where creating a pod or an Event answers 403 with the NamespaceTerminating cause
+  while pods are read and deleted as usual (the namespace controller's end of it is the whole cluster's,
+  tests/cluster);
 - faults, applied before any state change: a status answer (both forms of 429, 500, 503, 401, 403,
   ...), added latency, a dropped connection, a hang with no answer, or a dropped connection *after*
   the change (a lost response);
@@ -38,6 +46,7 @@ Pod = dict[str, Any]
 _POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
 _PODS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
 _EVENTS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
+_NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 _PROPAGATION = {"Foreground", "Background", "Orphan"}
 
 
@@ -184,7 +193,10 @@ class FakeKube:
         self.faults: list[Fault] = []
         self.denied: set[tuple[str, str]] = set()  # (verb, namespace) answered 403
         self.nodes: set[str] = set()  # registered node names (GET /api/v1/nodes/NAME)
+        self.kubelets: set[str] = set()  # nodes whose kubelet runs: it ends their pods' graceful deletions
+        self.kubelet_seconds = 1.0  # how long a running kubelet takes to end a pod after its DELETE
         self.events: list[dict[str, Any]] = []  # core/v1 Events created, as stored
+        self.terminating: set[str] = set()  # namespaces deleted (and never finalized here)
         self.on_delete: Callable[[str, str], None] | None = None  # runs before a DELETE is handled
         self._lock = threading.RLock()
         self._rv = itertools.count(1000)
@@ -327,7 +339,8 @@ class FakeKube:
                 resourceVersion=self._next_rv(),
                 creationTimestamp=_ts(created or _now()),
             )
-            metadata.setdefault("labels", {})
+            if not metadata.get("labels"):
+                metadata.pop("labels", None)  # the real server keeps no empty map
             pod = {
                 "kind": "Pod",
                 "apiVersion": "v1",
@@ -431,8 +444,24 @@ class FakeKube:
             if finalizers:
                 meta["finalizers"] = finalizers
             meta["resourceVersion"] = self._next_rv()
+            if pod["spec"].get("nodeName") in self.kubelets and not finalizers:
+                self._kubelet_ends(namespace, name, meta["uid"])
             code = 202 if orphan is False else 200
             return code, json.loads(json.dumps(pod))
+
+    def _kubelet_ends(self, namespace: str, name: str, uid: str) -> None:
+        """The node's kubelet stops the pod's containers, then removes the pod (the same one, still
+        without finalizers), as kubelets do within the grace period."""
+
+        def end() -> None:
+            with self._lock:
+                pod = self.pods.get((namespace, name))
+                if pod is not None and pod["metadata"]["uid"] == uid and not pod["metadata"].get("finalizers"):
+                    del self.pods[(namespace, name)]
+
+        timer = threading.Timer(self.kubelet_seconds, end)
+        timer.daemon = True
+        timer.start()
 
     def control(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         """``/_fake/...``: drive a server that runs in another process (the benchmarks do)."""
@@ -484,11 +513,52 @@ class FakeKube:
             return 200, "ok"
         if method == "POST" and path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":
             return self._access_review(body if isinstance(body, dict) else {})
+        if method == "DELETE" and (namespace_match := _NAMESPACE_PATH.match(path)):
+            return self._delete_namespace(namespace_match[1])
         if method == "POST" and pods_match:
+            if pods_match[1] in self.terminating:
+                return self._terminating(pods_match[1], "pods", body)
             return self._create(pods_match[1], body if isinstance(body, dict) else {})
         if method == "POST" and (events_match := _EVENTS_PATH.match(path)):
+            if events_match[1] in self.terminating:
+                return self._terminating(events_match[1], "events", body)
             return self._create_event(events_match[1], body if isinstance(body, dict) else {})
         return 404, status_body(404, "NotFound", "the server could not find the requested resource", {})
+
+    def _delete_namespace(self, namespace: str) -> tuple[int, Any]:
+        """The namespace starts terminating (its ``kubernetes`` finalizer is the namespace controller's to
+        remove, and no controller runs here)."""
+        with self._lock:
+            self.terminating.add(namespace)
+        return 200, {
+            "kind": "Namespace",
+            "apiVersion": "v1",
+            "metadata": {"name": namespace, "deletionTimestamp": _ts(_now())},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Terminating"},
+        }
+
+    @staticmethod
+    def _terminating(namespace: str, resource: str, body: Any) -> tuple[int, Any]:
+        """What the NamespaceLifecycle admission plugin answers a create in a terminating namespace."""
+        name = ((body if isinstance(body, dict) else {}).get("metadata") or {}).get("name", "")
+        return 403, status_body(
+            403,
+            "Forbidden",
+            f'{resource} "{name}" is forbidden: unable to create new content in namespace {namespace} '
+            "because it is being terminated",
+            {
+                "name": name,
+                "kind": resource,
+                "causes": [
+                    {
+                        "reason": "NamespaceTerminating",
+                        "message": f"namespace {namespace} is being terminated",
+                        "field": "metadata.namespace",
+                    }
+                ],
+            },
+        )
 
     def _create_event(self, namespace: str, event: dict[str, Any]) -> tuple[int, Any]:
         """A core/v1 Event, kept for tests to read: 201, or what a real server answers for the checks it
@@ -498,12 +568,16 @@ class FakeKube:
             return self._forbidden("create", namespace, None, resource="events")
         involved = event.get("involvedObject") or {}
         if involved.get("namespace") != namespace:
+            why = f'Invalid value: "{involved.get("namespace")}": does not match event.namespace'
             return 422, status_body(
                 422,
                 "Invalid",
-                f'Event "{name}" is invalid: involvedObject.namespace: Invalid value: '
-                f'"{involved.get("namespace")}": does not match event.namespace',
-                {"name": name, "kind": "Event"},
+                f'Event "{name}" is invalid: involvedObject.namespace: {why}',
+                {
+                    "name": name,
+                    "kind": "Event",
+                    "causes": [{"reason": "FieldValueInvalid", "message": why, "field": "involvedObject.namespace"}],
+                },
             )
         with self._lock:
             stored = json.loads(json.dumps(event))

@@ -254,13 +254,16 @@ class KubeApiServer:
 
     # --- talking to it ----------------------------------------------------------------------------
 
-    def request(self, method: str, path: str, body: Any = None, *, timeout: float = 10) -> tuple[int, Any]:
-        """One request as the admin (client certificate), outside the client under test: (status, JSON)."""
+    def request(
+        self, method: str, path: str, body: Any = None, *, timeout: float = 10, content_type: str = "application/json"
+    ) -> tuple[int, Any]:
+        """One request as the admin (client certificate), outside the client under test: (status, JSON).
+        A PATCH takes ``content_type="application/merge-patch+json"``."""
         context = ssl.create_default_context(cafile=str(self.ca))
         context.load_cert_chain(str(self.folder / "admin.crt"), str(self.folder / "admin.key"))
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, method=method)
-        request.add_header("Content-Type", "application/json")
+        request.add_header("Content-Type", content_type)
         try:
             with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
                 return response.status, _json_or_text(response.read())
