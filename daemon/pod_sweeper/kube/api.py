@@ -119,12 +119,15 @@ def load_configuration(
                 raise ConfigError(f"POD_SWEEPER_KUBECONFIG: {kubeconfig} does not exist")
             config.load_kube_config(str(kubeconfig), context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
         elif environ.get("KUBERNETES_SERVICE_HOST"):
+            token = service_account_dir / "token"
             loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
-                token_filename=str(service_account_dir / "token"),
+                token_filename=str(token),
                 cert_filename=str(service_account_dir / "ca.crt"),
                 environ=environ,
+                try_refresh_token=False,  # our TokenFile below re-reads it: at once, not once a minute
             )
             loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
+            configuration.refresh_api_key_hook = TokenFile(token)
         else:
             # Read $KUBECONFIG now: the client reads it once, when it is imported.
             lookup = environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
@@ -143,14 +146,43 @@ def load_configuration(
     return configuration
 
 
+class TokenFile:
+    """The in-cluster ServiceAccount token, read again as soon as the kubelet rewrites it.
+
+    A bound token expires (an hour by default); the kubelet writes the next one into the projected
+    volume long before, by swapping a symlink, so the file's inode changes. The client's own loader
+    re-reads the file once a minute whatever happens; this hook (run at most once a second, through
+    ``ThrottledRefresh``) looks at the file's identity and reads it only when it changed, so the new
+    token is in use within a second of its writing, and a token revoked right after its rotation is
+    never sent again. A file caught mid-write (empty or unreadable) keeps the token in use."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen: tuple[int, int, int] | None = None
+
+    def __call__(self, configuration: Any) -> None:
+        try:
+            info = self.path.stat()
+            identity = (info.st_ino, info.st_mtime_ns, info.st_size)
+            if identity == self._seen:
+                return
+            token = self.path.read_text().strip()
+        except OSError:
+            return
+        if token:
+            configuration.api_key["BearerToken"] = f"bearer {token}"
+            self._seen = identity
+
+
 class ThrottledRefresh:
     """The config loader's credential refresh hook, run at most once per ``every`` seconds.
 
     The client calls the hook before every request, and both loaders' hooks re-apply the whole
     configuration each time (the kubeconfig one re-reads the proxy environment in the host setter):
     about a fifth of the CPU of a DELETE here. They renew a token only when it is near its end (the
-    kubeconfig loader five minutes before its expiry; the in-cluster one re-reads the token file once
-    a minute, and kubelet rotates it long before it expires), so a check a second loses nothing.
+    kubeconfig loader five minutes before its expiry; in a pod, ``TokenFile`` reads the token file again
+    when the kubelet has rewritten it, long before the old one expires), so a check a second loses
+    nothing.
     """
 
     def __init__(
