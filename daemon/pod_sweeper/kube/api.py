@@ -127,7 +127,8 @@ def load_configuration(
                 try_refresh_token=False,  # our TokenFile below re-reads it: at once, not once a minute
             )
             loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
-            configuration.refresh_api_key_hook = TokenFile(token)
+            # (the client annotates the hook as None, though it calls whatever is set there)
+            configuration.refresh_api_key_hook = TokenFile(token)  # type: ignore[assignment]
         else:
             # Read $KUBECONFIG now: the client reads it once, when it is imported.
             lookup = environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
