@@ -20,6 +20,7 @@ from hypothesis import settings as hypothesis_settings
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from containers import Podman, missing_tools
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import db, migrations
 from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
@@ -228,3 +229,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and "kube_cluster" in getattr(item, "fixturenames", ()) and _kube_clusters:
         report.sections.append(("the whole cluster's logs (last lines of each)", _kube_clusters[0].logs()))
     return report
+
+
+@pytest.fixture(scope="session")
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
+    """podman with a storage of the session's own (the image and systemd tiers); skipped locally when the
+    machine lacks it, failed under CI (where .ci/run installs Debian's podman, runc and debootstrap)."""
+    missing = missing_tools()
+    if missing or os.geteuid() != 0:
+        why = f"the container tiers need root and Debian's {', '.join(missing or ['podman'])}"
+        if os.environ.get("CI"):
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+    engine = Podman(tmp_path_factory.mktemp("podman"))
+    yield engine
+    engine.remove_everything()

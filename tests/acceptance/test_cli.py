@@ -118,6 +118,16 @@ def test_json_logs(empty_db_url: str) -> None:
     assert entries[0]["migration"] == "0001_outbox.sql"
 
 
+def test_a_bad_setting_under_json_logs_is_one_json_line_and_exit_2() -> None:
+    """JSON asked for, another setting bad: the one line is still JSON (a shipper or journald reads it)."""
+    result = cli(
+        "status", url="postgresql://x@127.0.0.1:1/x", POD_SWEEPER_LOG_FORMAT="json", POD_SWEEPER_CONCURRENCY="many"
+    )
+    assert result.returncode == 2
+    [entry] = [json.loads(line) for line in result.stderr.strip().splitlines()]
+    assert entry["level"] == "CRITICAL" and "invalid setting POD_SWEEPER_CONCURRENCY" in entry["msg"]
+
+
 def test_settings_command_prints_the_table() -> None:
     result = cli("settings")
     assert result.returncode == 0

@@ -18,8 +18,15 @@ from loguru import logger
 from pod_sweeper import __version__
 from pod_sweeper.cli import check
 from pod_sweeper.core.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError, first_line
-from pod_sweeper.core.logs import setup_logging
-from pod_sweeper.core.settings import CONFIG_FILE_ENV, DEFAULT_CLUSTER, Settings, load_settings, unknown_environment
+from pod_sweeper.core.logs import setup_logging, writes_to_journal
+from pod_sweeper.core.settings import (
+    CONFIG_FILE_ENV,
+    DEFAULT_CLUSTER,
+    ENV_PREFIX,
+    Settings,
+    load_settings,
+    unknown_environment,
+)
 from pod_sweeper.core.text import printable
 from pod_sweeper.store import attach, backfill, migrations, outbox, queries, roles, status
 from pod_sweeper.store.db import connection
@@ -327,9 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    setup_logging()
     handler: Handler = args.handler
-    log_format = "text"  # until the settings say otherwise (a bad setting is reported as text)
+    # Until the settings are read, the format the environment asks for: a bad setting of another kind
+    # must still be reported as the JSON line a log shipper (or journald) expects.
+    log_format = "json" if os.environ.get(f"{ENV_PREFIX}LOG_FORMAT", "").strip().lower() == "json" else "text"
+    setup_logging(log_format)
     try:
         if args.config:
             os.environ[CONFIG_FILE_ENV] = args.config
@@ -351,8 +360,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _fail(log_format: str, message: str) -> None:
     """The one line a failed command leaves: plain for people, a JSON log line (level CRITICAL) for
-    journald and log shippers when the settings ask for JSON."""
+    journald and log shippers when the settings ask for JSON. Either way, written to the journal it
+    carries its priority (critical), so that ``journalctl -p err`` shows why a unit failed."""
     if log_format == "json":
         logger.critical("pod-sweeper: {error}", error=message)
     else:
-        print(f"pod-sweeper: {message}", file=sys.stderr)
+        prefix = "<2>" if writes_to_journal(sys.stderr) else ""
+        print(f"{prefix}pod-sweeper: {message}", file=sys.stderr)

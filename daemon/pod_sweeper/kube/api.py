@@ -119,16 +119,13 @@ def load_configuration(
                 raise ConfigError(f"POD_SWEEPER_KUBECONFIG: {kubeconfig} does not exist")
             config.load_kube_config(str(kubeconfig), context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
         elif environ.get("KUBERNETES_SERVICE_HOST"):
-            token = service_account_dir / "token"
             loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
-                token_filename=str(token),
+                token_filename=str(service_account_dir / "token"),
                 cert_filename=str(service_account_dir / "ca.crt"),
                 environ=environ,
                 try_refresh_token=False,  # our TokenFile below re-reads it: at once, not once a minute
             )
             loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
-            # (the client annotates the hook as None, though it calls whatever is set there)
-            configuration.refresh_api_key_hook = TokenFile(token)  # type: ignore[assignment]
         else:
             # Read $KUBECONFIG now: the client reads it once, when it is imported.
             lookup = environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
@@ -141,7 +138,13 @@ def load_configuration(
         where = kubeconfig or "the default kubeconfig"
         raise ConfigError(f"cannot read the kubeconfig {where}: {type(exc).__name__}: {exc}") from None
     configuration.retries = False  # we own the retry policy; see the module docstring
-    if configuration.refresh_api_key_hook is not None:
+    if kubeconfig is None and environ.get("KUBERNETES_SERVICE_HOST"):
+        # In a pod: a stat of the token file before each request, never throttled. (Throttled, the one
+        # thread that looks after a rotation reads the new token while the others, sending at the same
+        # moment, still send the old one: a 401 once the old one is revoked, seen on a real cluster.)
+        # The client annotates the hook as None, though it calls whatever is set there.
+        configuration.refresh_api_key_hook = TokenFile(service_account_dir / "token")  # type: ignore[assignment]
+    elif configuration.refresh_api_key_hook is not None:
         configuration.refresh_api_key_hook = ThrottledRefresh(configuration.refresh_api_key_hook)
     configuration.connection_pool_maxsize = pool_size
     return configuration
@@ -152,10 +155,10 @@ class TokenFile:
 
     A bound token expires (an hour by default); the kubelet writes the next one into the projected
     volume long before, by swapping a symlink, so the file's inode changes. The client's own loader
-    re-reads the file once a minute whatever happens; this hook (run at most once a second, through
-    ``ThrottledRefresh``) looks at the file's identity and reads it only when it changed, so the new
-    token is in use within a second of its writing, and a token revoked right after its rotation is
-    never sent again. A file caught mid-write (empty or unreadable) keeps the token in use."""
+    re-reads the file once a minute whatever happens; this hook runs before every request, looks at the
+    file's identity (one ``stat``, microseconds) and reads it only when it changed, so every request
+    after the rotation carries the new token, and a token revoked right after its rotation is never
+    sent again. A file caught mid-write (empty or unreadable) keeps the token in use."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -181,9 +184,8 @@ class ThrottledRefresh:
     The client calls the hook before every request, and both loaders' hooks re-apply the whole
     configuration each time (the kubeconfig one re-reads the proxy environment in the host setter):
     about a fifth of the CPU of a DELETE here. They renew a token only when it is near its end (the
-    kubeconfig loader five minutes before its expiry; in a pod, ``TokenFile`` reads the token file again
-    when the kubelet has rewritten it, long before the old one expires), so a check a second loses
-    nothing.
+    kubeconfig loader five minutes before its expiry), so a check a second loses nothing. (In a pod the
+    hook is ``TokenFile``, unthrottled: see there.)
     """
 
     def __init__(

@@ -97,13 +97,20 @@ def make_pki(folder: Path) -> None:
 
 
 def kubeconfig(path: Path, server: str, ca: Path, *, cert: Path | None = None, key: Path | None = None,
-               token: str | None = None, namespace: str = "default") -> Path:  # fmt: skip
-    """A kubeconfig for one identity: a client certificate, or a bearer token."""
+               token: str | None = None, namespace: str = "default", embed_ca: bool = False) -> Path:  # fmt: skip
+    """A kubeconfig for one identity: a client certificate, or a bearer token. With ``embed_ca`` the CA is
+    in the file itself (``certificate-authority-data``, as ``kubectl config view --flatten`` writes it), so
+    that it works on another machine."""
     user: dict[str, str] = {"token": token} if token else {"client-certificate": str(cert), "client-key": str(key)}
+    authority = (
+        {"certificate-authority-data": base64.b64encode(ca.read_bytes()).decode()}
+        if embed_ca
+        else {"certificate-authority": str(ca)}
+    )
     document = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "clusters": [{"name": "test", "cluster": {"server": server, **authority}}],
         "users": [{"name": "test", "user": user}],
         "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test", "namespace": namespace}}],
         "current-context": "test",
@@ -160,6 +167,9 @@ class KubeApiServer:
             f"--cert-dir={self.folder / 'certs'}",
             f"--tls-cert-file={self.folder / 'server.crt'}", f"--tls-private-key-file={self.folder / 'server.key'}",
             f"--client-ca-file={self.ca}",
+            # Published for the controller manager and the scheduler, which read it at start (without it
+            # they log a missing CA bundle every few seconds); no front proxy ever signs with it here.
+            f"--requestheader-client-ca-file={self.ca}", "--requestheader-allowed-names=front-proxy-client",
             "--authorization-mode=RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={self.folder / 'sa.pub'}",
@@ -298,8 +308,8 @@ class KubeApiServer:
                 raise KubeApiServerError(f"POST {path}: {status} {answer}")
         return name
 
-    def token_kubeconfig(self, path: Path, token: str, *, namespace: str = "default") -> Path:
-        return kubeconfig(path, self.url, self.ca, token=token, namespace=namespace)
+    def token_kubeconfig(self, path: Path, token: str, *, namespace: str = "default", embed_ca: bool = False) -> Path:
+        return kubeconfig(path, self.url, self.ca, token=token, namespace=namespace, embed_ca=embed_ca)
 
     # --- etcd ---------------------------------------------------------------------------------------
 
