@@ -3,7 +3,7 @@
 Each job carries one retired pod (sandbox id, generation, namespace, name, UID) as JSON. The
 entrypoint does what pod-sweeper does for a row: the re-check against the executions table (one
 query per job: pgqueuer hands an entrypoint one job), then the same DELETE under the UID precondition
-through the same client (``PodDeleter.resolve``) on a thread pool of the same size. pgqueuer's own
+through the same client (``KubeClient.delete_pod``) on a thread pool of the same size. pgqueuer's own
 queue, claim (``FOR UPDATE SKIP LOCKED``), NOTIFY and status log do the rest. It runs in continuous
 mode and stops itself when its last job is done (pgqueuer's drain mode stopped early on large
 backlogs).
@@ -26,7 +26,7 @@ from pgqueuer.db import PsycopgDriver
 from pgqueuer.domain.types import QueueExecutionMode
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper.kube.api import PodDeleter
+from pod_sweeper.kube.api import KubeClient
 
 
 async def install(url: str) -> None:
@@ -47,7 +47,7 @@ async def enqueue(url: str, pods: list[tuple[str, int, str, str, str]]) -> None:
             await queries.enqueue(["delete_pod"] * len(chunk), payloads, [0] * len(chunk))
 
 
-async def drain(url: str, deleter: PodDeleter, n: int, *, concurrency: int, batch_size: int) -> float:
+async def drain(url: str, kube_client: KubeClient, n: int, *, concurrency: int, batch_size: int) -> float:
     """Rows per second from the consumer's start until the queue is empty."""
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(concurrency))
@@ -73,7 +73,7 @@ async def drain(url: str, deleter: PodDeleter, n: int, *, concurrency: int, batc
                 )
                 active = await cur.fetchone() is not None
             if not active:
-                await asyncio.to_thread(deleter.resolve, pod["ns"], pod["name"], pod["uid"], timeout=5)
+                await asyncio.to_thread(kube_client.delete_pod, pod["ns"], pod["name"], pod["uid"], timeout=5)
             done += 1
             if done >= n:
                 pgq.qm.shutdown.set()

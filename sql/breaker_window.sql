@@ -3,7 +3,7 @@
 -- replica (deletes that may still happen), and the cluster's deletes recorded (all replicas') since the
 -- later of a minute ago and its last resume, per namespace. One row per namespace; namespace NULL when
 -- there were none; no row when the cluster has no breaker row (cluster_rows.sql makes it at start).
--- Read in one snapshot, each row counts once: the finalize moves it from claimed to the attempt
+-- Read in one snapshot, each row counts once: the record of its result moves it from claimed to the attempt
 -- history in one statement.
 WITH b AS (
     SELECT tripped_at, reason, resumed_at FROM pod_sweeper.breaker WHERE cluster = %(cluster)s FOR UPDATE

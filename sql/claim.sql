@@ -3,9 +3,10 @@
 -- replica serves one cluster; the claim index leads with the cluster (migration 0009).
 -- SKIP LOCKED lets any number of replicas claim at once without waiting on each other; the caller
 -- commits at once, so no row lock outlives this statement's transaction.
--- Every claim bumps claim_epoch (the fence for the finalize) and is charged as an attempt. A claimed
--- row whose lease expired with its attempts used up goes dead instead: it crashed its daemon that
--- many times, and claiming it again would only crash the next one.
+-- Every claim bumps claim_epoch (the fence for the record of its result) and is charged as an attempt.
+-- Each row comes back with what it was before (was, held_by): a lease that expired is the answer
+-- table's to judge (a row that crashed its daemon as many times as it has attempts goes dead; the daemon
+-- decides that, in tasks/answers.py, never here).
 WITH disarm AS (
     -- This sweeper is awake and will claim again until nothing is claimable: retires need not NOTIFY
     -- (migration 0007). The claim right after arming passes false, or it would undo the arming.
@@ -17,7 +18,7 @@ WITH disarm AS (
     )
 ),
 due AS (
-    SELECT id
+    SELECT id, status AS was, claimed_by AS held_by
     FROM pod_sweeper.outbox
     WHERE status IN ('pending', 'claimed')
       AND cluster = %(cluster)s
@@ -27,14 +28,8 @@ due AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE pod_sweeper.outbox AS o
-SET status = CASE WHEN o.status = 'claimed' AND o.attempts >= %(max_attempts)s THEN 'dead' ELSE 'claimed' END,
-    last_error = CASE
-        WHEN o.status = 'claimed' AND o.attempts >= %(max_attempts)s
-        THEN format('lease of %%s expired after %%s attempts: the daemon holding it stopped answering',
-                    o.claimed_by, o.attempts)
-        ELSE o.last_error END,
-    attempts = CASE WHEN o.status = 'claimed' AND o.attempts >= %(max_attempts)s
-                    THEN o.attempts ELSE o.attempts + 1 END,
+SET status = 'claimed',
+    attempts = o.attempts + 1,
     claim_epoch = o.claim_epoch + 1,
     claimed_by = %(owner)s,
     claimed_at = now(),
@@ -42,5 +37,5 @@ SET status = CASE WHEN o.status = 'claimed' AND o.attempts >= %(max_attempts)s T
     updated_at = now()
 FROM due
 WHERE o.id = due.id
-RETURNING o.id, o.claim_epoch, o.status, o.attachment_id, o.sandbox_id, o.generation,
-          o.pod_namespace, o.pod_name, o.pod_uid, o.attempts, o.reason
+RETURNING o.id, o.claim_epoch, o.attachment_id, o.sandbox_id, o.generation, o.pod_namespace, o.pod_name,
+          o.pod_uid, o.attempts, o.reason, due.was, due.held_by

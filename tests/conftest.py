@@ -8,7 +8,6 @@ One template database is migrated per session; each test gets a fresh copy of it
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 from collections.abc import Iterator
@@ -18,10 +17,9 @@ import psycopg
 import pytest
 from hypothesis import settings as hypothesis_settings
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 from containers import Podman, missing_tools
-from pod_sweeper.core.settings import Settings
+from helpers import USED_KUBE, run, settings_for, with_dbname
 from pod_sweeper.store import db, migrations
 from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
 from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
@@ -72,27 +70,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         pytest.exit(f"pod-sweeper tests: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
-def with_dbname(url: str, dbname: str) -> str:
-    return make_conninfo(url, dbname=dbname)
-
-
 @pytest.fixture(scope="session")
 def pg_server_url() -> Iterator[str]:
     """A URL to a maintenance database on a server where the suite may create databases."""
     with provide_server(os.environ.get(SERVER_ENV)) as url:
         yield url
-
-
-def run(coro: Any) -> Any:
-    """Run one coroutine of the package to completion (the tests themselves are synchronous)."""
-    return asyncio.run(coro)
-
-
-def settings_for(url: str, **overrides: Any) -> Settings:
-    # The blast-radius breaker is off unless a test turns it on: throughput tests would trip it. Events
-    # too: the request logs the tests assert on then hold the pods' calls alone (tests/integration/
-    # test_events.py and tests/realkube turn them on).
-    return Settings(**{"database_url": url, "http_port": 0, "max_deletes_per_minute": 0, "events": False, **overrides})
 
 
 async def _migrate(url: str) -> None:
@@ -186,7 +168,6 @@ def kube_apiserver() -> Iterator[KubeApiServer]:
 
 
 _kube_servers: list[KubeApiServer] = []
-USED_KUBE = pytest.StashKey[bool]()
 
 
 @pytest.fixture(scope="session")
@@ -210,13 +191,6 @@ def kube_cluster() -> Iterator[KubeCluster]:
 
 
 _kube_clusters: list[KubeCluster] = []
-
-
-def real_kube(request: pytest.FixtureRequest) -> KubeApiServer:
-    """The session's real API server, for a fixture that decides at run time whether it needs it."""
-    request.node.stash[USED_KUBE] = True
-    server: KubeApiServer = request.getfixturevalue("kube_apiserver")
-    return server
 
 
 @pytest.hookimpl(wrapper=True)

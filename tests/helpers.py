@@ -1,15 +1,77 @@
-"""Small helpers the test tiers share: the reference executions table and outbox reads."""
+"""The helpers every test tier shares (the one module tests import them from; conftest.py holds only
+fixtures and hooks): running the package's coroutines, settings for a test database, the reference
+executions table, outbox reads, the daemon in a thread or a subprocess, and waiting on conditions."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
 
-from pod_sweeper.core.settings import Settings
+from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.core.settings import DEFAULT_CLUSTER, Settings
 from pod_sweeper.store import attach, db
+from pod_sweeper.store import outbox as transitions
+from pod_sweeper.store.outbox import ClaimedBatch
+from pod_sweeper.store.recheck import load_attachments
+from pod_sweeper.tasks import answers
+from pod_sweeper.testing.kubeapiserver import KubeApiServer
 from pod_sweeper.testing.reference import executions_ddl
+
+# Set on a test that asked for the real API server at run time (see ``real_kube``): its failure report
+# shows the server's log.
+USED_KUBE = pytest.StashKey[bool]()
+
+
+def run(coro: Any) -> Any:
+    """Run one coroutine of the package to completion (the tests themselves are synchronous)."""
+    return asyncio.run(coro)
+
+
+def with_dbname(url: str, dbname: str) -> str:
+    return make_conninfo(url, dbname=dbname)
+
+
+def settings_for(url: str, **overrides: Any) -> Settings:
+    # The blast-radius breaker is off unless a test turns it on: throughput tests would trip it. Events
+    # too: the request logs the tests assert on then hold the pods' calls alone (tests/integration/
+    # test_events.py and tests/realkube turn them on).
+    return Settings(**{"database_url": url, "http_port": 0, "max_deletes_per_minute": 0, "events": False, **overrides})
+
+
+def real_kube(request: pytest.FixtureRequest) -> KubeApiServer:
+    """The session's real API server, for a fixture that decides at run time whether it needs it."""
+    request.node.stash[USED_KUBE] = True
+    server: KubeApiServer = request.getfixturevalue("kube_apiserver")
+    return server
+
+
+async def claim(
+    conn: db.Connection,
+    *,
+    owner: str = "t",
+    batch: int = 100,
+    lease_seconds: float = 30,
+    max_attempts: int = 5,
+    disarm: bool = True,
+    cluster: str = DEFAULT_CLUSTER,
+) -> ClaimedBatch:
+    """One claim as the daemon's claimer makes it (the answer table deciding what the claim ends)."""
+    policy = answers.Policy(max_attempts, Backoff(1.0, 1.0))
+    return await transitions.claim(
+        conn,
+        cluster=cluster,
+        owner=owner,
+        batch=batch,
+        lease_seconds=lease_seconds,
+        attachments=await load_attachments(conn),
+        disarm=disarm,
+        decide=lambda c, checked: answers.at_claim(c, checked, policy),
+    )
 
 
 def create_executions(conn: psycopg.Connection[Any], table: str = "public.executions") -> None:
@@ -256,8 +318,6 @@ def daemon_settings(db_url: str, kube: Any, **overrides: Any) -> Settings:
     wakeup flag cannot be armed), short backoffs, no rate limit."""
     from pathlib import Path
 
-    from conftest import settings_for
-
     values: dict[str, Any] = {
         "kubeconfig": kube if isinstance(kube, Path) else kube.kubeconfig,
         "poll_interval": 30.0,
@@ -295,14 +355,13 @@ def asleep_and_listening(conn: psycopg.Connection[Any]) -> bool:
     return bool(armed) and listeners(conn) > 0
 
 
-def sleeping(daemon: DaemonThread, conn: psycopg.Connection[Any]) -> bool:
-    """The daemon's claimer sleeps: the next retire reaches it by NOTIFY alone. Ready comes after the
-    catch-up claim, which can run before the LISTEN has; and a sweeper arms the flag, then claims once
-    more before it sleeps (a retire in between is found by that claim, its NOTIFY heard by nobody). So:
-    listening, armed, and the claimer's loop has not turned for a while (that last claim is over)."""
-    import time
-
-    return asleep_and_listening(conn) and time.monotonic() - daemon.daemon.sweeper.claimer.last_turn > 0.2
+def sleeping(daemon: DaemonThread) -> bool:
+    """The daemon's claimer sleeps and its listener listens: the next retire reaches it by NOTIFY alone.
+    (The claimer says it is asleep just before it waits, having armed the wakeup flag and claimed once
+    more after that; ready alone is not enough: it comes after the catch-up claim, which can run before
+    the LISTEN has.)"""
+    d = daemon.daemon
+    return d.sweeper is not None and d.sweeper.status.asleep and d.listener is not None and d.listener.healthy
 
 
 def retire(conn: psycopg.Connection[Any], sid: str) -> None:

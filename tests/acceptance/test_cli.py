@@ -10,8 +10,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from conftest import with_dbname
-from helpers import add_execution, cli, create_executions, outbox, retire
+from helpers import add_execution, cli, create_executions, outbox, retire, with_dbname
 from pod_sweeper.store.migrations import shipped
 
 
@@ -177,14 +176,22 @@ def test_check_reports_each_check_and_a_missing_verb(db_url: str, kube: Any) -> 
         "ok    namespace scope",
         "ok    get pods in sandboxes",
         "ok    delete pods in sandboxes",
+        "ok    create events in sandboxes",  # Events are on by default
     ]
     assert "33 retries spanning 1 h 4 min to 2 h 8 min before it goes dead" in ok.stdout  # the defaults
     kube.denied.add(("delete", "sandboxes"))
     missing = cli("check", "--namespace", "sandboxes", url=db_url, POD_SWEEPER_KUBECONFIG=str(kube.kubeconfig))
     assert missing.returncode == 1
-    assert "FAIL  delete pods in sandboxes: missing: the daemon needs 'delete' on pods in sandboxes" in missing.stdout
+    assert (
+        "FAIL  delete pods in sandboxes: missing: the daemon needs 'delete' on pods in sandboxes to delete retired pods"
+        in missing.stdout
+    )
     reviews = [r for r in kube.requests if r.path.endswith("selfsubjectaccessreviews")]
-    assert reviews and reviews[-1].body["spec"]["resourceAttributes"]["verb"] == "delete"
+    asked = [
+        (r.body["spec"]["resourceAttributes"]["verb"], r.body["spec"]["resourceAttributes"]["resource"])
+        for r in reviews
+    ]
+    assert asked[-3:] == [("get", "pods"), ("delete", "pods"), ("create", "events")]
 
 
 def test_check_asks_about_every_namespace_of_the_scope_and_names_rows_outside_it(

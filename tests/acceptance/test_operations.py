@@ -17,8 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import run, settings_for
-from helpers import asleep_and_listening, daemon_env, http_get, sample, wait_until
+from helpers import asleep_and_listening, daemon_env, http_get, run, sample, settings_for, wait_until
 from pod_sweeper.store import db, migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg.conninfo import make_conninfo
 
-from conftest import with_dbname
+from helpers import with_dbname
 from pod_sweeper.testing.postgres import free_port
 
 DB_PASSWORD = "db-s3cret-pw"

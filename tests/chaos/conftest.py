@@ -9,8 +9,7 @@ import psycopg
 import pytest
 
 from chaos.harness import Workload
-from conftest import run
-from helpers import attach_table, create_executions, mark_tier
+from helpers import attach_table, create_executions, mark_tier, run
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

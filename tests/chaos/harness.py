@@ -5,7 +5,7 @@ Invariants checked by ``Workload.verify``:
 - every retired pod was deleted under its UID, or recorded absent or replaced;
 - no pod of an active generation and no replacement pod was deleted (each survives with its UID);
 - no outbox row was lost (one per retired pod UID) and every row is done;
-- every row was finalized once: exactly one recorded terminal attempt per row, and no pod answered
+- every row ended once: exactly one recorded terminal attempt per row, and no pod answered
   200 to more than one DELETE.
 """
 
@@ -114,6 +114,16 @@ class Workload:
         with self.conn() as conn:
             return listeners(conn)
 
+    def done(self, sids: list[str] | None = None) -> int:
+        """Rows done (of ``sids`` only, when given)."""
+        with self.conn() as conn:
+            row = conn.execute(
+                "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done'"
+                " AND (%(sids)s::text[] IS NULL OR sandbox_id = ANY(%(sids)s::text[]))",
+                {"sids": sids},
+            ).fetchone()
+        return int(row["n"]) if row else 0
+
     def outbox_done(self) -> bool:
         with self.conn() as conn:
             row = conn.execute(
@@ -147,7 +157,7 @@ class Workload:
         # No outbox row lost: one per retired pod UID, each done.
         assert {(r["pod_name"], str(r["pod_uid"])) for r in rows} == set(self.retired.items()), "rows lost or extra"
         assert all(r["status"] == "done" for r in rows), [r for r in rows if r["status"] != "done"][:5]
-        # Each row finalized once.
+        # Each row ended once.
         assert all(t["n"] == 1 for t in terminal), [t for t in terminal if t["n"] != 1][:5]
         assert counts["duplicate_deletes"] == 0
         # Every DELETE was fenced by the UID of a retired pod; every retired pod is gone.

@@ -18,5 +18,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def fast_confirmation(monkeypatch: pytest.MonkeyPatch) -> None:
     """A terminating pod is looked at again half a second after its grace, and every second after that."""
-    monkeypatch.setattr("pod_sweeper.tasks.outcomes.CONFIRM_MARGIN_SECONDS", 0.5)
-    monkeypatch.setattr("pod_sweeper.tasks.confirm.RECHECK_SECONDS", 1.0)
+    monkeypatch.setattr("pod_sweeper.tasks.answers.CONFIRM_MARGIN_SECONDS", 0.5)
+    monkeypatch.setattr("pod_sweeper.tasks.confirmer.RECHECK_SECONDS", 1.0)

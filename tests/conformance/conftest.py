@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from conformance.apiserver import ApiServer, fake_api_server, real_api_server
-from conftest import real_kube
-from helpers import mark_tier
+from helpers import mark_tier, real_kube
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

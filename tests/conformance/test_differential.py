@@ -19,7 +19,7 @@ from conformance.apiserver import (
     pod_fields,
     real_api_server,
 )
-from conftest import real_kube
+from helpers import real_kube
 
 
 def run_sequence(api: ApiServer) -> list[tuple[str, int, Any]]:

@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from psycopg.rows import dict_row
 
-from conftest import run
-from helpers import attach_table, cli, create_executions, outbox
+from helpers import attach_table, cli, create_executions, outbox, run
 from pod_sweeper.core.errors import AttachError
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import attach, db, recheck

@@ -7,8 +7,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import run, settings_for
-from helpers import DaemonThread, add_execution, attach_table, create_executions, outbox, wait_until
+from helpers import DaemonThread, add_execution, attach_table, create_executions, outbox, run, settings_for, wait_until
 from pod_sweeper.store import backfill, db
 
 pytestmark = pytest.mark.versions

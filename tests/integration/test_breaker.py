@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import run, settings_for
-from helpers import DaemonThread, attach_table, cli, create_executions, seed_executions, wait_until
+from helpers import DaemonThread, attach_table, cli, create_executions, run, seed_executions, settings_for, wait_until
+from pod_sweeper.cli import status_text
 from pod_sweeper.store import db, migrations, outbox, status
 
 LIMIT = 30
@@ -42,7 +42,7 @@ def test_burst_trips_the_breaker_which_holds_across_restarts_until_resume(
     try:
         execs.execute("UPDATE executions SET active = false")  # a bad migration retires everything
         wait_until(
-            lambda: first.daemon.sweeper.breaker_reason and second.daemon.sweeper.breaker_reason,
+            lambda: first.daemon.sweeper.status.breaker and second.daemon.sweeper.status.breaker,
             timeout=30,
             what="both replicas to see the breaker trip",
         )
@@ -69,11 +69,11 @@ def test_burst_trips_the_breaker_which_holds_across_restarts_until_resume(
         async with db.connection(settings_for(db_url)) as conn:
             return await status.read_status(conn)
 
-    assert "BREAKER TRIPPED" in status.render_text(run(read()))
+    assert "BREAKER TRIPPED" in status_text.render_text(run(read()))
 
     again = DaemonThread(settings).start(ready=False)  # a restart does not reset it
     try:
-        wait_until(lambda: again.daemon.sweeper.breaker_reason, what="the restarted daemon to see the trip")
+        wait_until(lambda: again.daemon.sweeper.status.breaker, what="the restarted daemon to see the trip")
         assert accepted(kube) == held
 
         async def resume() -> dict[str, bool]:
@@ -82,7 +82,7 @@ def test_burst_trips_the_breaker_which_holds_across_restarts_until_resume(
 
         assert run(resume()) == {"default": True}
         wait_until(lambda: accepted(kube) >= held + LIMIT, timeout=30, what="deletes to resume")
-        wait_until(lambda: again.daemon.sweeper.breaker_reason, timeout=30, what="the next trip")
+        wait_until(lambda: again.daemon.sweeper.status.breaker, timeout=30, what="the next trip")
     finally:
         assert again.stop() == 0
     assert accepted(kube) == 2 * LIMIT

@@ -14,8 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import run, settings_for
-from helpers import DaemonThread, cli, daemon_settings, sleeping, wait_until
+from helpers import DaemonThread, cli, daemon_settings, run, settings_for, sleeping, wait_until
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.store import db, migrations, queries
 from pod_sweeper.testing.fakekube import FakeKube
@@ -99,7 +98,7 @@ def test_a_replica_is_woken_by_its_own_clusters_retires_only(
         record(runs, fakes["west"], "west", f"w{i}", f"w{i}")
     record(runs, fakes["east"], "east", "e0", "e0")
     with DaemonThread(daemon_settings(db_url, fakes["east"], cluster="east", replica_id="east-1")) as east:
-        wait_until(lambda: sleeping(east, runs), what="east asleep")
+        wait_until(lambda: sleeping(east), what="east asleep")
         for i in range(3):
             retire(runs, f"w{i}")  # no west replica runs: these wait, and must not wake east
         metrics = east.daemon.metrics
@@ -153,10 +152,10 @@ def test_one_clusters_burst_trips_its_own_breaker_and_never_stops_another(
     deleted = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE cluster = %s AND outcome = 'deleted'"
     with DaemonThread(replicas["east"]) as east, DaemonThread(replicas["west"]) as west:
         runs.execute("UPDATE runs SET active = false WHERE cluster = 'east'")  # a bad migration, east only
-        wait_until(lambda: east.daemon.sweeper.breaker_reason, timeout=15, what="east's breaker to trip")
+        wait_until(lambda: east.daemon.sweeper.status.breaker, timeout=15, what="east's breaker to trip")
         runs.execute("UPDATE runs SET active = false WHERE cluster = 'west'")
         wait_until(lambda: runs.execute(deleted, ("west",)).fetchone()["n"] == 10, timeout=15, what="west swept")
-        assert west.daemon.ready and west.daemon.sweeper.breaker_reason is None
+        assert west.daemon.ready and west.daemon.sweeper.status.breaker is None
         assert not east.daemon.ready and "cluster east" in east.daemon.health.readiness()[1]
         tripped = {
             cluster: replica.daemon.metrics.value("pod_sweeper_breaker_tripped", pod_cluster=cluster)
@@ -255,19 +254,19 @@ def test_each_cluster_has_its_own_reconciliation_lease_and_quarantine(
     runs: psycopg.Connection[Any], db_url: str
 ) -> None:
     pg = runs  # an attached table: suspects refer to their attachment
-    from pod_sweeper.store import outbox, reconciliation
+    from pod_sweeper.store import outbox, quarantine
 
     async def scenario() -> list[Any]:
         async with db.connection(settings_for(db_url)) as conn:
             for cluster in CLUSTERS:
-                await outbox.cluster_rows(conn, cluster, f"{cluster}-1")
-            east = await reconciliation.begin(conn, replica="east-1", gap=60, lease=60, cluster="east")
-            west = await reconciliation.begin(conn, replica="west-1", gap=60, lease=60, cluster="west")
-            again = await reconciliation.begin(conn, replica="east-2", gap=60, lease=60, cluster="east")
+                await outbox.cluster_rows(conn, cluster=cluster, owner=f"{cluster}-1")
+            east = await quarantine.begin(conn, replica="east-1", gap=60, lease=60, cluster="east")
+            west = await quarantine.begin(conn, replica="west-1", gap=60, lease=60, cluster="west")
+            again = await quarantine.begin(conn, replica="east-2", gap=60, lease=60, cluster="east")
             assert east is not None
-            sighting = reconciliation.Sighting(str(uuid.uuid4()), "sandboxes", "p", "s", 1, 1, "retired")
-            await reconciliation.sight(conn, [sighting], started_at=east, quarantine=600, cluster="east")
-            left = await reconciliation.finish(
+            sighting = quarantine.Sighting(str(uuid.uuid4()), "sandboxes", "p", "s", 1, 1, "retired")
+            await quarantine.sight(conn, [sighting], started_at=east, quarantine=600, cluster="east")
+            left = await quarantine.finish(
                 conn, replica="east-1", started_at=east, seen=1, enqueued=0, error=None, cluster="east"
             )
             return [east, west, again, left]

@@ -8,11 +8,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import run, settings_for
-from helpers import DaemonThread, row_for, wait_until
+from helpers import DaemonThread, row_for, run, settings_for, wait_until
+from pod_sweeper.cli import status_text
 from pod_sweeper.store import db, status
-from pod_sweeper.tasks import confirm
-from pod_sweeper.tasks.confirm import RECHECK_SECONDS
+from pod_sweeper.tasks import confirmer
+from pod_sweeper.tasks.confirmer import RECHECK_SECONDS
 
 
 def add_scheduled(conn: psycopg.Connection[Any], kube: Any, sid: str, node: str, grace: int = 1) -> str:
@@ -71,7 +71,7 @@ def test_stuck_pod_is_reported_and_never_forced_while_its_node_lives(
         async with db.connection(settings_for(db_url)) as conn:
             return await status.read_status(conn)
 
-    assert "pods still terminating past the limit" in status.render_text(run(read()))
+    assert "pods still terminating past the limit" in status_text.render_text(run(read()))
     assert all(d.body.get("gracePeriodSeconds") != 0 for d in kube.deletes())
 
 
@@ -103,7 +103,7 @@ def test_a_stuck_pod_outside_the_namespace_scope_is_never_forced(
     execs: psycopg.Connection[Any], db_url: str, kube: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Deleted under a wider scope, looked at again under a narrower one: reported, not forced."""
-    monkeypatch.setattr(confirm, "RECHECK_SECONDS", 0.5)  # the next look soon
+    monkeypatch.setattr(confirmer, "RECHECK_SECONDS", 0.5)  # the next look soon
     add_scheduled(execs, kube, "a", "gone-node")
     with DaemonThread(settings(db_url, kube, stuck_terminating_seconds=1)):
         execs.execute("UPDATE executions SET active = false")

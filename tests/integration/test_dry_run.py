@@ -7,8 +7,7 @@ from typing import Any
 
 import psycopg
 
-from conftest import run, settings_for
-from helpers import DaemonThread, add_execution, outbox, wait_until
+from helpers import DaemonThread, add_execution, outbox, run, settings_for, wait_until
 from pod_sweeper.store import db
 from pod_sweeper.store import outbox as transitions
 

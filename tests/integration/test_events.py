@@ -68,7 +68,7 @@ def test_a_refused_event_never_touches_its_row_or_the_namespace(
         wait_until(lambda: metrics.value("pod_sweeper_events_total", result="failed") == 1, what="the refusal")
         retire(execs, "b")  # the namespace goes on: an Event's 403 is not the pods'
         wait_until(lambda: done(execs, 2), what="the second row done")
-        assert daemon.daemon.ready and not daemon.daemon.sweeper.namespaces.refusing()
+        assert daemon.daemon.ready and not daemon.daemon.sweeper.status.refused_namespaces
     rows = [row_for(execs, sid) for sid in ("a", "b")]
     assert [(r["outcome"], r["attempts"]) for r in rows if r] == [("deleted", 1), ("deleted", 1)]
     assert kube.events == [] and len([r for r in kube.requests if r.path.endswith("/events")]) == 2  # no retry
@@ -92,7 +92,7 @@ def test_events_are_paced_and_a_full_queue_drops_and_counts(
     dropped = metrics.value("pod_sweeper_events_total", result="dropped")
     # Every deletion is sent, queued or counted as dropped (one may have been taken from the queue when
     # the stop cancelled its send).
-    assert dropped + len(kube.events) + daemon.daemon.sweeper.events.queue.qsize() in (39, 40)
+    assert dropped + len(kube.events) + daemon.daemon.sweeper.status.events_queued in (39, 40)
 
 
 def test_events_off(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
@@ -117,7 +117,7 @@ def test_events_queued_at_a_stop_are_sent_within_the_shutdown_timeout_and_the_re
         execs.execute("UPDATE executions SET active = false")
         wait_until(lambda: done(execs, n), timeout=30, what="every pod deleted")
         metrics = daemon.daemon.metrics
-        queued = daemon.daemon.sweeper.events.queue.qsize()
+        queued = daemon.daemon.sweeper.status.events_queued
         assert queued > 200  # one a second: nearly all still queued when the stop comes
     finally:
         assert daemon.stop() == 0

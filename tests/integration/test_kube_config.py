@@ -13,15 +13,16 @@ from typing import Any
 import pytest
 
 from pod_sweeper.core.errors import ConfigError
-from pod_sweeper.kube.api import PodDeleter, ThrottledRefresh, load_configuration
+from pod_sweeper.kube.api import KubeClient, ThrottledRefresh, load_configuration
 
 
 def test_explicit_kubeconfig_talks_to_the_server(kube: Any) -> None:
     configuration = load_configuration(kube.kubeconfig, None, pool_size=7)
     assert configuration.retries is False and configuration.connection_pool_maxsize == 7
     pod = kube.create_pod("ns", "p")
-    deleter = PodDeleter(configuration)
-    assert deleter.current_uid("ns", "p", timeout=2) == pod["metadata"]["uid"]
+    kube_client = KubeClient(configuration)
+    state = kube_client.pod_state("ns", "p", timeout=2)
+    assert state is not None and state.uid == pod["metadata"]["uid"]
     assert kube.requests[-1].authorization == "Bearer fake-token"
     assert isinstance(configuration.refresh_api_key_hook, ThrottledRefresh)
 
@@ -29,8 +30,8 @@ def test_explicit_kubeconfig_talks_to_the_server(kube: Any) -> None:
 def test_usual_lookup_uses_the_kubeconfig_variable(kube: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
-    deleter = PodDeleter(load_configuration(None, None, pool_size=2))
-    assert deleter.current_uid("ns", "missing", timeout=2) is None
+    kube_client = KubeClient(load_configuration(None, None, pool_size=2))
+    assert kube_client.pod_state("ns", "missing", timeout=2) is None
     assert kube.requests[-1].path == "/api/v1/namespaces/ns/pods/missing"
 
 
@@ -81,15 +82,15 @@ def test_an_expiring_exec_token_is_still_renewed_but_not_per_request(kube: Any, 
     }
     (tmp_path / "kubeconfig").write_text(json.dumps(kubeconfig))
     kube.token = None  # accept any token; the test reads the recorded header
-    deleter = PodDeleter(load_configuration(tmp_path / "kubeconfig", None, pool_size=2))
-    deleter.current_uid("ns", "p", timeout=2)
+    kube_client = KubeClient(load_configuration(tmp_path / "kubeconfig", None, pool_size=2))
+    kube_client.pod_state("ns", "p", timeout=2)
     assert kube.requests[-1].authorization == "Bearer t1"
 
     token.write_text("t2")
     before, requests, deadline = len(runs.read_text()), 0, time.monotonic() + 15
     while kube.requests[-1].authorization != "Bearer t2":
         assert time.monotonic() < deadline, "the renewed token never reached the server"
-        deleter.current_uid("ns", "p", timeout=2)
+        kube_client.pod_state("ns", "p", timeout=2)
         requests += 1
     plugin_runs = len(runs.read_text()) - before
     assert requests >= 10 and plugin_runs <= 3, (requests, plugin_runs)

@@ -11,8 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import run, settings_for
-from helpers import DaemonThread, add_execution, daemon_settings, retire, wait_until
+from helpers import DaemonThread, add_execution, daemon_settings, retire, run, settings_for, wait_until
 from pod_sweeper.core.backoff import retry_span
 from pod_sweeper.store import db, status
 

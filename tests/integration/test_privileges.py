@@ -13,8 +13,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from conftest import run, settings_for
-from helpers import DaemonThread, add_execution, attach_table, create_executions, outbox, wait_until
+from helpers import DaemonThread, add_execution, attach_table, create_executions, outbox, run, settings_for, wait_until
 from pod_sweeper.store import db, migrations, roles
 
 pytestmark = pytest.mark.versions

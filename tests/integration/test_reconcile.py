@@ -12,14 +12,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import run, settings_for
-from helpers import DaemonThread, outbox, wait_until
+from helpers import DaemonThread, outbox, run, settings_for, wait_until
+from pod_sweeper.cli import status_text
 from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import PodDeleter, load_configuration
-from pod_sweeper.store import db, reconciliation, status
+from pod_sweeper.core.settings import DEFAULT_CLUSTER, Settings
+from pod_sweeper.kube.api import KubeClient, load_configuration
+from pod_sweeper.store import db, quarantine, status
 from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.reconcile import Reconciler
+from pod_sweeper.tasks.reconciler import Reconciler
 
 pytestmark = pytest.mark.versions
 
@@ -62,15 +62,15 @@ def suspects(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
 
 @contextlib.asynccontextmanager
 async def reconciler(settings: Settings) -> AsyncIterator[Reconciler]:
-    deleter = PodDeleter(load_configuration(settings.kubeconfig, None, pool_size=2))
+    kube_client = KubeClient(load_configuration(settings.kubeconfig, None, pool_size=2))
     pool = db.make_pool(settings, max_size=2)
     await pool.open(wait=True, timeout=10)
     try:
         metrics = Metrics()
-        yield Reconciler(settings, pool, deleter, metrics, OutageWatch(settings, pool, deleter, metrics))
+        yield Reconciler(settings, pool, kube_client, metrics, OutageWatch(settings, pool, kube_client, metrics))
     finally:
         await pool.close()
-        deleter.close()
+        kube_client.close()
 
 
 def test_suspects_wait_out_their_quarantine_then_are_confirmed_and_enqueued(
@@ -123,7 +123,7 @@ def test_a_suspect_replaced_or_reactivated_before_confirmation_is_not_enqueued(
     async def scenario() -> Any:
         async with reconciler(reconcile_settings(db_url, kube, reconcile_quarantine=0.001)) as r:
             await r.pass_once()
-            real = r.deleter.pod_state
+            real = r.kube.pod_state
 
             def racing_pod_state(namespace: str, name: str, *, timeout: float) -> Any:
                 if name == "swapped":  # between the list and the GET, a new pod takes the name
@@ -135,7 +135,7 @@ def test_a_suspect_replaced_or_reactivated_before_confirmation_is_not_enqueued(
                         conn.execute("UPDATE executions SET active = true WHERE sandbox_id = 'revived'")
                 return state
 
-            r.deleter.pod_state = racing_pod_state  # type: ignore[method-assign]
+            r.kube.pod_state = racing_pod_state  # type: ignore[method-assign]
             return await r.pass_once()
 
     result = run(scenario())
@@ -179,7 +179,7 @@ def test_a_pass_that_outlived_its_lease_records_nothing_over_the_one_that_took_i
 
     async def scenario() -> None:
         async with db.connection(settings) as conn:
-            slow = await reconciliation.begin(conn, replica="slow", gap=0, lease=60)
+            slow = await quarantine.begin(conn, replica="slow", gap=0, lease=60, cluster=DEFAULT_CLUSTER)
             assert slow is not None
             # Its lease runs out (it started two minutes ago, as far as the row says) ...
             await conn.execute(
@@ -190,15 +190,23 @@ def test_a_pass_that_outlived_its_lease_records_nothing_over_the_one_that_took_i
             ).fetchone()
             assert slow_started is not None
             # ... and another replica takes the pass over.
-            assert await reconciliation.begin(conn, replica="fresh", gap=0, lease=60) is not None
-            await reconciliation.finish(
-                conn, replica="slow", started_at=slow_started["last_started_at"], seen=7, enqueued=7, error=None
+            assert await quarantine.begin(conn, replica="fresh", gap=0, lease=60, cluster=DEFAULT_CLUSTER) is not None
+            await quarantine.finish(
+                conn,
+                replica="slow",
+                started_at=slow_started["last_started_at"],
+                seen=7,
+                enqueued=7,
+                error=None,
+                cluster=DEFAULT_CLUSTER,
             )
             row = await (await conn.execute("SELECT * FROM pod_sweeper.reconcile_state")).fetchone()
             assert row is not None and row["last_replica"] == "fresh" and row["last_finished_at"] is None
             assert row["last_pods_seen"] != 7
             fresh_started = row["last_started_at"]
-            await reconciliation.finish(conn, replica="fresh", started_at=fresh_started, seen=1, enqueued=0, error=None)
+            await quarantine.finish(
+                conn, replica="fresh", started_at=fresh_started, seen=1, enqueued=0, error=None, cluster=DEFAULT_CLUSTER
+            )
 
     run(scenario())
     state = execs.execute("SELECT * FROM pod_sweeper.reconcile_state").fetchone()
@@ -216,7 +224,7 @@ def test_pages_through_the_list_and_keeps_quarantine_when_a_listing_breaks(
         settings = reconcile_settings(db_url, kube, reconcile_page_size=2)
         async with reconciler(settings) as r:
             whole = await r.pass_once()
-            real = r.deleter.list_pods
+            real = r.kube.list_pods
 
             def expiring(*args: Any, **kwargs: Any) -> Any:
                 page = real(*args, **kwargs)
@@ -224,7 +232,7 @@ def test_pages_through_the_list_and_keeps_quarantine_when_a_listing_breaks(
                 kube.inject("status", method="GET", path=r"/pods$", code=410, reason="Expired")
                 return page
 
-            r.deleter.list_pods = expiring  # type: ignore[method-assign]
+            r.kube.list_pods = expiring  # type: ignore[method-assign]
             broken = await r.pass_once()
             return [whole, broken]
 
@@ -240,7 +248,7 @@ def test_pages_through_the_list_and_keeps_quarantine_when_a_listing_breaks(
 
     async def show() -> str:
         async with db.connection(settings_for(db_url)) as conn:
-            return status.render_text(await status.read_status(conn))
+            return status_text.render_text(await status.read_status(conn))
 
     text = run(show())
     assert "2 labelled pod(s) seen, 0 enqueued; 5 suspect(s) in quarantine" in text and "stopped early" in text

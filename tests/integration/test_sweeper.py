@@ -9,20 +9,22 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import run, settings_for
 from helpers import (
     DaemonThread,
     add_execution,
+    claim,
     daemon_settings,
     retire,
     row_for,
+    run,
     seed_executions,
+    settings_for,
     sleeping,
     wait_until,
 )
+from pod_sweeper.core.states import Result
 from pod_sweeper.store import db, outbox
 from pod_sweeper.store.outbox import Final
-from pod_sweeper.store.recheck import load_attachments
 
 pytestmark = pytest.mark.versions
 
@@ -199,7 +201,7 @@ def test_forbidden_charges_nothing_and_says_which_permission(
         row = row_for(execs, "a")
         assert row is not None and row["attempts"] == 0
         assert "needs 'delete'" in row["last_error"] and row["last_http_status"] == 403
-        assert "sandboxes" in daemon.daemon.sweeper.namespaces.refusing()
+        assert "sandboxes" in daemon.daemon.sweeper.status.refused_namespaces
         assert daemon.daemon.ready  # a namespace's refusal is not the replica's
         kube.denied.clear()
         done = wait_until(lambda: finished(execs, "a"), timeout=20)
@@ -351,22 +353,17 @@ def test_stale_replica_cannot_overwrite_the_new_owners_outcome(
 
     async def scenario() -> tuple[set[int], set[int]]:
         async with db.connection(settings_for(db_url)) as conn:
-            attachments = await load_attachments(conn)
-            common = {
-                "batch": 10,
-                "lease_seconds": 5,
-                "max_attempts": 5,
-                "attachments": attachments,
-                "recheck_retry_delay": 1.0,
-            }
-            stale = (await outbox.claim(conn, owner="frozen", **common)).to_delete[0]
+            stale = (await claim(conn, owner="frozen", batch=10, lease_seconds=5)).to_send[0]
             await conn.execute("UPDATE pod_sweeper.outbox SET next_attempt_at = now() - interval '1 s'")
-            fresh = (await outbox.claim(conn, owner="alive", **common)).to_delete[0]
+            fresh = (await claim(conn, owner="alive", batch=10, lease_seconds=5)).to_send[0]
             assert fresh.epoch == stale.epoch + 1 and fresh.attempts == 2
-            from pod_sweeper.core.outcome import Outcome
-
-            took = await outbox.finalize(conn, [Final.done(fresh, Outcome.ABSENT, 404)], "alive")
-            refused = await outbox.finalize(conn, [Final.dead(stale, "woke up late")], "frozen")
+            assert fresh.lease_expired_from == "frozen" and stale.lease_expired_from is None
+            took = await outbox.record_results(
+                conn, [Final(fresh.id, fresh.epoch, Result.ABSENT, http_status=404)], "alive"
+            )
+            refused = await outbox.record_results(
+                conn, [Final(stale.id, stale.epoch, Result.DEAD, error="woke up late")], "frozen"
+            )
             return took, refused
 
     took, refused = run(scenario())
@@ -430,8 +427,8 @@ def test_two_replicas_on_2000_rows_finish_each_exactly_once(
 def test_wake_sources_are_counted(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
     add_execution(execs, kube, "a")
     with DaemonThread(daemon_settings(db_url, kube)) as daemon:
-        metrics = daemon.daemon.sweeper.metrics
-        wait_until(lambda: sleeping(daemon, execs), what="the replica asleep")
+        metrics = daemon.daemon.metrics
+        wait_until(lambda: sleeping(daemon), what="the replica asleep")
         retire(execs, "a")
         wait_until(lambda: finished(execs, "a"))
         wait_until(lambda: metrics.value("pod_sweeper_wakeups_total", source="notify") >= 1)

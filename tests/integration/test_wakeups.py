@@ -13,10 +13,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import run, settings_for
-from helpers import DaemonThread, add_execution, daemon_settings, retire, row_for, wait_until
+from helpers import DaemonThread, add_execution, claim, daemon_settings, retire, row_for, run, settings_for, wait_until
+from pod_sweeper.cli import status_text
+from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.store import db, outbox
-from pod_sweeper.store.recheck import load_attachments
 
 pytestmark = pytest.mark.versions
 
@@ -39,22 +39,13 @@ def first_notification_after(db_url: str, action: Any) -> str:
 
 async def _claim(db_url: str, *, disarm: bool = True) -> list[int]:
     async with db.connection(settings_for(db_url)) as conn:
-        result = await outbox.claim(
-            conn,
-            owner="t",
-            batch=100,
-            lease_seconds=30,
-            max_attempts=5,
-            attachments=await load_attachments(conn),
-            recheck_retry_delay=1,
-            disarm=disarm,
-        )
-        return [c.id for c in result.to_delete]
+        result = await claim(conn, disarm=disarm)
+        return [c.id for c in result.to_send]
 
 
 async def _arm(db_url: str) -> bool:
     async with db.connection(settings_for(db_url)) as conn:
-        return await outbox.arm(conn, "t")
+        return await outbox.arm(conn, "t", cluster=DEFAULT_CLUSTER)
 
 
 def test_armed_until_a_sweeper_first_claims_then_quiet(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
@@ -180,7 +171,7 @@ def test_status_shows_the_flag(execs: psycopg.Connection[Any], db_url: str) -> N
 
     async def text() -> str:
         async with db.connection(settings_for(db_url)) as conn:
-            return status.render_text(await status.read_status(conn))
+            return status_text.render_text(await status.read_status(conn))
 
     assert "wakeup flag: armed" in run(text())
     run(_claim(db_url))

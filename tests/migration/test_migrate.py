@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import run, settings_for
+from helpers import run, settings_for
 from pod_sweeper.core.errors import MigrationError, SchemaError
 from pod_sweeper.store import db, migrations, queries
 
@@ -132,6 +132,23 @@ def test_schema_check(empty_db_url: str, db_url: str) -> None:
         run(_check(db_url))
 
 
+def test_the_live_enqueue_takes_the_wakeup_lock_the_sweeper_arms_with(pg: psycopg.Connection[Any]) -> None:
+    """The enqueue the triggers call is the latest migration's definition (0009 replaced 0007's): the
+    shared lock it holds from reading the wakeup flag to its commit must be the one ``arm`` takes
+    exclusively, or a retire could read the flag clear while a sweeper arms and falls asleep."""
+    import re
+
+    functions = pg.execute(
+        "SELECT p.oid::regprocedure::text AS signature, pg_get_functiondef(p.oid) AS body"
+        " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = 'pod_sweeper' AND p.prokind = 'f'"
+    ).fetchall()
+    keys = {f["signature"]: set(re.findall(r"pg_advisory_xact_lock_shared\((\d+)\)", f["body"])) for f in functions}
+    live = "pod_sweeper.enqueue(integer,text,bigint,text,text,uuid,text,text)"
+    assert keys[live] == {str(int(queries.Lock.WAKEUP))}
+    assert {sig for sig, found in keys.items() if found} == {live}  # no other definition takes another key
+
+
 def test_claim_query_uses_the_partial_index_at_100k_done_rows(pg: psycopg.Connection[Any]) -> None:
 
     pg.execute("INSERT INTO pod_sweeper.attachments (table_schema, table_name, column_map) VALUES ('p', 't', '{}')")
@@ -193,7 +210,7 @@ def test_settings_are_scoped_to_each_transaction_and_nothing_is_prepared_behind_
     assert pooled["before"] == default and pooled["after"] == default
     assert pooled["in_transaction"] == ours and pooled["in_savepoint"] == ours
     assert pooled["prepared"] == {"n": 0}
-    direct = run(read(False))  # direct: the session is ours, set once; the claim and finalize prepared
+    direct = run(read(False))  # direct: the session is ours, set once; the claim and record prepared
     assert direct["before"] == direct["in_transaction"] == direct["after"] == ours
     assert direct["prepared"]["n"] > 0
 

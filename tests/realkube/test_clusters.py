@@ -12,8 +12,7 @@ import psycopg
 import pytest
 
 from conformance.apiserver import core_api, manifest
-from conftest import run
-from helpers import DaemonThread, attach_table, cli, daemon_settings, wait_until
+from helpers import DaemonThread, attach_table, cli, daemon_settings, run, wait_until
 from pod_sweeper.testing.kubeapiserver import KubeApiServer
 
 NS = "sandboxes"
@@ -100,7 +99,7 @@ def test_one_clusters_burst_trips_its_breaker_alone_on_the_real_servers(
     deleted = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE cluster = %s AND outcome = 'deleted'"
     with DaemonThread(replicas[0]) as east_replica, DaemonThread(replicas[1]) as west_replica:
         pg.execute("UPDATE runs SET active = false WHERE cluster = 'east'")
-        wait_until(lambda: east_replica.daemon.sweeper.breaker_reason, timeout=30, what="east's breaker to trip")
+        wait_until(lambda: east_replica.daemon.sweeper.status.breaker, timeout=30, what="east's breaker to trip")
         pg.execute("UPDATE runs SET active = false WHERE cluster = 'west'")
         wait_until(lambda: pg.execute(deleted, ("west",)).fetchone()["n"] == 10, timeout=30, what="west's 10")
         assert west_replica.daemon.ready and not east_replica.daemon.ready

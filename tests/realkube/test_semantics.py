@@ -8,25 +8,28 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
 
 from conformance.apiserver import core_api, manifest
-from conftest import run, settings_for
-from helpers import DaemonThread, daemon_settings, outbox, retire, wait_until
-from pod_sweeper.core.errors import KubeUnauthorized
+from helpers import DaemonThread, daemon_settings, outbox, retire, run, settings_for, wait_until
+from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.core.errors import KubeForbidden
 from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.core.outcome import Outcome
-from pod_sweeper.kube.api import Answer, PodDeleter, load_configuration
+from pod_sweeper.core.states import Result
+from pod_sweeper.kube.api import DeleteAnswer, KubeClient, load_configuration
 from pod_sweeper.store import db
-from pod_sweeper.tasks import confirm
+from pod_sweeper.store.outbox import Claim
+from pod_sweeper.tasks import answers, confirmer
 from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.reconcile import Reconciler
+from pod_sweeper.tasks.reconciler import Reconciler
 from pod_sweeper.testing.kubeapiserver import USER, KubeApiServer
 
 SANDBOX, GENERATION = "example.com/sandbox", "example.com/generation"
+POLICY = answers.Policy(5, Backoff(1.0, 1.0))
 
 
 @pytest.fixture
@@ -35,8 +38,8 @@ def ns(kube_apiserver: KubeApiServer) -> str:
 
 
 @pytest.fixture
-def deleter(kube_apiserver: KubeApiServer) -> Iterator[PodDeleter]:
-    made = PodDeleter(load_configuration(kube_apiserver.admin_kubeconfig, None, pool_size=4))
+def admin(kube_apiserver: KubeApiServer) -> Iterator[KubeClient]:
+    made = KubeClient(load_configuration(kube_apiserver.admin_kubeconfig, None, pool_size=4))
     yield made
     made.close()
 
@@ -49,17 +52,26 @@ def record(conn: psycopg.Connection[Any], ns: str, pod: Any, sid: str) -> None:
     )
 
 
+def result_of(answer: DeleteAnswer, uid: str) -> Result:
+    """What the answer table makes of the real server's answer, for a row of pod ``uid``."""
+    row = Claim(1, 1, 1, "s", 1, "ns", "p", uuid.UUID(uid), 1, "retired")
+    return answers.decide(row, answers.Sent(datetime.now(UTC), 0.0, 0.0, answer), POLICY).result
+
+
 def test_a_wrong_uid_is_409_and_the_get_decides_replaced(
-    kube_apiserver: KubeApiServer, ns: str, deleter: PodDeleter
+    kube_apiserver: KubeApiServer, ns: str, admin: KubeClient
 ) -> None:
     core = core_api(kube_apiserver.admin_kubeconfig)
     old = core.create_namespaced_pod(ns, manifest("p")).metadata.uid
     core.delete_namespaced_pod("p", ns)
     new = core.create_namespaced_pod(ns, manifest("p")).metadata.uid  # a replacement under the same name
-    assert deleter.resolve(ns, "p", old, timeout=5) == Answer(Outcome.REPLACED, 409)
+    replaced = admin.delete_pod(ns, "p", old, timeout=5)
+    assert replaced == DeleteAnswer(409, holder_uid=new) and result_of(replaced, old) is Result.REPLACED
     assert core.read_namespaced_pod("p", ns).metadata.uid == new  # left alone
-    assert deleter.resolve(ns, "p", new, timeout=5) == Answer(Outcome.DELETED, 200)
-    assert deleter.resolve(ns, "p", new, timeout=5) == Answer(Outcome.ABSENT, 404)
+    deleted = admin.delete_pod(ns, "p", new, timeout=5)
+    assert (deleted.status, deleted.holder_uid) == (200, None) and result_of(deleted, new) is Result.DELETED
+    absent = admin.delete_pod(ns, "p", new, timeout=5)
+    assert absent == DeleteAnswer(404) and result_of(absent, new) is Result.ABSENT
 
 
 def test_a_pod_on_a_node_without_kubelet_is_confirmed_stuck_then_forced_once_its_node_is_gone(
@@ -70,8 +82,8 @@ def test_a_pod_on_a_node_without_kubelet_is_confirmed_stuck_then_forced_once_its
     core.create_node({"metadata": {"name": node}})  # registered, but no kubelet will ever finish a pod
     pod = core.create_namespaced_pod(ns, manifest("bound", scheduled=True, node=node, terminationGracePeriodSeconds=1))
     record(execs, ns, pod, "s")
-    monkeypatch.setattr(confirm, "RECHECK_SECONDS", 0.5)  # still terminating: looked at again soon
-    monkeypatch.setattr("pod_sweeper.tasks.outcomes.CONFIRM_MARGIN_SECONDS", 0.5)
+    monkeypatch.setattr(confirmer, "RECHECK_SECONDS", 0.5)  # still terminating: looked at again soon
+    monkeypatch.setattr("pod_sweeper.tasks.answers.CONFIRM_MARGIN_SECONDS", 0.5)
     settings = daemon_settings(
         db_url, kube_apiserver.admin_kubeconfig, stuck_terminating_seconds=1.0, force_stuck=True, poll_interval=1.0
     )
@@ -128,14 +140,14 @@ def test_reconciliation_pages_and_survives_a_continue_token_that_compaction_expi
     )
 
     async def scenario() -> list[Any]:
-        deleter = PodDeleter(load_configuration(settings.kubeconfig, None, pool_size=2))
+        kube_client = KubeClient(load_configuration(settings.kubeconfig, None, pool_size=2))
         pool = db.make_pool(settings, max_size=2)
         await pool.open(wait=True, timeout=10)
         try:
             metrics = Metrics()
-            r = Reconciler(settings, pool, deleter, metrics, OutageWatch(settings, pool, deleter, metrics))
+            r = Reconciler(settings, pool, kube_client, metrics, OutageWatch(settings, pool, kube_client, metrics))
             whole = await r.pass_once()
-            real = deleter.list_pods
+            real = kube_client.list_pods
 
             def compacting(*args: Any, **kwargs: Any) -> Any:
                 page = real(*args, **kwargs)
@@ -144,12 +156,12 @@ def test_reconciliation_pages_and_survives_a_continue_token_that_compaction_expi
                 kube_apiserver.compact()
                 return page
 
-            deleter.list_pods = compacting  # type: ignore[method-assign]
+            kube_client.list_pods = compacting  # type: ignore[method-assign]
             broken = await r.pass_once()
             return [whole, broken]
         finally:
             await pool.close()
-            deleter.close()
+            kube_client.close()
 
     whole, broken = run(scenario())
     assert (whole.seen, whole.complete, whole.suspects) == (7, True, 7)
@@ -161,12 +173,12 @@ def test_reconciliation_pages_and_survives_a_continue_token_that_compaction_expi
 def test_a_namespace_the_identity_may_not_touch_answers_403(kube_apiserver: KubeApiServer, ns: str) -> None:
     core = core_api(kube_apiserver.admin_kubeconfig)
     pod = core.create_namespaced_pod(ns, manifest("p"))
-    user = PodDeleter(load_configuration(kube_apiserver.user_kubeconfig, None, pool_size=2))
+    user = KubeClient(load_configuration(kube_apiserver.user_kubeconfig, None, pool_size=2))
     try:
-        with pytest.raises(KubeUnauthorized) as info:
-            user.resolve(ns, "p", pod.metadata.uid, timeout=5)
+        with pytest.raises(KubeForbidden) as info:
+            user.delete_pod(ns, "p", pod.metadata.uid, timeout=5)
         assert (info.value.status, info.value.reason) == (403, "Forbidden")
-        assert not user.may("delete", ns, timeout=5)
+        assert not user.may("delete", "pods", ns, timeout=5)
     finally:
         user.close()
     assert core.read_namespaced_pod("p", ns).metadata.uid == pod.metadata.uid

@@ -6,10 +6,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from prometheus_client import CollectorRegistry, Gauge
 
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.store.outbox import BreakerWindow
-from pod_sweeper.tasks.gates import AuthGate, NamespaceGates, OutageGate, breaker_budget, trip_reason
+from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates, OutageGate, breaker_budget, trip_reason
 
 
 class Clock:
@@ -22,11 +23,13 @@ class Clock:
 
 def test_the_auth_gate_closes_longer_with_each_refusal_and_opens_on_an_answer() -> None:
     clock = Clock()
-    gate = AuthGate(Backoff(1.0, 60.0, rng=random.Random(1)), floor=1.0, clock=clock)
-    assert gate.open and gate.refusing is None
-    first = gate.refused("401 Unauthorized")
+    gauge = Gauge("refusing", "test", registry=CollectorRegistry())
+    gate = AuthGate(Backoff(1.0, 60.0, rng=random.Random(1)), floor=1.0, clock=clock, gauge=gauge)
+    assert gate.open and gate.refusing is None and gauge.collect()[0].samples[0].value == 0
+    first = gate.refused("401 Unauthorized").delay
     assert first >= 1.0 and not gate.open and gate.wait() == first
     assert gate.refusing is not None and "does not accept the daemon's credentials" in gate.refusing
+    assert gauge.collect()[0].samples[0].value == 1  # the gate owns its gauge
     clock.now += first
     assert gate.open and gate.wait() == 0
     assert gate.refusing is not None  # open again, but still refused until Kubernetes answers
@@ -75,16 +78,32 @@ def test_the_outage_gate_stays_closed_until_a_probe_is_answered_probing_less_oft
 
 def test_a_refused_namespace_waits_alone_longer_each_time_up_to_the_maximum() -> None:
     clock = Clock()
-    gates = NamespaceGates(Backoff(1.0, 8.0, rng=random.Random(1)), floor=1.0, clock=clock)
+    gauge = Gauge("refused", "test", ["pod_namespace"], registry=CollectorRegistry())
+    gates = NamespaceGates(Backoff(1.0, 8.0, rng=random.Random(1)), floor=1.0, clock=clock, gauge=gauge)
     assert gates.wait("a") == 0 and gates.refusing() == {}
     delays = []
     for _ in range(8):
-        delays.append(gates.refused("a", "403 Forbidden"))
-        assert gates.wait("a") == pytest.approx(delays[-1]) and gates.wait("b") == 0  # the others go on
+        refusal = gates.refused("a", "403 Forbidden")
+        delays.append(refusal.delay)
+        assert gates.wait("a") == pytest.approx(refusal.delay) and gates.wait("b") == 0  # the others go on
+        held = gates.held("a")
+        assert held is not None and held.error == refusal.error and held.delay == pytest.approx(refusal.delay)
+        assert gates.held("b") is None
+        assert gauge.labels("a")._value.get() == 1
         clock.now += delays[-1]
     assert all(1.0 <= d <= 8.0 for d in delays) and max(delays) > 4.0  # grows, capped at backoff_max
     assert "needs 'delete' (and 'get') on pods in namespace a" in gates.refusing()["a"]
     assert gates.wait("a") == 0 and "a" in gates.refusing()  # open again, still refused until answered
-    gates.answered("a")
-    assert gates.refusing() == {} and gates.wait("a") == 0
-    assert gates.refused("a", "403") <= 2.0  # the backoff starts over
+    assert gates.answered("a") and not gates.answered("a")  # True: it had been refused until now
+    assert gates.refusing() == {} and gates.wait("a") == 0 and gauge.labels("a")._value.get() == 0
+    assert gates.refused("a", "403").delay <= 2.0  # the backoff starts over
+
+
+def test_the_breaker_gate_is_what_the_claimer_last_read_and_owns_its_gauge() -> None:
+    gauge = Gauge("tripped", "test", registry=CollectorRegistry())
+    gate = BreakerGate(gauge)
+    assert gate.open and gauge.collect()[0].samples[0].value == 0
+    gate.observe("cluster east: 1000 deletes within a minute")
+    assert not gate.open and gate.reason and gauge.collect()[0].samples[0].value == 1
+    gate.observe(None)  # resumed
+    assert gate.open and gauge.collect()[0].samples[0].value == 0

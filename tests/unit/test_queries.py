@@ -87,9 +87,15 @@ def test_every_shipped_statement_has_a_caller() -> None:
     assert shipped - loaded == set(), "statements in sql/ that nothing runs"
 
 
-def test_the_wakeup_lock_key_in_the_migration_is_the_codes() -> None:
-    migration = (ROOT / "migrations" / "0007_quiet_wakeups.sql").read_text()
-    assert f"pg_advisory_xact_lock_shared({int(queries.Lock.WAKEUP)})" in migration
+def test_every_migration_that_takes_the_wakeup_lock_takes_the_codes_key() -> None:
+    """(The definition the database runs is checked in the migration tier:
+    ``test_the_live_enqueue_takes_the_wakeup_lock_the_sweeper_arms_with``.)"""
+    found = {
+        path.name: set(re.findall(r"pg_advisory_xact_lock_shared\((\d+)\)", path.read_text()))
+        for path in sorted((ROOT / "migrations").glob("*.sql"))
+    }
+    assert {name for name, keys in found.items() if keys} >= {"0007_quiet_wakeups.sql", "0009_clusters.sql"}
+    assert set().union(*found.values()) == {str(int(queries.Lock.WAKEUP))}
     assert len(set(queries.Lock)) == len(queries.Lock.__members__)  # no two locks share a key
 
 

@@ -1,7 +1,11 @@
 """``pod-sweeper check``: a preflight an operator runs before (or beside) the daemon. One line per
 check (settings, database, schema, Kubernetes configuration, the namespace scope, and each permission
-the daemon needs in each namespace it checks: ``--namespace``, else every namespace of the scope, else
-those the outbox names), exit 0 when all pass and 1 otherwise."""
+the enabled features need, asked of the API server itself), exit 0 when all pass and 1 otherwise.
+
+Which permissions is a pure function of the settings (``needs``): get and delete on pods in each
+namespace it checks (``--namespace``, else every namespace of the scope, else those the outbox names),
+create on events there when Events are on, list on pods where reconciliation runs, and get on nodes
+(cluster-scoped) when stuck pods may be forced."""
 
 from __future__ import annotations
 
@@ -12,11 +16,47 @@ from pod_sweeper.core.backoff import describe_duration, retry_span
 from pod_sweeper.core.errors import PodSweeperError
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.text import printable
-from pod_sweeper.kube.api import PodDeleter, load_configuration
+from pod_sweeper.kube.api import KubeClient, load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import attach, db, migrations, outbox
 
-VERBS = ("get", "delete")  # what the daemon sends; deploy/role.yaml grants list and watch too
+
+@dataclass(frozen=True)
+class Permission:
+    """One thing the daemon asks of the API server: ``verb`` on the core ``resource``, in ``namespace``
+    (None: cluster-scoped), and the feature that needs it."""
+
+    verb: str
+    resource: str
+    namespace: str | None
+    why: str
+
+    @property
+    def what(self) -> str:
+        """The resource and where: 'pods in sandboxes', 'nodes (cluster-wide)'."""
+        where = f"in {self.namespace}" if self.namespace is not None else "(cluster-wide)"
+        return f"{self.resource} {where}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.verb} {self.what}"
+
+
+def needs(settings: Settings, namespaces: list[str]) -> list[Permission]:
+    """Every permission the settings' features need in ``namespaces``, in the order ``check`` prints."""
+    wanted: list[Permission] = []
+    for namespace in namespaces:
+        wanted.append(Permission("get", "pods", namespace, "to read who holds a name after a 409"))
+        wanted.append(Permission("delete", "pods", namespace, "to delete retired pods"))
+        if settings.events and not settings.dry_run:
+            wanted.append(Permission("create", "events", namespace, "to record an Event (POD_SWEEPER_EVENTS is on)"))
+    if settings.reconcile and settings.reconcile_namespace is not None:
+        why = "for the reconciliation pass (POD_SWEEPER_RECONCILE_* labels are set)"
+        wanted.append(Permission("list", "pods", settings.reconcile_namespace, why))
+    if settings.force_stuck and not settings.dry_run:
+        why = "to tell a vanished node (POD_SWEEPER_FORCE_STUCK is on; a ClusterRole grants it)"
+        wanted.append(Permission("get", "nodes", None, why))
+    return wanted
 
 
 @dataclass(frozen=True)
@@ -42,10 +82,24 @@ async def _listen_route(settings: Settings) -> Check:
     except PodSweeperError as exc:
         return Check(False, "listen database", str(exc))
     try:
-        await outbox.listen(conn, settings.cluster)
+        await outbox.listen(conn, cluster=settings.cluster)
     finally:
         await conn.close()
     return Check(True, "listen database", "connected, LISTEN works")
+
+
+async def _ask(kube: KubeClient, permission: Permission, timeout: float) -> Check:
+    """One permission, asked of the API server (a SelfSubjectAccessReview)."""
+    try:
+        allowed = await asyncio.to_thread(
+            kube.may, permission.verb, permission.resource, permission.namespace, timeout=timeout
+        )
+    except PodSweeperError as exc:
+        return Check(False, permission.name, str(exc))
+    if allowed:
+        return Check(True, permission.name, "allowed")
+    detail = f"missing: the daemon needs '{permission.verb}' on {permission.what} {permission.why}"
+    return Check(False, permission.name, detail)
 
 
 async def run_checks(settings: Settings, namespaces: list[str]) -> list[Check]:
@@ -79,7 +133,7 @@ async def run_checks(settings: Settings, namespaces: list[str]) -> list[Check]:
     if settings.listens and settings.listen_database_url is not None:
         checks.append(await _listen_route(settings))
     try:
-        deleter = PodDeleter(load_configuration(settings.kubeconfig, settings.kube_context, pool_size=1))
+        kube = KubeClient(load_configuration(settings.kubeconfig, settings.kube_context, pool_size=1))
     except PodSweeperError as exc:
         return [*checks, Check(False, "kubernetes", str(exc))]
     checks.append(Check(True, "kubernetes", "configuration loaded"))
@@ -97,15 +151,8 @@ async def run_checks(settings: Settings, namespaces: list[str]) -> list[Check]:
             namespaces = [ns for ns in named if not scope.refuses(ns)]
         if not namespaces:
             checks.append(Check(False, "permissions", "no namespace to check: pass --namespace NS"))
-        for namespace in namespaces:
-            for verb in VERBS:
-                try:
-                    allowed = await asyncio.to_thread(deleter.may, verb, namespace, timeout=settings.request_timeout)
-                except PodSweeperError as exc:
-                    checks.append(Check(False, f"{verb} pods in {namespace}", str(exc)))
-                    continue
-                detail = "allowed" if allowed else f"missing: the daemon needs '{verb}' on pods in {namespace}"
-                checks.append(Check(allowed, f"{verb} pods in {namespace}", detail))
+        for permission in needs(settings, namespaces):
+            checks.append(await _ask(kube, permission, settings.request_timeout))
     finally:
-        deleter.close()
+        kube.close()
     return checks

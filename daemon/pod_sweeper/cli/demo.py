@@ -26,6 +26,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from pod_sweeper.cli.status_text import render_table
 from pod_sweeper.core.logs import setup_logging
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import attach, db, migrations, status
@@ -117,7 +118,7 @@ def _screen(current: dict[str, Any], plane: ControlPlane, kube: FakeKube, elapse
         f"pod-sweeper demo  {elapsed:5.0f} s   executions {plane.created}, retired {plane.retired} "
         f"(replaced first {plane.replaced}, already gone {plane.gone}), pods left {len(kube.pods)}"
     )
-    return f"{header}\n\n{status.render_table(['outbox', 'rows'], rows)}\n\nCtrl-C stops and cleans up."
+    return f"{header}\n\n{render_table(['outbox', 'rows'], rows)}\n\nCtrl-C stops and cleans up."
 
 
 async def run_demo(database_url: str | None, rate: float, duration: float | None, seed: int | None) -> int:

@@ -16,7 +16,7 @@ import psycopg
 from loguru import logger
 
 from pod_sweeper import __version__
-from pod_sweeper.cli import check
+from pod_sweeper.cli import check, status_text
 from pod_sweeper.core.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError, first_line
 from pod_sweeper.core.logs import setup_logging, writes_to_journal
 from pod_sweeper.core.settings import (
@@ -83,17 +83,18 @@ async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
         current = await status.read_status(conn)
-    print(status.render_json(current) if args.json else status.render_text(current))
+    print(status_text.render_json(current) if args.json else status_text.render_text(current))
     return EXIT_OK
 
 
 async def cmd_explain(settings: Settings, args: argparse.Namespace) -> int:
+    from pod_sweeper.cli import explain_text
     from pod_sweeper.store import explain
 
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
         story = await explain.gather(conn, args.target)
-    print(explain.render_json(story) if args.json else explain.render_text(story))
+    print(explain_text.render_json(story) if args.json else explain_text.render_text(story))
     return EXIT_OK
 
 
@@ -220,7 +221,7 @@ async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def settings_markdown() -> str:
-    """The README's settings table, made from the settings' own descriptions."""
+    """The settings table of docs/operations.md, made from the settings' own descriptions."""
     lines = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
         default = "(hostname-pid)" if field.default_factory else field.default

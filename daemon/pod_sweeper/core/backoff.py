@@ -28,6 +28,12 @@ class Backoff:
         self.cap = cap
         self._rng = rng or random.Random()
 
+    @classmethod
+    def for_reconnects(cls, base: float, cap: float) -> Backoff:
+        """The backoff between reconnects and probes: the settings' own, capped at
+        ``RECONNECT_MAX_SECONDS`` so that what comes back is noticed soon."""
+        return cls(base, min(cap, RECONNECT_MAX_SECONDS))
+
     def ceiling(self, attempt: int) -> float:
         """The longest delay after the ``attempt``-th failure; the shortest is half of it."""
         return float(min(self.cap, self.base * 2 ** max(0, min(attempt - 1, 62))))

@@ -94,7 +94,11 @@ class KubeConflict(KubeError):
 
 
 class KubeUnauthorized(KubeError):
-    """401/403: the daemon's credentials or RBAC are wrong; a fault of the daemon, not of the row."""
+    """401: the API server does not accept the daemon's credentials; a fault of the daemon, not of the row."""
+
+
+class KubeForbidden(KubeError):
+    """403: RBAC (or an admission policy) refuses the daemon in one namespace; not the row's fault either."""
 
 
 class KubeRetryable(KubeError):

@@ -2,7 +2,8 @@
 gauges read from the database by one query on a timer (never on a scrape, so a scrape storm cannot
 load the database and a slow database cannot stall a scrape).
 
-Names carry the ``pod_sweeper_`` prefix (a contract, like the table names); the README lists every one with its meaning.
+Names carry the ``pod_sweeper_`` prefix (a contract, like the table names); docs/operations.md lists
+every one with its meaning.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import functools
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from pod_sweeper import __version__
+from pod_sweeper.core.states import Outcome, Result
 
 # Label values whose series exist from the first scrape, at 0: an alert or a panel that reads
 # ``rate(pod_sweeper_outcomes_total[10m])`` must see 0 on a replica that has just started, not nothing
 # (``sum(...) == 0`` over no series is empty, so an alert on it could never fire after a restart).
-OUTCOMES = ("deleted", "absent", "replaced", "skipped_active", "would_delete")
+OUTCOMES = tuple(outcome.value for outcome in Outcome)
 STATUSES = ("pending", "claimed", "dead")
 ANSWERS = ("200", "404", "409", "429", "500", "503", "none")  # codes the outcome table names; others appear when seen
 WAKEUP_SOURCES = ("start", "poll", "notify", "listen", "retry")
@@ -64,14 +66,14 @@ class Metrics:
         self.gauges_refreshed = Gauge(
             "pod_sweeper_gauges_refreshed_timestamp_seconds", "When the database gauges were last read", registry=r
         )
-        self.outcomes = Counter("pod_sweeper_outcomes", "Rows finalized done, by outcome", ["outcome"], registry=r)
+        self.outcomes = Counter("pod_sweeper_outcomes", "Rows recorded done, by outcome", ["outcome"], registry=r)
         self.retries = Counter("pod_sweeper_retries", "Rows put back in backoff after a transient failure", registry=r)
         self.dead = Counter("pod_sweeper_dead", "Rows that went dead in this process", registry=r)
         self.handed_back = Counter(
             "pod_sweeper_claims_handed_back", "Claims handed back without charging an attempt", registry=r
         )
         self.fenced = Counter(
-            "pod_sweeper_finalize_fenced", "Results refused because the lease had been taken over", registry=r
+            "pod_sweeper_results_fenced", "Results refused because the lease had been taken over", registry=r
         )
         self.claimed = Counter("pod_sweeper_claimed_rows", "Rows claimed", registry=r)
         self.kube_responses = Counter(
@@ -99,7 +101,7 @@ class Metrics:
             else None
         )
         self.db_errors = Counter(
-            "pod_sweeper_db_errors", "Database errors in the claim or finalize path (each one reconnects)", registry=r
+            "pod_sweeper_db_errors", "Database errors in the claim or record path (each one reconnects)", registry=r
         )
         self.listener_reconnects = Counter(
             "pod_sweeper_listener_reconnects", "Times the LISTEN connection was replaced", registry=r
@@ -162,6 +164,11 @@ class Metrics:
         )
         self.build_info = Gauge("pod_sweeper_build_info", "Build information", ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
+        self.failpoints_armed = Gauge(
+            "pod_sweeper_failpoints_armed",
+            "Failpoints armed in this process (chaos tests only: it kills, raises in or stalls itself on purpose)",
+            registry=r,
+        )
         self.pruned = Counter("pod_sweeper_pruned_rows", "Done rows deleted by the retention pass", registry=r)
         for labelled, values in (
             (self.outcomes, OUTCOMES),
@@ -178,6 +185,18 @@ class Metrics:
         # (``labels()`` takes a lock and builds a key on every call).
         self.finished = functools.cache(self.outcomes.labels)
         self.answered = functools.cache(self.kube_responses.labels)
+        # What each Result counts as once it is recorded (see ``recorded``).
+        self._by_result = {
+            result: self.finished(outcome)
+            if (outcome := result.outcome) is not None
+            else {Result.DEAD: self.dead, Result.HANDED_BACK: self.handed_back, Result.RETRY: self.retries}[result]
+            for result in Result
+        }
+
+    def recorded(self, result: Result) -> None:
+        """A row's round was recorded as ``result``: the counter that ``Result`` moves (an outcome, a
+        retry, a hand-back, a dead row), read from the same value the record was written from."""
+        self._by_result[result].inc()
 
     def value(self, name: str, **labels: str) -> float:
         """A sample's current value (0 when absent): for tests and the systemd STATUS line."""

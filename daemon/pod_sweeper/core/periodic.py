@@ -31,4 +31,18 @@ async def every(
             await step()
         except expected as exc:
             logger.warning("{what} failed: {error}", what=what, error=first_line(exc))
-        await asyncio.sleep(interval())
+        await pause(interval())
+
+
+async def pause(seconds: float) -> None:
+    """``asyncio.sleep``, but first honour a cancellation that a library swallowed.
+
+    On Python 3.11, ``asyncio.wait_for`` returns the result instead of raising when its inner wait
+    completes at the moment the task is cancelled; psycopg_pool waits for a connection that way. A
+    stop that cancels a task at that moment is lost, and a loop that sleeps and goes round again would
+    keep the task group (and the process) from ever ending. The task still counts the request
+    (``Task.cancelling``), so each loop's pause raises it here."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+    await asyncio.sleep(seconds)

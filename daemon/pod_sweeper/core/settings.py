@@ -2,7 +2,7 @@
 
 Values come from ``POD_SWEEPER_*`` environment variables, then from an optional TOML file named by
 ``POD_SWEEPER_CONFIG_FILE`` (or ``--config``), then from the defaults below; the environment wins. Each
-field's description gives its unit, default and the reason for it; the README's settings table is
+field's description gives its unit, default and the reason for it; the settings table of docs/operations.md is
 generated from the same descriptions (``pod-sweeper settings``), so the two cannot drift apart.
 """
 
@@ -26,6 +26,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from pod_sweeper.core import failpoints
 from pod_sweeper.core.backoff import describe_duration, retry_span
 from pod_sweeper.core.errors import ConfigError
 
@@ -33,13 +34,12 @@ ENV_PREFIX = "POD_SWEEPER_"
 # The cluster of every row whose table was attached without one, and of a replica without a setting.
 DEFAULT_CLUSTER = "default"
 CONFIG_FILE_ENV = "POD_SWEEPER_CONFIG_FILE"
-# Read by the test suite or the failpoints, not settings; listed so that they are not reported as typos.
+# Read by the test suite, not settings; listed so that they are not reported as typos.
 _FOREIGN_ENV = {
     CONFIG_FILE_ENV,
     "POD_SWEEPER_TEST_DATABASE_URL",
     "POD_SWEEPER_KUBE_BINDIR",  # pod_sweeper.testing.kubeapiserver: the real API server the tests run
     "POD_SWEEPER_PG_BINDIR",  # pod_sweeper.testing.postgres: the binaries of throwaway clusters
-    "POD_SWEEPER_FAILPOINTS",  # the chaos suite's, read by pod_sweeper.core.failpoints
     "POD_SWEEPER_UPDATE_REFERENCE",
 }
 
@@ -293,6 +293,13 @@ class Settings(BaseSettings):
         max_length=200,
         description="Name recorded as claimed_by on the rows this process claims. Default hostname-pid.",
     )
+    failpoints: str = Field(
+        default="",
+        description="For the chaos tests only: places where the daemon kills, raises in or stalls itself "
+        "on purpose (`after_claim`, `after_answer`, `during_record`, `listener`; e.g. `after_answer=kill@3`, "
+        "docs/design.md). Default empty: none. Armed ones are logged as a WARNING at start and set "
+        "`pod_sweeper_failpoints_armed`; never set it in production.",
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -320,6 +327,12 @@ class Settings(BaseSettings):
             bad = [ns for ns in value if not isinstance(ns, str) or not re.fullmatch(_DNS_LABEL, ns) or len(ns) > 63]
             if bad:
                 raise ValueError(f"{', '.join(repr(ns) for ns in bad)}: not a Kubernetes namespace name")
+        return value
+
+    @field_validator("failpoints")
+    @classmethod
+    def _failpoints_read(cls, value: str) -> str:
+        failpoints.parse(value)
         return value
 
     @field_validator("retention", mode="before")

@@ -1,5 +1,8 @@
-"""The Kubernetes side: delete a pod by namespace and name under ``preconditions.uid``, with the
-official client, and say what the answer means in our own error types.
+"""The Kubernetes side: the one client of the API server (``KubeClient``), which deletes a pod by
+namespace and name under ``preconditions.uid``, reads pods and nodes, lists, asks access reviews, records
+Events and probes the server's health, with the official client; every answer comes back as what the
+server said (``DeleteAnswer``), and every failure as one of our error types (``classify``). What an answer
+means for a row is not said here: that is the daemon's answer table (``tasks.answers``).
 
 The client's urllib3 layer would retry a DELETE by itself on 429 and on read timeouts; retries are
 turned off here so that the sweeper owns the whole policy (attempt counting, backoff, Retry-After).
@@ -30,21 +33,22 @@ from pod_sweeper.core.errors import (
     ConfigError,
     KubeConflict,
     KubeError,
+    KubeForbidden,
     KubeNotFound,
     KubeRejected,
     KubeRetryable,
     KubeUnauthorized,
 )
-from pod_sweeper.core.outcome import Outcome
-
-_RETRYABLE_STATUS = {429, 500, 502, 503, 504}
 
 
 @dataclass(frozen=True)
-class Answer:
-    outcome: Outcome
-    http_status: int | None
+class DeleteAnswer:
+    """What the API server said to a DELETE under the pod's UID, and to the GET that follows a 409."""
+
+    status: int  # the DELETE's: 200 or 202 (deleted, or terminating), 404 (no such pod), 409 (another UID)
     grace_seconds: int = 0  # > 0: the pod was left terminating for this long
+    holder_uid: str | None = None  # after a 409: the UID of the pod that now holds the name (None: none)
+    dry_run: bool = False  # sent with dryRun=All: validated, nothing changed
 
 
 @dataclass(frozen=True)
@@ -244,9 +248,11 @@ def classify(exc: ApiException) -> KubeError:
         return KubeNotFound(text, status=status, reason=reason)
     if status == 409 and reason == "Conflict":
         return KubeConflict(text, status=status, reason=reason)
-    if status in (401, 403):
+    if status == 401:
         return KubeUnauthorized(text, status=status, reason=reason)
-    if status in _RETRYABLE_STATUS or status >= 500:
+    if status == 403:
+        return KubeForbidden(text, status=status, reason=reason)
+    if status == 429 or status >= 500:
         return KubeRetryable(text, status=status, reason=reason, retry_after=_retry_after(exc))
     return KubeRejected(text, status=status, reason=reason)
 
@@ -265,8 +271,8 @@ def _grace_seconds(body: bytes) -> int:
     return int(metadata.get("deletionGracePeriodSeconds") or 0)
 
 
-class PodDeleter:
-    """Deletes pods under their UID; one instance per process, safe to call from many threads."""
+class KubeClient:
+    """The daemon's one client of the API server; one instance per process, safe to call from many threads."""
 
     def __init__(self, configuration: client.Configuration, *, dry_run: bool = False) -> None:
         self.dry_run = dry_run  # DELETE with dryRun=All: the API server validates and changes nothing
@@ -287,19 +293,6 @@ class PodDeleter:
             raise classify(exc) from exc
         except _TRANSPORT_ERRORS as exc:
             raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
-
-    def _delete_with_grace(self, namespace: str, name: str, uid: str, *, timeout: float) -> tuple[int, int]:
-        body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
-        if self.dry_run:
-            body["dryRun"] = ["All"]
-        response = self._call(self._core.delete_namespaced_pod, name, namespace, body=body, timeout=timeout)
-        # The body (read raw, not into models) says whether the pod was left terminating.
-        return int(response.status), _grace_seconds(response.data)
-
-    def current_uid(self, namespace: str, name: str, *, timeout: float) -> str | None:
-        """The UID of the pod now holding ``name``, or None when there is none."""
-        state = self.pod_state(namespace, name, timeout=timeout)
-        return state.uid if state else None
 
     def pod_state(self, namespace: str, name: str, *, timeout: float) -> PodState | None:
         """The pod now holding ``name`` (its UID and node), or None when there is none."""
@@ -358,12 +351,16 @@ class PodDeleter:
             return f"the API server answers GET /readyz with {response.status} {checks}".strip()[:500]
         return None
 
-    def may(self, verb: str, namespace: str, *, timeout: float) -> bool:
-        """Whether the API server lets us ``verb`` pods in ``namespace`` (a SelfSubjectAccessReview)."""
+    def may(self, verb: str, resource: str, namespace: str | None, *, timeout: float) -> bool:
+        """Whether the API server lets us ``verb`` the core ``resource`` in ``namespace`` (None: a
+        cluster-scoped resource such as nodes), by a SelfSubjectAccessReview."""
+        attributes: dict[str, str] = {"verb": verb, "resource": resource, "group": ""}
+        if namespace is not None:
+            attributes["namespace"] = namespace
         review: dict[str, Any] = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"namespace": namespace, "verb": verb, "resource": "pods", "group": ""}},
+            "spec": {"resourceAttributes": attributes},
         }
         authorization: Any = client.AuthorizationV1Api(self._api_client)
         response = self._call(authorization.create_self_subject_access_review, review, timeout=timeout)
@@ -397,21 +394,19 @@ class PodDeleter:
         _ = response.data
         return int(response.status)
 
-    def resolve(self, namespace: str, name: str, uid: str, *, timeout: float) -> Answer:
-        """Delete under the UID and say how the row ends; raises for answers that are not an end
-        (KubeRetryable, KubeUnauthorized, KubeRejected)."""
-        try:
-            status, grace = self._delete_with_grace(namespace, name, uid, timeout=timeout)
-        except KubeNotFound as exc:
-            return Answer(Outcome.ABSENT, exc.status)
-        except KubeConflict as exc:
-            # Either another pod holds the name, or ours vanished mid-delete: a GET tells them apart.
-            holder = self.current_uid(namespace, name, timeout=timeout)
-            if holder is None:
-                return Answer(Outcome.ABSENT, exc.status)
-            if holder != uid:
-                return Answer(Outcome.REPLACED, exc.status)
-            raise KubeRetryable(f"409 Conflict but the pod still has uid {uid}", status=409) from exc
+    def delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float) -> DeleteAnswer:
+        """DELETE under the UID; after a 409, a GET says who holds the name now. Raises our error types
+        for every other answer (401, 403, 429, 5xx, other 4xx) and for no answer."""
+        body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
         if self.dry_run:
-            return Answer(Outcome.WOULD_DELETE, status)
-        return Answer(Outcome.DELETED, status, grace)
+            body["dryRun"] = ["All"]
+        try:
+            response = self._call(self._core.delete_namespaced_pod, name, namespace, body=body, timeout=timeout)
+        except KubeNotFound as exc:
+            return DeleteAnswer(int(exc.status or 404), dry_run=self.dry_run)
+        except KubeConflict as exc:
+            # Either another pod holds the name, or ours vanished mid-delete: the GET tells them apart.
+            holder = self.pod_state(namespace, name, timeout=timeout)
+            return DeleteAnswer(int(exc.status or 409), holder_uid=holder.uid if holder else None, dry_run=self.dry_run)
+        # The body (read raw, not into models) says whether the pod was left terminating.
+        return DeleteAnswer(int(response.status), _grace_seconds(response.data), dry_run=self.dry_run)

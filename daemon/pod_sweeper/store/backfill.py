@@ -88,6 +88,6 @@ async def backfill(conn: Connection, *, batch: int = 1000, dry_run: bool = False
                 clusters.update(r["c"] for r in await inserted.fetchall())
             result.enqueued = sum(clusters.values())
             for cluster in clusters:  # wake each cluster's sweepers, on its own channel
-                await conn.execute(queries.load("notify"), queries.notify_params("", cluster))
+                await conn.execute(queries.load("notify"), queries.notify_params(cluster=cluster))
         results.append(result)
     return results

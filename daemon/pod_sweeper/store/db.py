@@ -7,7 +7,7 @@ ours outlives a transaction: the one setting every transaction carries,
 each outermost transaction by :class:`PoolerConnection` itself (no caller can forget it), and psycopg
 prepares no server-side statement (another client could run ours, or we theirs, under the same
 ``_pg3_N`` name). Reached directly, a connection is ours alone: the setting is made once when it opens
-and the daemon's pool prepares its claim and finalize (planning them each run cost a quarter of the SQL
+and the daemon's pool prepares its claim and record (planning them each run cost a quarter of the SQL
 path's throughput, and scoping the setting per transaction about 0.4 ms of every woken claim:
 bench/README.md). One-shot commands never prepare. No lock anywhere is session-level, pooler or not
 (``migrate`` and the breaker use transaction-scoped advisory locks, the reconciliation pass a lease
@@ -86,7 +86,7 @@ def connect_kwargs(
         "keepalives_count": 3,
         "tcp_user_timeout": 20_000,
         # Server-side prepared statements only where they pay and no transaction pooler can share or
-        # drop them: the daemon's claim and finalize (planning them each time cost a quarter of the SQL
+        # drop them: the daemon's claim and record (planning them each time cost a quarter of the SQL
         # path's throughput, bench/README.md). A one-shot command gains nothing from them, so it never
         # prepares, and `migrate` through a pooler is safe even without the setting.
         "prepare_threshold": 5 if prepare and not settings.transaction_pooler else None,

@@ -1,23 +1,17 @@
-"""``pod-sweeper explain POD|UID|SANDBOX_ID``: the whole story of one pod for on-call, in one command.
-
-It gathers what the database knows (the execution rows in every attached table, the outbox row with
-every attempt and its answer, any reconciliation suspect, the breaker) and says what happens next and
-when. That last part is a pure function of the row (:func:`next_step`), so its table is unit-tested
-without a database. Text for people, ``--json`` for scripts.
+"""What ``pod-sweeper explain POD|UID|SANDBOX_ID`` reads: everything the database knows of one pod (the
+execution rows in every attached table, the outbox row with every attempt and its answer, any
+reconciliation suspect, the tripped breakers), as plain data. What happens next, and the text for
+people, are ``cli.explain_text``'s.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from psycopg import sql
 
-from pod_sweeper.core.settings import DEFAULT_CLUSTER
-from pod_sweeper.core.text import printable
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment, host_names, load_attachments
@@ -48,92 +42,16 @@ class Target:
         return asdict(self)
 
 
-def _age(at: datetime, now: datetime) -> str:
-    seconds = (now - at).total_seconds()
-    word = "ago" if seconds >= 0 else "from now"
-    seconds = abs(seconds)
-    amount = (
-        f"{seconds:.0f} s"
-        if seconds < 120
-        else f"{seconds / 60:.0f} min"
-        if seconds < 7200
-        else f"{seconds / 3600:.1f} h"
-    )
-    return f"{amount} {word}"
-
-
-def next_step(row: dict[str, Any], *, breaker_tripped: bool) -> str:
-    """What happens next to an outbox row, and when (``row`` as ``sql/explain_outbox.sql`` reads it)."""
-    now: datetime = row["now"]
-    status = row["status"]
-    if status == "pending":
-        held = (
-            f" (held back: the blast-radius breaker of cluster {row.get('cluster', DEFAULT_CLUSTER)} is tripped;"
-            f" `pod-sweeper resume --cluster {row.get('cluster', DEFAULT_CLUSTER)}` after a look)"
-            if breaker_tripped
-            else ""
-        )
-        if row["next_attempt_at"] <= now:
-            return f"claimable now: the next claim takes it, attempt {row['attempts'] + 1}{held}"
-        return (
-            f"waits in backoff until {row['next_attempt_at']:%Y-%m-%d %H:%M:%S} ({_age(row['next_attempt_at'], now)}),"
-            f" then attempt {row['attempts'] + 1}{held}"
-        )
-    if status == "claimed":
-        return (
-            f"claimed by {row['claimed_by']} {_age(row['claimed_at'], now)}; its DELETE is in flight or its result "
-            f"is being recorded; if that replica died, another takes it when the lease ends "
-            f"({_age(row['lease_expires_at'], now)})"
-        )
-    if status == "dead":
-        return (
-            f"dead after {row['attempts']} attempt(s), last error: {row['last_error'] or '-'}; nothing happens until "
-            f"an operator runs `pod-sweeper retry {row['id']}`"
-        )
-    outcome = row["outcome"]
-    if outcome == "deleted":
-        if row["stuck_at"] is not None:
-            return f"deleted, but stuck terminating since {row['stuck_at']:%Y-%m-%d %H:%M:%S}: its node may be gone"
-        if row["confirmed_at"] is not None:
-            return f"done: deleted, and seen gone {_age(row['confirmed_at'], now)}"
-        if row["confirm_after"] is not None:
-            return (
-                f"deleted and terminating: looked at again at {row['confirm_after']:%Y-%m-%d %H:%M:%S} "
-                f"({_age(row['confirm_after'], now)})"
-            )
-        return "done: deleted"
-    return {
-        "absent": "done: the pod was already gone",
-        "replaced": "done: the name now carries another pod (another UID), which was left alone",
-        "skipped_active": "done: its generation was active again when claimed, so the pod was left alone",
-        "would_delete": "dry run: would have been deleted; the next real run reopens it",
-    }.get(outcome, f"done: {outcome}")
-
-
-def no_row_story(executions: list[dict[str, Any]], suspects: list[dict[str, Any]]) -> str:
-    """What happens to a pod with no outbox row."""
-    if any(e["active"] is not False for e in executions):
-        return "its generation is active: nothing happens until a writer retires it"
-    if suspects:
-        first = suspects[0]
-        return (
-            f"a reconciliation suspect ({first['why']}) since {first['first_seen_at']:%Y-%m-%d %H:%M:%S}: enqueued "
-            "when a later pass sees it again after the quarantine"
-        )
-    if executions:
-        return "retired, but never enqueued (retired before `attach`?): `pod-sweeper backfill` enqueues it"
-    return "pod-sweeper knows nothing of it: no execution row, no outbox row, no suspect"
-
-
 @dataclass
 class Story:
+    """Everything the database knows of the pods ``target`` names."""
+
     target: str
     executions: list[dict[str, Any]] = field(default_factory=list)
     outbox: list[dict[str, Any]] = field(default_factory=list)
     attempts: list[dict[str, Any]] = field(default_factory=list)
     suspects: list[dict[str, Any]] = field(default_factory=list)
     breakers: list[dict[str, Any]] = field(default_factory=list)  # the tripped ones
-    next: list[str] = field(default_factory=list)
 
 
 def _executions_query(attachment: Attachment) -> sql.Composed:
@@ -165,80 +83,4 @@ async def gather(conn: Connection, text: str) -> Story:
             story.executions += [{"table": ".".join(attachment.table), **r} for r in await cur.fetchall()]
     rows = await (await conn.execute(queries.load("status_breaker"))).fetchall()
     story.breakers = [dict(r) for r in rows if r["tripped_at"] is not None]
-    tripped = {b["cluster"] for b in story.breakers}
-    if story.outbox:
-        story.next = [f"row {r['id']}: {next_step(r, breaker_tripped=r['cluster'] in tripped)}" for r in story.outbox]
-    else:
-        story.next = [no_row_story(story.executions, story.suspects)]
     return story
-
-
-def render_json(story: Story) -> str:
-    return json.dumps(asdict(story), default=str, sort_keys=True, indent=2)
-
-
-VALUE_WIDTH = 120  # characters of one value in the text form; longer ones end in an ellipsis (whole in --json)
-
-
-def _in_cluster(cluster: str | None) -> str:
-    return "" if cluster in (None, DEFAULT_CLUSTER) else f" in cluster {cluster}"
-
-
-def _shown(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows with every text value escaped and cut for a terminal (see ``core.text``)."""
-    return [{k: printable(v, VALUE_WIDTH) if isinstance(v, str) else v for k, v in row.items()} for row in rows]
-
-
-def render_text(story: Story) -> str:
-    """The story for a terminal: values from the database escaped and cut, every line escaped again
-    (a value that reached a composed line, the target as typed)."""
-    shown = replace(
-        story,
-        executions=_shown(story.executions),
-        outbox=_shown(story.outbox),
-        attempts=_shown(story.attempts),
-        suspects=_shown(story.suspects),
-        breakers=_shown(story.breakers),
-    )
-    return "\n".join(printable(line) for line in _render_lines(shown))
-
-
-def _render_lines(story: Story) -> list[str]:
-    lines = [f"pod-sweeper explain {story.target}", ""]
-    lines.append("execution rows:" if story.executions else "execution rows: none found")
-    for e in story.executions:
-        state = {True: "active", False: "retired", None: "active is NULL (treated as active)"}[e["active"]]
-        lines.append(
-            f"  {e['table']}: sandbox {e['sandbox_id']} generation {e['generation']}, pod "
-            f"{e['pod_namespace']}/{e['pod_name']} uid {e['pod_uid']}: {state}"
-        )
-    lines.append("outbox rows:" if story.outbox else "outbox rows: none")
-    for r in story.outbox:
-        lines.append(
-            f"  row {r['id']}: pod {r['pod_namespace']}/{r['pod_name']}{_in_cluster(r.get('cluster'))}"
-            f" uid {r['pod_uid']}, sandbox {r['sandbox_id']}"
-            f" generation {r['generation']}, enqueued {r['enqueued_at']:%Y-%m-%d %H:%M:%S} ({r['reason']}),"
-            f" {r['status']}{' ' + r['outcome'] if r['outcome'] else ''}, {r['attempts']} attempt(s)"
-        )
-        for a in (a for a in story.attempts if a["outbox_id"] == r["id"]):
-            answer = f"HTTP {a['http_status']}" if a["http_status"] else "no answer"
-            lines.append(
-                f"    attempt at {a['started_at']:%Y-%m-%d %H:%M:%S} by {a['replica']}: {answer}"
-                f"{' ' + a['reason'] if a['reason'] else ''} -> {a['result']}"
-                f"{'' if a['recorded'] else ' (not recorded: its lease had been taken over)'}"
-                f"{': ' + a['error'] if a['error'] else ''}"
-            )
-    for s in story.suspects:
-        lines.append(
-            f"suspect: {s['pod_namespace']}/{s['pod_name']} ({s['why']}), first seen "
-            f"{s['first_seen_at']:%Y-%m-%d %H:%M:%S}, last seen {s['last_seen_at']:%Y-%m-%d %H:%M:%S}"
-        )
-    for breaker in story.breakers:
-        lines.append(
-            f"breaker of cluster {breaker['cluster']}: TRIPPED at {breaker['tripped_at']:%Y-%m-%d %H:%M:%S}: "
-            f"{breaker['reason']}"
-        )
-    lines.append("")
-    lines.append("next:")
-    lines.extend(f"  {step}" for step in story.next)
-    return lines

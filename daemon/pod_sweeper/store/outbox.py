@@ -1,28 +1,30 @@
-"""The outbox's state transitions, each one short transaction: claim (with the re-check), finalize
-(done, retry, dead, hand-back), and when the next row falls due.
+"""The outbox's state transitions, each one short transaction: the claim (with the re-check), the record
+of how rows ended (done, retry, dead, hand-back), and when the next row falls due; and the small reads
+and signals of the daemon's tasks. What a row's round means is decided elsewhere (``tasks.answers``,
+handed to ``claim`` as its ``decide``): here it is only written, as the ``Final`` says. Every function
+that touches one cluster's rows takes the cluster as a required keyword: none falls back to a default.
 
 No transaction here outlives its statements: a claim commits before any API call is made, and every
-finalize is fenced on (id, claim_epoch), so a replica that lost its lease changes nothing.
+record is fenced on (id, claim_epoch), so a replica that lost its lease changes nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from pod_sweeper.core.outcome import Outcome
-from pod_sweeper.core.settings import DEFAULT_CLUSTER
+from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.recheck import Attachment, recheck
+from pod_sweeper.store.recheck import Attachment, Recheck, recheck
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A claimed row: what the sweeper needs to act on it and to finalize it."""
+    """A claimed row: what the sweeper needs to act on it and to record how it ended."""
 
     id: int
     epoch: int
@@ -32,8 +34,9 @@ class Claim:
     pod_namespace: str
     pod_name: str
     pod_uid: UUID
-    attempts: int
+    attempts: int  # charged so far, this claim's included
     reason: str
+    lease_expired_from: str | None = None  # the replica whose lease on the row expired, when one had it
 
 
 @dataclass(frozen=True)
@@ -47,97 +50,68 @@ class Attempt:
 
 @dataclass(frozen=True)
 class Final:
-    """How one claimed row ends this round."""
+    """How one claimed row ends this round: its ``Result`` (which gives its status and outcome), whether
+    the claim's attempt is charged, and what the record and the attempt history keep of it."""
 
     id: int
     epoch: int
-    status: str  # done, pending, dead
-    outcome: str | None = None
-    delay: float = 0.0
+    result: Result
+    charged: bool = True  # False: the claim's attempt is given back (a fault of nobody the row answers for)
+    delay: float = 0.0  # pending again: seconds until it may be claimed
     error: str | None = None
     http_status: int | None = None
-    refund: int = 0
     attempt: Attempt | None = None  # the request behind this result, for the attempt history
     confirm_in: float | None = None  # seconds until the terminating pod is looked at again
 
-    @classmethod
-    def done(
-        cls, claim: Claim, outcome: Outcome, http_status: int | None = None, attempt: Attempt | None = None
-    ) -> Final:
-        return cls(claim.id, claim.epoch, "done", outcome.value, http_status=http_status, attempt=attempt)
+    @property
+    def status(self) -> Status:
+        return self.result.status
 
-    @classmethod
-    def retry(
-        cls, claim: Claim, delay: float, error: str, http_status: int | None = None, attempt: Attempt | None = None
-    ) -> Final:
-        return cls(claim.id, claim.epoch, "pending", delay=delay, error=error, http_status=http_status, attempt=attempt)
-
-    @classmethod
-    def dead(cls, claim: Claim, error: str, http_status: int | None = None, attempt: Attempt | None = None) -> Final:
-        return cls(claim.id, claim.epoch, "dead", error=error, http_status=http_status, attempt=attempt)
-
-    @classmethod
-    def hand_back(
-        cls,
-        claim: Claim,
-        error: str | None = None,
-        delay: float = 0.0,
-        http_status: int | None = None,
-        attempt: Attempt | None = None,
-    ) -> Final:
-        """Back to pending without charging the attempt (shutdown, or a fault of the daemon)."""
-        return cls(
-            claim.id,
-            claim.epoch,
-            "pending",
-            delay=delay,
-            error=error,
-            http_status=http_status,
-            refund=1,
-            attempt=attempt,
-        )
+    @property
+    def outcome(self) -> Outcome | None:
+        return self.result.outcome
 
 
-@dataclass
-class ClaimResult:
-    to_delete: list[Claim]
-    skipped: int  # finalized skipped_active in the claim transaction
-    unknown: int  # re-check could not tell; put back for a retry
-    expired_dead: int  # leases that expired with their attempts used up
+@dataclass(frozen=True)
+class ClaimedBatch:
+    """What one claim took: the rows whose DELETE is to be sent, and the rows whose round the claim
+    itself ended (as ``decide`` said; recorded in the claim's own transaction)."""
+
+    to_send: list[Claim]
+    decided: list[tuple[Claim, Final]]
+    attachments: dict[int, Attachment]  # the attachments the re-check read the rows through
 
     @property
     def taken(self) -> int:
         """Rows this claim took, however each ended (a short count: nothing more is due now)."""
-        return len(self.to_delete) + self.skipped + self.unknown + self.expired_dead
+        return len(self.to_send) + len(self.decided)
+
+
+# What the claim itself decides of a claimed row, given the re-check: its Final, or None to send it.
+Decide = Callable[[Claim, Recheck], "Final | None"]
 
 
 async def claim(
     conn: Connection,
     *,
+    cluster: str,
     owner: str,
     batch: int,
     lease_seconds: float,
-    max_attempts: int,
     attachments: dict[int, Attachment],
-    recheck_retry_delay: float,
-    disarm: bool = True,
-    cluster: str = DEFAULT_CLUSTER,
-) -> ClaimResult:
-    """Claim up to ``batch`` rows and re-check them, all in one short transaction. The claim also
-    clears the wakeup flag (see :func:`arm`), except with ``disarm=False``: the claim right after arming."""
+    disarm: bool,
+    decide: Decide,
+) -> ClaimedBatch:
+    """Claim up to ``batch`` due rows of ``cluster`` (each one's attempt charged, its epoch bumped),
+    re-check them, and record the rows ``decide`` ends at once (a generation active again, a re-check
+    that could not be made, a lease that expired once too often), all in one short transaction. The claim
+    also clears the wakeup flag (see :func:`arm`), except with ``disarm=False``: the claim right after
+    arming."""
     async with conn.transaction():
         cur = await conn.execute(
             queries.load("claim"),
-            {
-                "owner": owner,
-                "batch": batch,
-                "lease_seconds": lease_seconds,
-                "max_attempts": max_attempts,
-                "disarm": disarm,
-                "cluster": cluster,
-            },
+            {"owner": owner, "batch": batch, "lease_seconds": lease_seconds, "disarm": disarm, "cluster": cluster},
         )
-        rows = await cur.fetchall()
         claims = [
             Claim(
                 r["id"],
@@ -150,39 +124,36 @@ async def claim(
                 r["pod_uid"],
                 r["attempts"],
                 r["reason"],
+                r["held_by"] if r["was"] == Status.CLAIMED else None,
             )
-            for r in rows
-            if r["status"] == "claimed"
+            for r in await cur.fetchall()
         ]
-        expired_dead = len(rows) - len(claims)
         if not claims:
-            return ClaimResult([], 0, 0, expired_dead)
-        verdict = await recheck(conn, claims, attachments)
-        finals = [Final.done(c, Outcome.SKIPPED_ACTIVE) for c in claims if c.id in verdict.active]
-        finals += [
-            Final.dead(c, verdict.unknown[c.id])
-            if c.attempts >= max_attempts
-            else Final.retry(c, recheck_retry_delay, verdict.unknown[c.id])
-            for c in claims
-            if c.id in verdict.unknown
-        ]
-        if finals:
-            await _finalize(conn, finals, owner)
-        to_delete = [c for c in claims if c.id not in verdict.active and c.id not in verdict.unknown]
-        return ClaimResult(to_delete, len(verdict.active), len(verdict.unknown), expired_dead)
+            return ClaimedBatch([], [], attachments)
+        checked = await recheck(conn, claims, attachments)
+        decided = [(c, final) for c in claims if (final := decide(c, checked)) is not None]
+        if decided:
+            await record_results(conn, [final for _, final in decided], owner)
+        ended = {c.id for c, _ in decided}
+        return ClaimedBatch([c for c in claims if c.id not in ended], decided, checked.attachments)
 
 
-async def _finalize(conn: Connection, finals: list[Final], replica: str) -> set[int]:
+async def record_results(conn: Connection, finals: list[Final], replica: str) -> set[int]:
+    """Record ``finals`` (and their attempts) in one statement; returns the ids this replica still owned
+    (the rest were taken over after a lease expiry and are left as the other replica recorded them)."""
+    if not finals:
+        return set()
     rows = [
         {
             "id": f.id,
             "epoch": f.epoch,
             "status": f.status,
             "outcome": f.outcome,
+            "result": f.result,
             "delay": f.delay,
             "error": f.error,
             "http_status": f.http_status,
-            "refund": f.refund,
+            "refund": 0 if f.charged else 1,
             "started": f.attempt.started_at.isoformat() if f.attempt else None,
             "duration_ms": f.attempt.duration_ms if f.attempt else None,
             "reason": f.attempt.reason if f.attempt else None,
@@ -190,25 +161,17 @@ async def _finalize(conn: Connection, finals: list[Final], replica: str) -> set[
         }
         for f in finals
     ]
-    cur = await conn.execute(queries.load("finalize"), {"replica": replica, "rows": json.dumps(rows)})
+    cur = await conn.execute(queries.load("record_results"), {"replica": replica, "rows": json.dumps(rows)})
     return {r["id"] for r in await cur.fetchall()}
 
 
-async def finalize(conn: Connection, finals: list[Final], replica: str) -> set[int]:
-    """Record ``finals`` (and their attempts) in one statement; returns the ids this replica still owned
-    (the rest were taken over after a lease expiry and are left as the other replica recorded them)."""
-    if not finals:
-        return set()
-    return await _finalize(conn, finals, replica)
-
-
-async def next_due(conn: Connection, cluster: str = DEFAULT_CLUSTER) -> float | None:
+async def next_due(conn: Connection, *, cluster: str) -> float | None:
     """Seconds until the cluster's next open row becomes claimable (negative: already due); None: none."""
     row = await (await conn.execute(queries.load("next_due"), {"cluster": cluster})).fetchone()
     return None if row is None or row["seconds"] is None else float(row["seconds"])
 
 
-async def arm(conn: Connection, owner: str, cluster: str = DEFAULT_CLUSTER) -> bool:
+async def arm(conn: Connection, owner: str, *, cluster: str) -> bool:
     """Ask retires to NOTIFY again, before sleeping; False while an enqueue that may have read the flag
     clear is still open (then poll again soon instead of sleeping). After True, claim once more
     (``disarm=False``) before sleeping: rows committed before the arming are not announced."""
@@ -233,9 +196,9 @@ async def prune_batch(conn: Connection, *, retention_seconds: float, batch: int)
         return cur.rowcount
 
 
-async def prune(conn: Connection, *, retention_seconds: float, batch: int = 1000, pause: float = 0.0) -> int | None:
-    """Batches until no expired done row is left; the number deleted, None if another replica prunes.
-    ``pause`` seconds between batches let other transactions through (the daemon's pass)."""
+async def prune(conn: Connection, *, retention_seconds: float, batch: int = 1000) -> int | None:
+    """Batches until no expired done row is left (``pod-sweeper prune``); the number deleted, None if
+    another replica prunes. (The daemon's pass takes a connection per batch: see tasks/runner.py.)"""
     total = 0
     while True:
         deleted = await prune_batch(conn, retention_seconds=retention_seconds, batch=batch)
@@ -244,8 +207,6 @@ async def prune(conn: Connection, *, retention_seconds: float, batch: int = 1000
         total += deleted
         if deleted < batch:
             return total
-        if pause:
-            await asyncio.sleep(pause)
 
 
 @dataclass(frozen=True)
@@ -301,17 +262,17 @@ async def prune_outages(conn: Connection) -> int:
 # --- signals and small reads of the daemon's tasks ----------------------------------------------------
 
 
-async def notify(conn: Connection, payload: str = "", cluster: str = DEFAULT_CLUSTER) -> None:
+async def notify(conn: Connection, payload: str = "", *, cluster: str) -> None:
     """NOTIFY the cluster's channel: wakes its listening sweepers (``payload`` tells a listener's own ping)."""
-    await conn.execute(queries.load("notify"), queries.notify_params(payload, cluster))
+    await conn.execute(queries.load("notify"), queries.notify_params(payload, cluster=cluster))
 
 
-async def listen(conn: Connection, cluster: str = DEFAULT_CLUSTER) -> None:
+async def listen(conn: Connection, *, cluster: str) -> None:
     """LISTEN on the cluster's channel (this connection must then stay this session's: not through a pooler)."""
-    await conn.execute(queries.listen(cluster))
+    await conn.execute(queries.listen(cluster=cluster))
 
 
-async def cluster_rows(conn: Connection, cluster: str, owner: str) -> None:
+async def cluster_rows(conn: Connection, *, cluster: str, owner: str) -> None:
     """The cluster's wakeup flag, reconciliation lease and breaker rows, made once by its first replica."""
     await conn.execute(queries.load("cluster_rows"), {"cluster": cluster, "owner": owner})
 

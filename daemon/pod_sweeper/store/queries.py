@@ -22,29 +22,30 @@ from pod_sweeper.core.settings import DEFAULT_CLUSTER
 CHANNEL = "pod_sweeper"
 
 
-def channel(cluster: str = DEFAULT_CLUSTER) -> str:
+def channel(*, cluster: str) -> str:
     """A cluster's NOTIFY channel: a replica hears its own cluster's retires and no other's."""
     return CHANNEL if cluster == DEFAULT_CLUSTER else f"{CHANNEL}/{cluster}"
 
 
 class Lock(enum.IntEnum):
     """The transaction-scoped advisory lock keys, each the bytes of a short word read as a bigint.
-    ``WAKEUP``'s value is also written in migrations/0007_quiet_wakeups.sql (an applied migration
-    cannot change); ``tests/unit/test_queries.py`` checks the two agree."""
+    ``WAKEUP``'s value is also written in the enqueue of migrations 0007 and 0009 (an applied migration
+    cannot change); the migration tier checks that the enqueue the database runs takes this key
+    (``test_the_live_enqueue_takes_the_wakeup_lock_the_sweeper_arms_with``)."""
 
     MIGRATION = 0x706F6473776570  # "podswep": one migration at a time
     PRUNE = 0x706F647072756E  # "podprun": one retention pass at a time
     WAKEUP = 0x706F6477616B6575  # "podwakeu": enqueues hold it shared, arming takes it exclusively
 
 
-def notify_params(payload: str = "", cluster: str = DEFAULT_CLUSTER) -> dict[str, str]:
+def notify_params(payload: str = "", *, cluster: str) -> dict[str, str]:
     """The parameters of ``sql/notify.sql``: the cluster's channel and ``payload``."""
-    return {"channel": channel(cluster), "payload": payload}
+    return {"channel": channel(cluster=cluster), "payload": payload}
 
 
-def listen(cluster: str = DEFAULT_CLUSTER) -> sql.Composed:
+def listen(*, cluster: str) -> sql.Composed:
     """``LISTEN`` on the cluster's channel (a name, so composed rather than parameterised)."""
-    return sql.SQL("LISTEN {}").format(sql.Identifier(channel(cluster)))
+    return sql.SQL("LISTEN {}").format(sql.Identifier(channel(cluster=cluster)))
 
 
 @cache

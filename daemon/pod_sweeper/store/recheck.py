@@ -21,7 +21,6 @@ import psycopg
 from psycopg import sql
 
 from pod_sweeper.core.errors import first_line
-from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 
@@ -34,7 +33,7 @@ class Attachment:
     columns: dict[str, str]
     sandbox_id_type: str | None
     generation_type: str | None
-    cluster: str = DEFAULT_CLUSTER  # every row's, unless columns maps a "cluster" column
+    cluster: str  # every row's, unless columns maps a "cluster" column
 
     @property
     def identifier(self) -> sql.Identifier:
@@ -95,19 +94,24 @@ def _active_query(attachment: Attachment) -> sql.Composed:
     ).format(**host_names(attachment))
 
 
-@dataclass
-class Verdict:
-    active: set[int]  # outbox ids whose execution row is active again: never delete
+@dataclass(frozen=True)
+class Recheck:
+    """What the claim-time re-check found: the rows whose generation is active again, those it could not
+    check (with why), and the attachments it read them through (loaded again when a row named one the
+    caller did not have: the caller keeps these, its own map is never changed)."""
+
+    active: frozenset[int]  # outbox ids whose execution row is active again: never delete
     unknown: dict[int, str]  # outbox ids that could not be checked, with why: retry later
+    attachments: dict[int, Attachment]
 
 
-async def recheck(conn: Connection, rows: list[Any], attachments: dict[int, Attachment]) -> Verdict:
+async def recheck(conn: Connection, rows: list[Any], attachments: dict[int, Attachment]) -> Recheck:
     """Check claimed rows (each with id, attachment_id, sandbox_id, generation) inside the caller's
     transaction; a failing lookup is contained in a savepoint and leaves only its own rows unknown."""
-    verdict = Verdict(set(), {})
+    active: set[int] = set()
+    unknown: dict[int, str] = {}
     if any(row.attachment_id not in attachments for row in rows):
-        # An attachment made after this process started: refresh the cache in place.
-        attachments.update(await load_attachments(conn))
+        attachments = await load_attachments(conn)  # an attachment made after the caller loaded its map
     groups: dict[int, list[Any]] = defaultdict(list)
     for row in rows:
         groups[row.attachment_id].append(row)
@@ -115,7 +119,7 @@ async def recheck(conn: Connection, rows: list[Any], attachments: dict[int, Atta
         attachment = attachments.get(attachment_id)
         if attachment is None or not attachment.present:
             for row in group:
-                verdict.unknown[row.id] = f"attachment {attachment_id}: its table or key columns are gone"
+                unknown[row.id] = f"attachment {attachment_id}: its table or key columns are gone"
             continue
         try:
             async with conn.transaction():
@@ -123,13 +127,13 @@ async def recheck(conn: Connection, rows: list[Any], attachments: dict[int, Atta
                     attachment.active_query,
                     ([r.id for r in group], [r.sandbox_id for r in group], [r.generation for r in group]),
                 )
-                verdict.active.update(r["id"] for r in await cur.fetchall())
+                active.update(r["id"] for r in await cur.fetchall())
         except (psycopg.errors.DataError, psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
             # A key that no longer casts to the host's type, a dropped table or column: uncertain, so
             # those rows wait for a retry (and an operator) rather than being deleted or dropped.
             for row in group:
-                verdict.unknown[row.id] = f"re-check failed: {first_line(exc)}"
-    return verdict
+                unknown[row.id] = f"re-check failed: {first_line(exc)}"
+    return Recheck(frozenset(active), unknown, attachments)
 
 
 class Generation(StrEnum):

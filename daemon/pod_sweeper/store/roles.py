@@ -30,7 +30,7 @@ async def runtime_grants(
         sql.SQL(
             "GRANT SELECT ON {}.schema_migrations, {}.attachments, {}.lag, {}.lag_by_cluster, {}.summary TO {}"
         ).format(ours, ours, ours, ours, ours, who),
-        # claim and finalize (UPDATE), retention (DELETE); INSERT only for the reconciliation pass's
+        # claim and record (UPDATE), retention (DELETE); INSERT only for the reconciliation pass's
         # enqueue (the enqueue function runs as its caller; the host's writers still get nothing)
         sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.outbox TO {}").format(ours, who),
         sql.SQL("GRANT SELECT, INSERT, DELETE ON {}.attempts TO {}").format(ours, who),

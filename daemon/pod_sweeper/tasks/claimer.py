@@ -2,12 +2,16 @@
 
 Then it sleeps until a NOTIFY, the next due time (a backoff ending, a lease expiring) or the poll
 interval, whichever comes first. Before it sleeps it arms the wakeup flag, so that retires NOTIFY
-(they do not while a sweeper is claiming: migration 0007), and claims once more. With the
+(they do not while a sweeper is claiming: migration 0007), and claims once more; only then is it
+``asleep`` (what tests wait for before a retire that only a NOTIFY can announce). With the
 blast-radius breaker on, the cluster's budget and the claim run in one transaction holding the cluster's
-breaker row. While the API server cannot be reached (the outage watch), it claims nothing, and claims
-at once when the server answers again.
-A database error is retried with backoff; the rows it claims go to the pipeline only after the claim's
-transaction has committed, so no DELETE ever runs inside a transaction.
+breaker row. While the API server cannot be reached (the outage watch) or refuses the credentials (the
+auth gate) it claims nothing, and claims at once when the gate opens.
+
+What the claim itself settles (a generation active again, a re-check that could not be made, a lease
+that expired once too often) is the answer table's (``answers.at_claim``), recorded in the claim's own
+transaction; the rest go to the pipeline only after that transaction has committed, so no DELETE ever
+runs inside a transaction. A database error is retried with backoff.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import psycopg
 from loguru import logger
@@ -23,11 +28,18 @@ from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core import failpoints
 from pod_sweeper.core.errors import first_line
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.recheck import Attachment
-from pod_sweeper.tasks.gates import breaker_budget, trip_reason
-from pod_sweeper.tasks.pipeline import Shared
+from pod_sweeper.store.outbox import Claim, ClaimedBatch
+from pod_sweeper.store.recheck import Attachment, Recheck
+from pod_sweeper.tasks import answers
+from pod_sweeper.tasks.answers import Policy
+from pod_sweeper.tasks.gates import AuthGate, BreakerGate, breaker_budget, trip_reason
+from pod_sweeper.tasks.outage import OutageWatch
+from pod_sweeper.tasks.pipeline import Pipeline
+from pod_sweeper.tasks.report import log_final
 
 # The shortest sleep between claims when rows are due but all locked by other replicas.
 MIN_CLAIM_PAUSE = 0.05
@@ -39,29 +51,141 @@ ARM_RETRY_MAX = 0.05
 
 class Claimer:
     def __init__(
-        self, shared: Shared, pool: AsyncConnectionPool[Connection], *, attachments: dict[int, Attachment]
+        self,
+        settings: Settings,
+        pool: AsyncConnectionPool[Connection],
+        pipeline: Pipeline,
+        metrics: Metrics,
+        *,
+        policy: Policy,
+        auth: AuthGate,
+        breaker: BreakerGate,
+        outage: OutageWatch,
+        stopping: asyncio.Event,
+        attachments: dict[int, Attachment],
     ) -> None:
-        self.pool, self.attachments = pool, attachments
-        self.settings, self.pipeline, self.metrics = shared.settings, shared.pipeline, shared.metrics
-        self.backoff, self.auth, self.breaker, self.outage, self.stopping = (
-            shared.backoff,
-            shared.auth,
-            shared.breaker,
-            shared.outage,
-            shared.stopping,
-        )
+        self.settings, self.pool, self.pipeline, self.metrics, self.policy = settings, pool, pipeline, metrics, policy
+        self.auth, self.breaker, self.outage, self.stopping = auth, breaker, outage, stopping
+        self._attachments = attachments  # replaced by what each claim's re-check read them through
+        self._db_backoff = policy.backoff
         self.wake = asyncio.Event()
         self.wake_source = "start"
         self.last_turn = time.monotonic()  # the claimer's heartbeat, for the systemd watchdog
         # Waiting out a closed gate (the API server unreachable, a 401) on purpose: the heartbeat stands
         # still, and a restart would cure nothing, so the watchdog must not count it as a stall.
         self.gated = False
+        # Set just before the claimer sleeps with nothing due and, when it listens, the wakeup flag armed
+        # and claimed past: from then on a retire reaches it by NOTIFY. Cleared as it wakes.
+        self.asleep = asyncio.Event()
         self.first_claim_done = asyncio.Event()  # the start-up catch-up claim ran (readiness waits on it)
 
     def notify(self, source: str) -> None:
         """Wake the claimer (a NOTIFY arrived, the listener reconnected, a retry fell due, ...)."""
         self.wake_source = source
         self.wake.set()
+
+    def _decide(self, claim: Claim, recheck: Recheck) -> outbox.Final | None:
+        return answers.at_claim(claim, recheck, self.policy)
+
+    async def run(self) -> None:
+        db_failures = 0
+        just_armed = False  # the next claim is the one after arming: it must not clear the flag
+        arm_retry = ARM_RETRY_MIN
+        pipeline, settings = self.pipeline, self.settings
+        while not self.stopping.is_set():
+            self.last_turn = time.monotonic()
+            if not self.outage.open or not self.auth.open:
+                await self._wait_out_the_gates()
+                continue
+            room = pipeline.free
+            # Claim when the workers may run dry, or a whole batch fits: claiming whatever room each
+            # record freed made claims of about 5 rows in a drain, a claim and a re-check per 5 rows.
+            if room <= 0 or (pipeline.queue.qsize() > settings.concurrency and room < settings.batch_size):
+                pipeline.room.clear()
+                await pipeline.room.wait()
+                continue
+            want = min(settings.batch_size, room)
+            self.wake.clear()  # before the claim: a NOTIFY during it must wake the next sleep
+            started = time.monotonic()
+            try:
+                # A poll-only replica cannot hear NOTIFY, so it neither arms nor clears the flag: clearing
+                # it would silence the retires for listening replicas.
+                batch = await self._claim(want, disarm=settings.listens and not just_armed)
+            except psycopg.Error as exc:
+                db_failures += 1
+                self.metrics.db_errors.inc()
+                delay = self._db_backoff.delay(db_failures)
+                logger.warning("claim failed, retrying in {delay:.1f} s: {error}", delay=delay, error=first_line(exc))
+                await self._sleep_until_stop(delay)
+                continue
+            db_failures = 0
+            after_arming, just_armed = just_armed, False
+            self.first_claim_done.set()
+            if batch is None:  # the breaker holds deletes back: look again at the next wake or poll
+                await self._sleep_until_wake(settings.poll_interval)
+                continue
+            self._count(batch)
+            if batch.to_send:
+                failpoints.hit("after_claim")
+            pipeline.hold(batch.to_send, started + settings.lease_seconds)
+            if batch.taken:
+                arm_retry = ARM_RETRY_MIN
+            if batch.taken >= want:
+                continue  # a full batch: there may be more right now
+            # Only now, with the rows already queued: a woken sweeper's DELETE does not wait for this.
+            due = await self._next_due()
+            pause = settings.poll_interval if due is None else min(settings.poll_interval, max(due, 0.0))
+            pause = max(pause, MIN_CLAIM_PAUSE)
+            if settings.listens and not after_arming:
+                if await self._arm():
+                    just_armed = True
+                    continue  # claim once more: what committed before the arming was not announced
+                pause, arm_retry = min(pause, arm_retry), min(arm_retry * 2, ARM_RETRY_MAX)
+                await self._sleep_until_wake(pause)
+                continue
+            self.asleep.set()
+            try:
+                await self._sleep_until_wake(pause)
+            finally:
+                self.asleep.clear()
+
+    async def _claim(self, want: int, *, disarm: bool) -> ClaimedBatch | None:
+        """One claim of up to ``want`` rows; None when the breaker allows none."""
+        async with self.pool.connection() as conn, self._breaker_section(conn):
+            want = await self._breaker_budget(conn, want)
+            if want == 0:
+                return None
+            batch = await outbox.claim(
+                conn,
+                cluster=self.settings.cluster,
+                owner=self.settings.replica_id,
+                batch=want,
+                lease_seconds=self.settings.lease_seconds,
+                attachments=self._attachments,
+                disarm=disarm,
+                decide=self._decide,
+            )
+        self._attachments = batch.attachments
+        return batch
+
+    def _count(self, batch: ClaimedBatch) -> None:
+        """The metrics and the log of a claim: rows taken, and those the claim itself ended."""
+        self.metrics.claimed.inc(batch.taken)
+        for claim, final in batch.decided:
+            self.metrics.recorded(final.result)
+            log_final(claim, final)
+
+    async def _wait_out_the_gates(self) -> None:
+        """Claim nothing while the API server cannot be reached (until the outage watch opens its gate)
+        or refuses the credentials (until the auth gate's backoff ends), or until the stop."""
+        self.gated = True
+        try:
+            if not self.outage.open:
+                await _first_of(self.outage.opened.wait(), self.stopping.wait())
+            else:
+                await self._sleep_until_stop(self.auth.wait())
+        finally:
+            self.gated = False
 
     async def _sleep_until_wake(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -74,105 +198,12 @@ class Claimer:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stopping.wait(), seconds)
 
-    async def _sleep_until_reachable(self) -> None:
-        """Until the outage watch opens its gate again, or the stop."""
-        waits = [asyncio.ensure_future(self.outage.opened.wait()), asyncio.ensure_future(self.stopping.wait())]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
-
-    async def run(self) -> None:
-        db_failures = 0
-        just_armed = False  # the next claim is the one after arming: it must not clear the flag
-        arm_retry = ARM_RETRY_MIN
-        pipeline = self.pipeline
-        while not self.stopping.is_set():
-            self.last_turn = time.monotonic()
-            if not self.outage.open or not self.auth.open:
-                self.gated = True
-                try:
-                    if not self.outage.open:
-                        await self._sleep_until_reachable()
-                    else:
-                        await self._sleep_until_stop(self.auth.wait())
-                finally:
-                    self.gated = False
-                continue
-            room = pipeline.free
-            # Claim when the workers may run dry, or a whole batch fits: claiming whatever room each
-            # finalize freed made claims of about 5 rows in a drain, a claim and a re-check per 5 rows.
-            if room <= 0 or (pipeline.queue.qsize() > self.settings.concurrency and room < self.settings.batch_size):
-                pipeline.room.clear()
-                await pipeline.room.wait()
-                continue
-            want = min(self.settings.batch_size, room)
-            self.wake.clear()  # before the claim: a NOTIFY during it must wake the next sleep
-            started = time.monotonic()
-            try:
-                async with self.pool.connection() as conn, self._breaker_section(conn):
-                    want = await self._breaker_budget(conn, want)
-                    if want == 0:
-                        result = None
-                    else:
-                        result = await outbox.claim(
-                            conn,
-                            owner=self.settings.replica_id,
-                            batch=want,
-                            lease_seconds=self.settings.lease_seconds,
-                            max_attempts=self.settings.max_attempts,
-                            attachments=self.attachments,
-                            recheck_retry_delay=self.backoff.delay(1),
-                            # A poll-only replica cannot hear NOTIFY, so it neither arms nor clears
-                            # the flag: clearing it would silence the retires for listening replicas.
-                            disarm=self.settings.listens and not just_armed,
-                            cluster=self.settings.cluster,
-                        )
-            except psycopg.Error as exc:
-                db_failures += 1
-                self.metrics.db_errors.inc()
-                delay = self.backoff.delay(db_failures)
-                logger.warning("claim failed, retrying in {delay:.1f} s: {error}", delay=delay, error=first_line(exc))
-                await self._sleep_until_stop(delay)
-                continue
-            db_failures = 0
-            after_arming, just_armed = just_armed, False
-            self.first_claim_done.set()
-            if result is None:  # the breaker holds deletes back: look again at the next wake or poll
-                await self._sleep_until_wake(self.settings.poll_interval)
-                continue
-            got = result.taken
-            if result.expired_dead:
-                logger.error("{n} row(s) went dead: their leases expired with no attempts left", n=result.expired_dead)
-                self.metrics.dead.inc(result.expired_dead)
-            if result.skipped:
-                self.metrics.finished("skipped_active").inc(result.skipped)
-            self.metrics.claimed.inc(got)
-            if result.to_delete:
-                failpoints.hit("after_claim")
-            pipeline.hold(result.to_delete, started + self.settings.lease_seconds)
-            if got:
-                arm_retry = ARM_RETRY_MIN
-            if got >= want:
-                continue  # a full batch: there may be more right now
-            # Only now, with the rows already queued: a woken sweeper's DELETE does not wait for this.
-            due = await self._next_due()
-            pause = self.settings.poll_interval if due is None else min(self.settings.poll_interval, max(due, 0.0))
-            pause = max(pause, MIN_CLAIM_PAUSE)
-            if self.settings.listens and not after_arming:
-                if await self._arm():
-                    just_armed = True
-                    continue  # claim once more: what committed before the arming was not announced
-                pause, arm_retry = min(pause, arm_retry), min(arm_retry * 2, ARM_RETRY_MAX)
-            await self._sleep_until_wake(pause)
-
     async def _next_due(self) -> float | None:
         """Seconds until the next open row is due (see outbox.next_due); None when there is none or
         the database failed (then the poll interval applies, and the next claim reports the failure)."""
         try:
             async with self.pool.connection() as conn:
-                return await outbox.next_due(conn, self.settings.cluster)
+                return await outbox.next_due(conn, cluster=self.settings.cluster)
         except psycopg.Error:
             return None
 
@@ -181,7 +212,7 @@ class Claimer:
         failed: then the claim that follows reports it)."""
         try:
             async with self.pool.connection() as conn:
-                if await outbox.arm(conn, self.settings.replica_id, self.settings.cluster):
+                if await outbox.arm(conn, self.settings.replica_id, cluster=self.settings.cluster):
                     return True
         except psycopg.Error:
             return False
@@ -201,17 +232,27 @@ class Claimer:
     async def _breaker_budget(self, conn: Connection, want: int) -> int:
         """How many rows this claim may take under the cluster's blast-radius breaker (0: none; tripped or
         the minute's budget spent). Counts the cluster's deletes by every replica, from the attempt history."""
-        limit = self.settings.max_deletes_per_minute
+        limit, cluster = self.settings.max_deletes_per_minute, self.settings.cluster
         if not limit:
             return want
-        window = await outbox.breaker_window(conn, self.settings.cluster)
-        self.breaker.reason = window.tripped_reason
+        window = await outbox.breaker_window(conn, cluster)
+        self.breaker.observe(window.tripped_reason)
         if (budget := breaker_budget(limit, window, want)) > 0 or window.tripped_reason is not None:
             return budget
-        due = await outbox.next_due(conn, self.settings.cluster)
+        due = await outbox.next_due(conn, cluster=cluster)
         if due is not None and due <= 0:  # work is waiting, and the minute's deletes are spent: trip
-            reason = trip_reason(limit, window, self.settings.cluster)
-            await outbox.trip_breaker(conn, self.settings.cluster, reason, self.settings.replica_id)
-            self.breaker.reason = reason
+            reason = trip_reason(limit, window, cluster)
+            await outbox.trip_breaker(conn, cluster, reason, self.settings.replica_id)
+            self.breaker.observe(reason)
             logger.critical("blast-radius breaker tripped, no more deletes: {reason}", reason=reason)
         return 0
+
+
+async def _first_of(*waits: Coroutine[Any, Any, object]) -> None:
+    """Until the first of these is done; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -26,7 +26,7 @@ from pod_sweeper.core.backoff import TokenBucket
 from pod_sweeper.core.errors import KubeError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import PodDeleter, PodEvent
+from pod_sweeper.kube.api import KubeClient, PodEvent
 from pod_sweeper.store.outbox import Claim
 from pod_sweeper.tasks.outage import OutageWatch
 
@@ -39,8 +39,8 @@ LAST_SEND_GRACE = 1.0
 
 
 class EventRecorder:
-    def __init__(self, settings: Settings, deleter: PodDeleter, metrics: Metrics, outage: OutageWatch) -> None:
-        self.settings, self.deleter, self.metrics, self.outage = settings, deleter, metrics, outage
+    def __init__(self, settings: Settings, kube: KubeClient, metrics: Metrics, outage: OutageWatch) -> None:
+        self.settings, self.kube, self.metrics, self.outage = settings, kube, metrics, outage
         self.queue: asyncio.Queue[PodEvent] = asyncio.Queue(maxsize=QUEUE_SIZE)
         self.bucket = TokenBucket(settings.events_qps, max(1, round(settings.events_qps * 5)))
         self._last_failure_log = float("-inf")
@@ -79,7 +79,7 @@ class EventRecorder:
             if self._deadline is not None:
                 timeout = max(0.1, min(timeout, self._deadline - time.monotonic()))
             try:
-                await asyncio.to_thread(self.deleter.record_event, event, timeout=timeout)
+                await asyncio.to_thread(self.kube.record_event, event, timeout=timeout)
             except KubeError as exc:
                 self.metrics.events.labels("failed").inc()
                 now = time.monotonic()

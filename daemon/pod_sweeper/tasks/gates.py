@@ -23,29 +23,51 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import Gauge
 
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.store.outbox import BreakerWindow
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A 401 or 403 as its gate took it: how long the row waits, and what is wrong (for ``last_error``)."""
+
+    delay: float
+    error: str
+
+
 class AuthGate:
-    def __init__(self, backoff: Backoff, *, floor: float, clock: Callable[[], float] = time.monotonic) -> None:
+    """The 401 circuit: every row waits while it is closed. Owns ``pod_sweeper_kube_refusing``."""
+
+    def __init__(
+        self,
+        backoff: Backoff,
+        *,
+        floor: float,
+        clock: Callable[[], float] = time.monotonic,
+        gauge: Gauge | None = None,
+    ) -> None:
         self._backoff = backoff
         self._floor = floor  # never closed for less than this (the settings' backoff_base)
         self._clock = clock
         self.failures = 0
         self.blocked_until = 0.0
         self.error: str | None = None  # what was refused and what is needed; None once answered again
+        if gauge is not None:
+            gauge.set_function(lambda: 1.0 if self.refusing else 0.0)
 
-    def refused(self, message: str) -> float:
-        """Kubernetes did not accept the credentials (401): close for a while; returns the seconds closed."""
+    def refused(self, message: str) -> Refusal:
+        """Kubernetes did not accept the credentials (401): close for a while."""
         self.failures += 1
         delay = self._backoff.delay(self.failures, at_least=self._floor)
         self.blocked_until = self._clock() + delay
         self.error = (
             f"{message}; the API server does not accept the daemon's credentials (check the token or kubeconfig)"
         )
-        return delay
+        return Refusal(delay, self.error)
 
     def answered(self) -> None:
         """Kubernetes answered a request: whatever was refused before works now."""
@@ -68,34 +90,55 @@ class AuthGate:
 
 
 class NamespaceGates:
-    """One closing per refused namespace: which namespaces answer 403, until when, and why."""
+    """One closing per refused namespace: which namespaces answer 403, until when, and why. Owns
+    ``pod_sweeper_namespace_refused{pod_namespace}``."""
 
-    def __init__(self, backoff: Backoff, *, floor: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._backoff, self._floor, self._clock = backoff, floor, clock
+    def __init__(
+        self,
+        backoff: Backoff,
+        *,
+        floor: float,
+        clock: Callable[[], float] = time.monotonic,
+        gauge: Gauge | None = None,
+    ) -> None:
+        self._backoff, self._floor, self._clock, self._gauge = backoff, floor, clock, gauge
         self._failures: dict[str, int] = {}
         self._until: dict[str, float] = {}
-        self.errors: dict[str, str] = {}  # namespace -> what was refused and what is needed
+        self._errors: dict[str, str] = {}  # namespace -> what was refused and what is needed
 
-    def refused(self, namespace: str, message: str) -> float:
-        """A 403 in ``namespace``: hold its rows back for a while; returns the seconds."""
+    def refused(self, namespace: str, message: str) -> Refusal:
+        """A 403 in ``namespace``: hold its rows back for a while."""
         failures = self._failures[namespace] = self._failures.get(namespace, 0) + 1
         delay = self._backoff.delay(failures, at_least=self._floor)
         self._until[namespace] = self._clock() + delay
-        self.errors[namespace] = f"{message}; the daemon needs 'delete' (and 'get') on pods in namespace {namespace}"
-        return delay
+        error = f"{message}; the daemon needs 'delete' (and 'get') on pods in namespace {namespace}"
+        self._errors[namespace] = error
+        if self._gauge is not None:
+            self._gauge.labels(namespace).set(1)
+        return Refusal(delay, error)
 
-    def answered(self, namespace: str) -> None:
-        """Kubernetes answered a request in ``namespace`` with something other than 403."""
-        if namespace in self._failures:
-            del self._failures[namespace], self._until[namespace], self.errors[namespace]
+    def answered(self, namespace: str) -> bool:
+        """Kubernetes answered a request in ``namespace`` with something other than 403; True when it
+        had been refused until now."""
+        if namespace not in self._failures:
+            return False
+        del self._failures[namespace], self._until[namespace], self._errors[namespace]
+        if self._gauge is not None:
+            self._gauge.labels(namespace).set(0)
+        return True
 
     def wait(self, namespace: str) -> float:
         """Seconds until ``namespace``'s rows may be sent again (0: now)."""
         return max(0.0, self._until.get(namespace, 0.0) - self._clock())
 
+    def held(self, namespace: str) -> Refusal | None:
+        """Why ``namespace``'s rows wait, and for how much longer; None when they may go."""
+        wait = self.wait(namespace)
+        return Refusal(wait, self._errors.get(namespace, "")) if wait else None
+
     def refusing(self) -> dict[str, str]:
-        """The namespaces refused and not answered since, with why: the metric and the status."""
-        return dict(self.errors)
+        """The namespaces refused and not answered since, with why."""
+        return dict(self._errors)
 
 
 class OutageGate:
@@ -136,11 +179,17 @@ class OutageGate:
 
 class BreakerGate:
     """The blast-radius breaker of this replica's cluster as it last read it from the database: the
-    claimer sets it, the workers ask it before each DELETE, readiness reports it. Another cluster's
-    breaker never closes it."""
+    claimer tells it what it read (``observe``), the workers ask it before each DELETE, readiness
+    reports it. Another cluster's breaker never closes it. Owns ``pod_sweeper_breaker_tripped``."""
 
-    def __init__(self) -> None:
+    def __init__(self, gauge: Gauge | None = None) -> None:
         self.reason: str | None = None  # set while tripped
+        if gauge is not None:
+            gauge.set_function(lambda: 1.0 if self.reason is not None else 0.0)
+
+    def observe(self, reason: str | None) -> None:
+        """The breaker as the database has it now (tripped with ``reason``, or not: None)."""
+        self.reason = reason
 
     @property
     def open(self) -> bool:

@@ -10,7 +10,6 @@ start-up catch-up done, not stopping. Each answers a short JSON reason.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -24,6 +23,7 @@ from loguru import logger
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import AsyncConnectionPool
 
+from pod_sweeper.core import periodic
 from pod_sweeper.core.errors import ConfigError, first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.store import outbox
@@ -182,4 +182,4 @@ async def refresh_gauges(
                 logger.warning("database unreachable: {error}", error=first_line(exc))
             health.database_ok = False
             health.database_error = first_line(exc)
-        await asyncio.sleep(interval)
+        await periodic.pause(interval)

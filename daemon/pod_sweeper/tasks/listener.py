@@ -20,8 +20,8 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper.core import failpoints
-from pod_sweeper.core.backoff import RECONNECT_MAX_SECONDS, Backoff
+from pod_sweeper.core import failpoints, periodic
+from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import DatabaseUnavailable, first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
@@ -49,7 +49,7 @@ class Listener:
         self.listening = asyncio.Event()  # set once the first LISTEN is in place
         self.reconnects = 0
         self._pings = itertools.count(1)
-        self._backoff = Backoff(settings.backoff_base, min(settings.backoff_max, RECONNECT_MAX_SECONDS))
+        self._backoff = Backoff.for_reconnects(settings.backoff_base, settings.backoff_max)
 
     async def run(self) -> None:
         failures = 0
@@ -59,7 +59,7 @@ class Listener:
                 conn = await db.connect(
                     self.settings, application_name="pod-sweeper-listener", conninfo=self.settings.listen_conninfo()
                 )
-                await outbox.listen(conn, self.settings.cluster)
+                await outbox.listen(conn, cluster=self.settings.cluster)
                 self.healthy = True
                 self.listening.set()
                 failures = 0
@@ -78,7 +78,7 @@ class Listener:
                     error=first_line(exc),
                     delay=delay,
                 )
-                await asyncio.sleep(delay)
+                await periodic.pause(delay)
             finally:
                 self.healthy = False
                 if conn is not None:
@@ -106,4 +106,4 @@ class Listener:
                 expected_by = now + interval
                 next_ping = now + interval
                 async with self.pool.connection() as other:
-                    await outbox.notify(other, expected, self.settings.cluster)
+                    await outbox.notify(other, expected, cluster=self.settings.cluster)

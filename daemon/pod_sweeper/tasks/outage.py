@@ -27,11 +27,12 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper.core.backoff import RECONNECT_MAX_SECONDS, Backoff
+from pod_sweeper.core import periodic
+from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import PodDeleter
+from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
 from pod_sweeper.tasks.gates import OutageGate
@@ -46,14 +47,14 @@ class OutageWatch:
         self,
         settings: Settings,
         pool: AsyncConnectionPool[Connection],
-        deleter: PodDeleter,
+        kube: KubeClient,
         metrics: Metrics,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.settings, self.pool, self.deleter, self.metrics = settings, pool, deleter, metrics
+        self.settings, self.pool, self.kube, self.metrics = settings, pool, kube, metrics
         self._clock = clock
-        probes = Backoff(settings.backoff_base, min(settings.backoff_max, RECONNECT_MAX_SECONDS))
+        probes = Backoff.for_reconnects(settings.backoff_base, settings.backoff_max)
         self.gate = OutageGate(probes, clock=clock)
         self.opened = asyncio.Event()  # set while the gate is open (what the claimer and Events wait on)
         self.opened.set()
@@ -99,7 +100,7 @@ class OutageWatch:
 
     async def _probe_once(self) -> None:
         started = self._clock()
-        reason = await asyncio.to_thread(self.deleter.probe, timeout=self.settings.request_timeout)
+        reason = await asyncio.to_thread(self.kube.probe, timeout=self.settings.request_timeout)
         if reason is not None:
             self._close(reason)
         elif self.gate.open:
@@ -155,7 +156,7 @@ class OutageWatch:
                 outbox.record_outage, **where, reason=self.gate.reason or "", closed_for=self._clock() - since
             )
             recorded = True
-            await asyncio.sleep(self.gate.wait())
+            await periodic.pause(self.gate.wait())
             await self._probe()
 
     async def _write(self, statement: Callable[..., Awaitable[None]], **params: object) -> None:

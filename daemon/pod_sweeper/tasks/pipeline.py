@@ -4,7 +4,8 @@ The claimer puts claimed rows in (``hold``), workers take them from the queue an
 (``record``), the recorder writes results and lets their rows go (``release``). ``capacity`` bounds what
 is held: ``concurrency`` rows in flight plus one claim batch waiting, so the workers never wait for a
 claim round trip and a claimed row waits seconds, not its lease, for its DELETE. What is still at the
-API is derived (``awaiting_answers``), never counted by hand.
+API is derived (``awaiting_answers``), never counted by hand. A plain data structure: it decides
+nothing and calls nothing.
 """
 
 from __future__ import annotations
@@ -12,13 +13,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from pod_sweeper.core import failpoints
-from pod_sweeper.core.backoff import Backoff
-from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.core.settings import Settings
 from pod_sweeper.store.outbox import Claim, Final
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates
-from pod_sweeper.tasks.outage import OutageWatch
 
 
 @dataclass
@@ -47,8 +42,6 @@ class Pipeline:
             self.queue.put_nowait(Work(claim, lease_deadline))
 
     def record(self, final: Final) -> None:
-        if final.attempt is not None:
-            failpoints.hit("after_answer")
         self.results.append(final)
         self.results_ready.set()
         self.settled.set()
@@ -63,18 +56,3 @@ class Pipeline:
         """The rows held whose request has no result yet (queued, or still at the API)."""
         recorded = {f.id for f in self.results}
         return [claim for claim in self.inflight.values() if claim.id not in recorded]
-
-
-@dataclass(frozen=True)
-class Shared:
-    """What the claimer, the workers and the recorder of one sweeper share."""
-
-    settings: Settings
-    pipeline: Pipeline
-    metrics: Metrics
-    backoff: Backoff  # retry delays, database retries, and the auth gate's closings
-    auth: AuthGate  # 401: every row waits
-    namespaces: NamespaceGates  # 403: that namespace's rows wait
-    breaker: BreakerGate
-    outage: OutageWatch  # the API server cannot be reached: every row waits
-    stopping: asyncio.Event  # set by the graceful stop: no new claims, no new requests

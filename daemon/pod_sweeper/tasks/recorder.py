@@ -1,4 +1,5 @@
-"""The recorder (the finalizer task): writes the rows' results in batches, fenced on each claim's epoch.
+"""The recorder: writes the rows' results in batches (``outbox.record_results``), fenced on each
+claim's epoch, and counts each one by the ``Result`` it was written from.
 
 It lingers a few milliseconds for a fuller batch, retries a database error with backoff, and keeps the
 results in memory until they are written: if the process dies first, the lease expires and another
@@ -15,27 +16,37 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
-from pod_sweeper.core import failpoints
+from pod_sweeper.core import failpoints, periodic
+from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import first_line
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.core.states import Status
 from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
-from pod_sweeper.tasks.pipeline import Shared
+from pod_sweeper.tasks.pipeline import Pipeline
 
-FINALIZE_BATCH = 500
-# With fewer results than FINALIZE_GATHER waiting, the recorder waits FINALIZE_LINGER seconds for
-# more before writing. Nothing waits on a result being written but the row's lease (and the room it
-# frees for claims), so a few ms are free.
-FINALIZE_GATHER = 50
-FINALIZE_LINGER = 0.025
+RECORD_BATCH = 500
+# With fewer results than RECORD_GATHER waiting, the recorder waits RECORD_LINGER seconds for more
+# before writing. Nothing waits on a result being written but the row's lease (and the room it frees
+# for claims), so a few ms are free.
+RECORD_GATHER = 50
+RECORD_LINGER = 0.025
 
 
 class Recorder:
     def __init__(
-        self, shared: Shared, pool: AsyncConnectionPool[Connection], *, wake_claimer: Callable[[str], None]
+        self,
+        replica: str,
+        pool: AsyncConnectionPool[Connection],
+        pipeline: Pipeline,
+        metrics: Metrics,
+        *,
+        backoff: Backoff,
+        stopping: asyncio.Event,
+        wake_claimer: Callable[[str], None],
     ) -> None:
-        self.pool, self.wake_claimer = pool, wake_claimer
-        self.settings, self.pipeline, self.metrics = shared.settings, shared.pipeline, shared.metrics
-        self.backoff, self.stopping = shared.backoff, shared.stopping
+        self.replica, self.pool, self.pipeline, self.metrics = replica, pool, pipeline, metrics
+        self.backoff, self.stopping, self.wake_claimer = backoff, stopping, wake_claimer
         self._lock = asyncio.Lock()
 
     async def run(self) -> None:
@@ -43,10 +54,10 @@ class Recorder:
         pipeline = self.pipeline
         while True:
             await pipeline.results_ready.wait()
-            if len(pipeline.results) < FINALIZE_GATHER and not self.stopping.is_set():
+            if len(pipeline.results) < RECORD_GATHER and not self.stopping.is_set():
                 # Let results gather for a moment: written as they came (about 7 rows a statement in
                 # a drain), the statement's own cost per row outweighed the row's (bench/README.md).
-                await asyncio.sleep(FINALIZE_LINGER)
+                await periodic.pause(RECORD_LINGER)
             try:
                 await self.flush()
                 failures = 0
@@ -60,7 +71,7 @@ class Recorder:
                     delay=delay,
                     error=first_line(exc),
                 )
-                await asyncio.sleep(delay)
+                await periodic.pause(delay)
 
     async def flush(self) -> None:
         """Write every result waiting. The recorder's task and the shutdown drain both flush; one at a
@@ -71,27 +82,21 @@ class Recorder:
     async def _flush_locked(self) -> None:
         pipeline = self.pipeline
         while pipeline.results:
-            batch = pipeline.results[:FINALIZE_BATCH]
+            batch = pipeline.results[:RECORD_BATCH]
             async with self.pool.connection() as conn, conn.transaction():
-                owned = await outbox.finalize(conn, batch, self.settings.replica_id)
-                failpoints.hit("during_finalize")
+                owned = await outbox.record_results(conn, batch, self.replica)
+                failpoints.hit("during_record")
             del pipeline.results[: len(batch)]
             for final in batch:
-                if final.id not in owned:
+                if final.id in owned:
+                    self.metrics.recorded(final.result)
+                else:
                     self.metrics.fenced.inc()
                     logger.warning(
                         "row {id}: lease lost before its result was recorded; another replica owns it", id=final.id
                     )
-                elif final.status == "done" and final.outcome:
-                    self.metrics.finished(final.outcome).inc()
-                elif final.status == "dead":
-                    self.metrics.dead.inc()
-                elif final.refund:
-                    self.metrics.handed_back.inc()
-                else:
-                    self.metrics.retries.inc()
             pipeline.release(batch)
-            if any(f.status == "pending" for f in batch):
+            if any(final.status is Status.PENDING for final in batch):
                 # A retry's due time is likely earlier than what the claimer is sleeping towards (the
                 # lease it held): wake it so it plans its sleep again.
                 self.wake_claimer("retry")

@@ -6,7 +6,7 @@ sidecar must not crash-loop while its database restarts; one log line per attemp
 check (exit 3 if it does not match), then the LISTEN, then the first catch-up claim; only after that is
 the process ready.
 
-The tasks (listener, the outage watch, sweeper with its claimer, workers and finalizer, retention,
+The tasks (listener, the outage watch, sweeper with its claimer, workers and recorder, retention,
 confirmer, the reconciler when it is configured, the gauges and the shutdown watcher) run in
 one task group: if any of them dies, the others are cancelled and the process exits 1 with a line
 naming the task. SIGTERM or SIGINT starts a graceful stop (no new claims, in-flight deletes get
@@ -28,30 +28,34 @@ import psycopg
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pod_sweeper.core import periodic
-from pod_sweeper.core.backoff import RECONNECT_MAX_SECONDS, Backoff
+from pod_sweeper.core import failpoints, periodic
+from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import PodDeleter, load_configuration
+from pod_sweeper.kube.api import KubeClient, load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import db, migrations, outbox
 from pod_sweeper.store.recheck import load_attachments
-from pod_sweeper.tasks.confirm import Confirmer
+from pod_sweeper.tasks.confirmer import Confirmer
 from pod_sweeper.tasks.health import Health, HealthServer, refresh_gauges
 from pod_sweeper.tasks.listener import Listener
 from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.reconcile import Reconciler
+from pod_sweeper.tasks.reconciler import Reconciler
 from pod_sweeper.tasks.sdnotify import Notifier
 from pod_sweeper.tasks.sweeper import Sweeper
 
 GAUGE_REFRESH_SECONDS = 5.0
+# The systemd watchdog calls the claimer wedged once its loop has stood still for STALL_WAITS of its
+# longest ordinary waits (a poll, a request) and STALL_MARGIN_SECONDS more.
+STALL_WAITS = 2
 STALL_MARGIN_SECONDS = 10.0
 # HTTP connections to the API server beyond one per worker: the Events task, the outage probe, the
 # confirmer and the reconciliation pass each send from a thread of their own.
 KUBE_CONNECTIONS_BESIDE_THE_WORKERS = 4
 RETENTION_INTERVAL_SECONDS = 60.0
 RETENTION_BATCH = 1000
+RETENTION_PAUSE_SECONDS = 0.1
 
 
 class _Stop(Exception):
@@ -111,7 +115,7 @@ class Daemon:
         Each attempt first opens one plain connection: its failure carries the server's reason (no such
         role, a wrong password, connection refused), which a pool's timeout does not, and the pool is
         opened only once that works, so its own reconnect warnings do not repeat the same story."""
-        backoff = Backoff(self.settings.backoff_base, min(self.settings.backoff_max, RECONNECT_MAX_SECONDS))
+        backoff = Backoff.for_reconnects(self.settings.backoff_base, self.settings.backoff_max)
         attempt = 0
         while not self.stop_requested.is_set():
             attempt += 1
@@ -144,7 +148,7 @@ class Daemon:
         if self.handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
-        deleter = PodDeleter(
+        kube = KubeClient(
             load_configuration(
                 self.settings.kubeconfig,
                 self.settings.kube_context,
@@ -153,6 +157,14 @@ class Daemon:
             dry_run=self.settings.dry_run,
         )
         self.settings.require_database_url()  # no URL is a configuration error (exit 2), before anything starts
+        if armed := failpoints.arm(self.settings.failpoints):
+            logger.warning(
+                "failpoints armed: {points} ({spec}); this process will kill, raise in or stall itself on "
+                "purpose: for chaos tests only",
+                points=", ".join(armed),
+                spec=self.settings.failpoints,
+            )
+        self.metrics.failpoints_armed.set(len(armed))
         pool: AsyncConnectionPool[db.Connection] | None = None
         if self.settings.http_port:
             self.http = HealthServer(self.settings.http_host, self.settings.http_port, self.health, self.metrics)
@@ -165,17 +177,15 @@ class Daemon:
                 return EXIT_OK
             async with pool.connection() as conn:
                 version = await migrations.check_schema(conn)
-                await outbox.cluster_rows(conn, self.settings.cluster, self.settings.replica_id)
+                await outbox.cluster_rows(conn, cluster=self.settings.cluster, owner=self.settings.replica_id)
                 attachments = await load_attachments(conn)
                 if not self.settings.dry_run:
                     reopened = await outbox.reopen_dry_run(conn)
                     if reopened:
                         logger.info("reopened {n} row(s) a dry run left as would_delete", n=reopened)
             self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True
-            outage = OutageWatch(self.settings, pool, deleter, self.metrics)
-            sweeper = Sweeper(
-                self.settings, pool, deleter, attachments=attachments, outage=outage, metrics=self.metrics
-            )
+            outage = OutageWatch(self.settings, pool, kube, self.metrics)
+            sweeper = Sweeper(self.settings, pool, kube, attachments=attachments, outage=outage, metrics=self.metrics)
             listener = Listener(self.settings, pool, sweeper.notify, self.metrics) if self.settings.listens else None
             self.sweeper, self.listener, self.outage = sweeper, listener, outage
             self._watch(sweeper, listener, outage)
@@ -198,10 +208,10 @@ class Daemon:
                     group.create_task(_named("readiness", self._become_ready(sweeper, listener)), name="readiness")
                     group.create_task(_named("shutdown", self._shutdown_when_asked(sweeper)), name="shutdown")
                     group.create_task(_named("retention", self._retention(pool)), name="retention")
-                    confirmer = Confirmer(self.settings, pool, deleter, self.metrics, outage)
+                    confirmer = Confirmer(self.settings, pool, kube, self.metrics, outage)
                     group.create_task(_named("confirmer", confirmer.run()), name="confirmer")
                     if self.settings.reconcile:
-                        reconciler = Reconciler(self.settings, pool, deleter, self.metrics, outage)
+                        reconciler = Reconciler(self.settings, pool, kube, self.metrics, outage)
                         group.create_task(_named("reconciler", reconciler.run()), name="reconciler")
                     group.create_task(
                         _named(
@@ -227,12 +237,12 @@ class Daemon:
                 self.http.close()
             if pool is not None:
                 await pool.close()
-            deleter.close()
+            kube.close()
 
     async def _become_ready(self, sweeper: Sweeper, listener: Listener | None) -> None:
         if listener is not None:
             await listener.listening.wait()
-        await sweeper.first_claim_done.wait()
+        await sweeper.first_claim()
         self.health.started = True
         self.notifier.ready(self._status_line())
         logger.info(
@@ -251,11 +261,17 @@ class Daemon:
         retention = self.settings.retention.total_seconds()
 
         async def prune() -> None:
+            # A connection per batch, given back during the pause between batches: the pass never holds
+            # one of the pool's connections (sized in pool_size) for longer than a batch's statement.
+            while True:
+                async with pool.connection() as conn:
+                    deleted = await outbox.prune_batch(conn, retention_seconds=retention, batch=RETENTION_BATCH)
+                self.metrics.pruned.inc(deleted or 0)
+                if deleted is None or deleted < RETENTION_BATCH:
+                    break
+                await periodic.pause(RETENTION_PAUSE_SECONDS)  # lets the claims and the records through
             async with pool.connection() as conn:
-                # A pause between batches lets the claim and the finalize through.
-                deleted = await outbox.prune(conn, retention_seconds=retention, batch=RETENTION_BATCH, pause=0.1)
                 await outbox.prune_outages(conn)
-            self.metrics.pruned.inc(deleted or 0)
 
         await periodic.every(lambda: RETENTION_INTERVAL_SECONDS, "retention pass", prune, expected=(psycopg.Error,))
 
@@ -271,30 +287,27 @@ class Daemon:
         """For the systemd watchdog: the claimer is turning (or the database is down and being retried,
         which a restart would not cure)."""
         sweeper = self.sweeper
-        if sweeper is None or not self.health.database_ok or self.health.stopping or sweeper.claimer.gated:
+        if sweeper is None or not self.health.database_ok or self.health.stopping or sweeper.status.gated:
             return sweeper is not None
-        return time.monotonic() - sweeper.last_turn < self._stall_seconds()
+        return time.monotonic() - sweeper.status.last_turn < self._stall_seconds()
 
     def _stall_seconds(self) -> float:
         """How long the claimer's loop may stand still before the watchdog calls it wedged: two of its
         longest ordinary waits (a poll, a request) and a margin."""
-        return max(self.settings.poll_interval, self.settings.request_timeout) * 2 + STALL_MARGIN_SECONDS
+        longest_wait = max(self.settings.poll_interval, self.settings.request_timeout)
+        return longest_wait * STALL_WAITS + STALL_MARGIN_SECONDS
 
     def _watch(self, sweeper: Sweeper, listener: Listener | None, outage: OutageWatch) -> None:
-        """Readiness and the state gauges read the listener, the outage watch, the auth gate and the
-        breaker where they live, when a probe or a scrape asks."""
+        """Readiness reads the listener, the outage watch, the auth gate and the breaker where they live,
+        when a probe asks. (Each gate owns its own gauge.)"""
         self.health.watch(
             listener_ok=(lambda: listener.healthy) if listener is not None else (lambda: None),
-            kube_error=lambda: sweeper.auth.refusing,
+            kube_error=lambda: sweeper.status.refusing,
             kube_unreachable=lambda: outage.reason,
-            breaker=lambda: sweeper.breaker_reason,
+            breaker=lambda: sweeper.status.breaker,
         )
         if listener is not None and self.metrics.listener_healthy is not None:
             self.metrics.listener_healthy.set_function(lambda: 1.0 if listener.healthy else 0.0)
-        self.metrics.kube_refusing.set_function(lambda: 1.0 if sweeper.auth.refusing else 0.0)
-        self.metrics.breaker_tripped.labels(self.settings.cluster).set_function(
-            lambda: 1.0 if sweeper.breaker_reason else 0.0
-        )
 
     async def _heartbeat(self) -> None:
         """The main loop's beat: keeps /livez and the gauges of process state current, pets the systemd
@@ -315,7 +328,25 @@ class Daemon:
             await asyncio.sleep(min(1.0, interval or 1.0))
 
 
+# The tasks that take a connection from the daemon's pool, each at most one at a time (the LISTEN
+# connection is not the pool's: it is its own session). The pool's size is their sum, so no task ever
+# waits for another's connection; they open only as used (min_size 1), and idle ones close again.
+POOL_USERS = {
+    "claimer": 1,  # a claim, the next due time, the arming (one after another)
+    "recorder": 1,  # a batch of results (the shutdown drain's flush takes the same lock)
+    "listener's ping": 1,  # the NOTIFY the listener sends itself
+    "gauges": 1,  # the lag view, every GAUGE_REFRESH_SECONDS
+    "retention": 1,  # one batch at a time (given back during the pause between batches)
+    "confirmer": 1,  # terminating pods due, and their confirmations
+    "outage watch": 1,  # the outage's row, while one lasts
+}
+RECONCILER_CONNECTIONS = 1  # the reconciliation pass holds one for its whole pass
+
+
+def pool_size(settings: Settings) -> int:
+    """The pool's size, from the tasks this replica runs that take connections."""
+    return sum(POOL_USERS.values()) + (RECONCILER_CONNECTIONS if settings.reconcile else 0)
+
+
 def _make_pool(settings: Settings) -> AsyncConnectionPool[db.Connection]:
-    # claimer + finalizer + the listener's pings, and one spare for the metrics refresher; the
-    # reconciliation pass holds one more for its whole pass.
-    return db.make_pool(settings, max_size=5 if settings.reconcile else 4)
+    return db.make_pool(settings, max_size=pool_size(settings))

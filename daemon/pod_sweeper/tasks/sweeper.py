@@ -3,13 +3,14 @@
 - the claimer (``claimer.Claimer``) claims and re-checks rows whenever the pipeline has room and
   something is due, and sleeps until a NOTIFY, the next due time or the poll;
 - ``concurrency`` workers (``sender.Sender``) send each row's DELETE under its UID precondition and
-  turn what came back into the row's result (``outcomes.decide``);
+  apply what the answer table (``answers.decide``) says it means for the row;
 - the recorder (``recorder.Recorder``) writes the results in batches, fenced on the claim epoch.
 
-They share one ``pipeline.Pipeline`` and the gates (``gates.AuthGate``, ``gates.NamespaceGates``,
-``gates.BreakerGate``). This
-class puts them together, runs them in one task group (any one dying stops the others) and ends them
-gracefully: no new claims, in-flight deletes get until a deadline, the rest go back uncharged.
+This class makes the pieces and hands each task what it needs and nothing else: the
+``pipeline.Pipeline`` they pass rows through, the gates (``gates.AuthGate``, ``gates.NamespaceGates``,
+``gates.BreakerGate``, each owning its state and its gauge), the ``answers.Policy``. It runs them in one
+task group (any one dying stops the others), exposes their state read-only (``SweeperStatus``) and ends
+them gracefully: no new claims, in-flight deletes get until a deadline, the rest go back uncharged.
 """
 
 from __future__ import annotations
@@ -26,18 +27,82 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import PodDeleter
+from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.outbox import Final
 from pod_sweeper.store.recheck import Attachment
+from pod_sweeper.tasks import answers
+from pod_sweeper.tasks.answers import Policy
 from pod_sweeper.tasks.claimer import Claimer
 from pod_sweeper.tasks.events import EventRecorder
 from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates
 from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.pipeline import Pipeline, Shared
+from pod_sweeper.tasks.pipeline import Pipeline
 from pod_sweeper.tasks.recorder import Recorder
 from pod_sweeper.tasks.sender import Sender
+
+
+class SweeperStatus:
+    """One sweeper's state, read-only and read where it lives: what the process (readiness, the systemd
+    watchdog and STATUS line) and the tests look at, instead of reaching into the tasks."""
+
+    def __init__(
+        self,
+        claimer: Claimer,
+        pipeline: Pipeline,
+        auth: AuthGate,
+        namespaces: NamespaceGates,
+        breaker: BreakerGate,
+        events: EventRecorder | None,
+    ) -> None:
+        self._claimer, self._pipeline, self._auth, self._namespaces = claimer, pipeline, auth, namespaces
+        self._breaker, self._events = breaker, events
+
+    @property
+    def claimed_once(self) -> bool:
+        """The start-up catch-up claim ran."""
+        return self._claimer.first_claim_done.is_set()
+
+    @property
+    def asleep(self) -> bool:
+        """The claimer sleeps with nothing due, the wakeup flag armed when it listens: a retire now
+        reaches it by NOTIFY (or, poll-only, at the next poll)."""
+        return self._claimer.asleep.is_set()
+
+    @property
+    def gated(self) -> bool:
+        """The claimer waits for a closed gate on purpose (the API server unreachable, a 401)."""
+        return self._claimer.gated
+
+    @property
+    def last_turn(self) -> float:
+        """When the claimer's loop last turned (monotonic): its heartbeat."""
+        return self._claimer.last_turn
+
+    @property
+    def breaker(self) -> str | None:
+        """Why the cluster's blast-radius breaker holds deletes back; None while it does not."""
+        return self._breaker.reason
+
+    @property
+    def refusing(self) -> str | None:
+        """Why Kubernetes refuses the credentials (401); None while it does not."""
+        return self._auth.refusing
+
+    @property
+    def refused_namespaces(self) -> dict[str, str]:
+        """The namespaces Kubernetes answers 403 in (and has not answered otherwise since), with why."""
+        return self._namespaces.refusing()
+
+    @property
+    def events_queued(self) -> int:
+        """Events waiting to be sent (0 with Events off)."""
+        return self._events.queue.qsize() if self._events is not None else 0
+
+    @property
+    def held(self) -> int:
+        """Rows this replica holds right now (claimed and not yet recorded)."""
+        return len(self._pipeline.inflight)
 
 
 class Sweeper:
@@ -45,70 +110,81 @@ class Sweeper:
         self,
         settings: Settings,
         pool: AsyncConnectionPool[Connection],
-        deleter: PodDeleter,
+        kube: KubeClient,
         *,
         attachments: dict[int, Attachment],
         outage: OutageWatch,
-        metrics: Metrics | None = None,
+        metrics: Metrics,
     ) -> None:
-        self.settings = settings
-        self.pool = pool
-        self.metrics = metrics or Metrics()
+        self.settings, self.pool = settings, pool
         backoff = Backoff(settings.backoff_base, settings.backoff_max)
-        self.auth = AuthGate(backoff, floor=settings.backoff_base)  # the 401 circuit: every row
-        self.namespaces = NamespaceGates(backoff, floor=settings.backoff_base)  # 403: one namespace's rows
-        self.breaker = BreakerGate()
-        self._stopping = asyncio.Event()
+        policy = Policy(settings.max_attempts, backoff)
+        auth = AuthGate(backoff, floor=settings.backoff_base, gauge=metrics.kube_refusing)  # 401: every row
+        namespaces = NamespaceGates(  # 403: one namespace's rows
+            backoff, floor=settings.backoff_base, gauge=metrics.namespace_refused
+        )
+        breaker = BreakerGate(metrics.breaker_tripped.labels(settings.cluster))
+        stopping = self._stopping = asyncio.Event()
         # Rows held at once: one batch queued behind the deletes in flight, so the workers never wait
         # for a claim round trip. (Capping the queue at `concurrency` made claims small and frequent:
         # the drain ran at 0.54 of the client's ceiling, 0.76 with this; bench/README.md.) A queued
         # row whose lease runs short before a worker reaches it is handed back, not sent.
-        self.pipeline = Pipeline(settings.concurrency + settings.batch_size)
-        self.outage = outage
-        shared = Shared(
+        pipeline = self.pipeline = Pipeline(settings.concurrency + settings.batch_size)
+        self.claimer = Claimer(
             settings,
-            self.pipeline,
-            self.metrics,
-            backoff,
-            self.auth,
-            self.namespaces,
-            self.breaker,
-            outage,
-            self._stopping,
+            pool,
+            pipeline,
+            metrics,
+            policy=policy,
+            auth=auth,
+            breaker=breaker,
+            outage=outage,
+            stopping=stopping,
+            attachments=attachments,
         )
-        self.claimer = Claimer(shared, pool, attachments=attachments)
         # Events on deleted pods (best effort, paced, off the rows' path); none in a dry run.
         self.events = (
-            EventRecorder(settings, deleter, self.metrics, outage) if settings.events and not settings.dry_run else None
+            EventRecorder(settings, kube, metrics, outage) if settings.events and not settings.dry_run else None
         )
-        self.sender = Sender(shared, deleter, self.events)
-        self.recorder = Recorder(shared, pool, wake_claimer=self.claimer.notify)
+        self.sender = Sender(
+            settings,
+            kube,
+            pipeline,
+            metrics,
+            policy=policy,
+            auth=auth,
+            namespaces=namespaces,
+            breaker=breaker,
+            outage=outage,
+            stopping=stopping,
+            events=self.events,
+        )
+        self.recorder = Recorder(
+            settings.replica_id,
+            pool,
+            pipeline,
+            metrics,
+            backoff=backoff,
+            stopping=stopping,
+            wake_claimer=self.claimer.notify,
+        )
+        self.status = SweeperStatus(self.claimer, pipeline, auth, namespaces, breaker, self.events)
         self._tasks: list[asyncio.Task[None]] = []  # claimer, recorder and workers, once run() starts
-
-    # What the process (runner) and the probes read.
 
     def notify(self, source: str) -> None:
         """Wake the claimer (a NOTIFY arrived, the listener reconnected, ...)."""
         self.claimer.notify(source)
 
-    @property
-    def first_claim_done(self) -> asyncio.Event:
-        return self.claimer.first_claim_done
-
-    @property
-    def last_turn(self) -> float:
-        return self.claimer.last_turn
-
-    @property
-    def breaker_reason(self) -> str | None:
-        return self.breaker.reason
+    async def first_claim(self) -> None:
+        """Until the start-up catch-up claim has run (readiness waits on it)."""
+        await self.claimer.first_claim_done.wait()
 
     async def run(self) -> None:
         """Claimer, workers and recorder in one task group: any one dying stops the others."""
         async with asyncio.TaskGroup() as group:
             self._tasks = [
                 group.create_task(self.claimer.run(), name="claimer"),
-                group.create_task(self.recorder.run(), name="finalizer"),
+                group.create_task(self.recorder.run(), name="recorder"),
             ]
             self._tasks += [
                 group.create_task(self.sender.worker(), name=f"worker-{i}") for i in range(self.settings.concurrency)
@@ -124,13 +200,13 @@ class Sweeper:
         self._stopping.set()
         pipeline.room.set()
         while not pipeline.queue.empty():  # claimed but not started: back to pending at once
-            pipeline.record(Final.hand_back(pipeline.queue.get_nowait().claim))
+            pipeline.record(answers.held(pipeline.queue.get_nowait().claim))
         # Each result sets `settled`; wait until every row in flight has one, or the deadline.
         while pipeline.awaiting_answers() and time.monotonic() < deadline:
             pipeline.settled.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(pipeline.settled.wait(), deadline - time.monotonic())
-        others = [task for task in self._tasks if task.get_name() not in ("finalizer", "events")]
+        others = [task for task in self._tasks if task.get_name() not in ("recorder", "events")]
         for task in others:
             task.cancel()
         # Cancelled once, a task inside a query lets psycopg cancel it on the server and keep the
@@ -138,7 +214,7 @@ class Sweeper:
         # warnings. So each is cancelled once here, and waited for (briefly) before anything else.
         await asyncio.wait(others, timeout=2.0)
         for claim in pipeline.awaiting_answers():  # still at the API after the deadline
-            pipeline.record(Final.hand_back(claim))
+            pipeline.record(answers.held(claim))
         try:
             await asyncio.wait_for(self.recorder.flush(), max(1.0, deadline - time.monotonic()))
         except (psycopg.Error, TimeoutError) as exc:

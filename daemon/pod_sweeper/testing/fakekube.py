@@ -48,6 +48,9 @@ _PODS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
 _EVENTS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
 _NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 _PROPAGATION = {"Foreground", "Background", "Orphan"}
+# What deploy/role.yaml grants in a namespace, resource -> verbs (tests/unit/test_deploy.py holds the
+# two equal): the access reviews answer from it.
+GRANTED: dict[str, tuple[str, ...]] = {"pods": ("get", "list", "watch", "delete"), "events": ("create",)}
 
 
 def _now() -> datetime:
@@ -588,10 +591,12 @@ class FakeKube:
             return 201, json.loads(json.dumps(stored))
 
     def _access_review(self, review: dict[str, Any]) -> tuple[int, Any]:
-        """SelfSubjectAccessReview: pods are allowed except what ``denied`` names; nothing else is."""
+        """SelfSubjectAccessReview: what the shipped Role grants (``GRANTED``) except what ``denied``
+        names; nothing else, and nothing cluster-scoped."""
         attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
         verb, namespace = attributes.get("verb"), attributes.get("namespace")
-        allowed = attributes.get("resource") == "pods" and (verb, namespace) not in self.denied
+        granted = verb in GRANTED.get(attributes.get("resource", ""), ()) and attributes.get("group", "") == ""
+        allowed = granted and namespace is not None and (verb, namespace) not in self.denied
         review = dict(review, apiVersion="authorization.k8s.io/v1", kind="SelfSubjectAccessReview")
         review["status"] = {"allowed": allowed} if allowed else {"allowed": False, "reason": "no RBAC rule allows it"}
         return 201, review

@@ -33,12 +33,12 @@ from pod_sweeper.core import periodic
 from pod_sweeper.core.errors import KubeError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import PodDeleter, PodState
-from pod_sweeper.store import reconciliation
+from pod_sweeper.kube.api import KubeClient, PodState
+from pod_sweeper.store import quarantine
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment, Generation, generations, load_attachments
+from pod_sweeper.tasks.answers import needs_probe
 from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.outcomes import needs_probe
 
 _BIGINT = 2**63
 
@@ -68,13 +68,13 @@ class Reconciler:
         self,
         settings: Settings,
         pool: AsyncConnectionPool[Connection],
-        deleter: PodDeleter,
+        kube: KubeClient,
         metrics: Metrics,
         outage: OutageWatch,
     ) -> None:
         assert settings.reconcile_sandbox_label and settings.reconcile_generation_label
         assert settings.reconcile_namespace
-        self.settings, self.pool, self.deleter, self.metrics, self.outage = settings, pool, deleter, metrics, outage
+        self.settings, self.pool, self.kube, self.metrics, self.outage = settings, pool, kube, metrics, outage
         self.sandbox_label = settings.reconcile_sandbox_label
         self.generation_label = settings.reconcile_generation_label
         self.namespace = settings.reconcile_namespace
@@ -101,7 +101,7 @@ class Reconciler:
 
     async def _pass(self, conn: Connection) -> PassResult | None:
         interval = self.settings.reconcile_interval
-        started_at = await reconciliation.begin(
+        started_at = await quarantine.begin(
             conn, replica=self.settings.replica_id, gap=interval / 2, lease=interval, cluster=self.settings.cluster
         )
         if started_at is None:
@@ -114,7 +114,7 @@ class Reconciler:
             while True:
                 sent = time.monotonic()
                 page = await asyncio.to_thread(
-                    self.deleter.list_pods,
+                    self.kube.list_pods,
                     self.namespace,
                     self.selector,
                     limit=self.settings.reconcile_page_size,
@@ -127,7 +127,7 @@ class Reconciler:
                     result.enqueued += await self._confirm(conn, due, attachments)
                 if not (token := page.continue_token):
                     break
-            await reconciliation.prune(conn, started_at=started_at, cluster=self.settings.cluster)
+            await quarantine.prune(conn, started_at=started_at, cluster=self.settings.cluster)
             result.complete = True
         except KubeError as exc:
             # An expired continue token (410) or an unreachable API: the pods not listed keep their
@@ -137,7 +137,7 @@ class Reconciler:
                 await self.outage.server_down(sent)
             result.error = f"listing pods in {self.namespace}: {exc}"[:500]
             logger.warning("reconciliation pass stopped early: {error}", error=result.error)
-        result.suspects = await reconciliation.finish(
+        result.suspects = await quarantine.finish(
             conn,
             replica=self.settings.replica_id,
             started_at=started_at,
@@ -195,11 +195,11 @@ class Reconciler:
             suspect_uids = {s.pod.uid for s in suspects}
             cleared = [pod.uid for pod in pods if pod.uid not in suspect_uids]
             if cleared:
-                await reconciliation.forget(conn, cleared)
+                await quarantine.forget(conn, cleared)
             if not suspects:
                 return []
             sightings = [
-                reconciliation.Sighting(
+                quarantine.Sighting(
                     s.pod.uid,
                     s.pod.namespace or self.namespace,
                     s.pod.name,
@@ -210,7 +210,7 @@ class Reconciler:
                 )
                 for s in suspects
             ]
-            due = await reconciliation.sight(
+            due = await quarantine.sight(
                 conn,
                 sightings,
                 started_at=started_at,
@@ -230,7 +230,7 @@ class Reconciler:
             pod = suspect.pod
             try:
                 fresh = await asyncio.to_thread(
-                    self.deleter.pod_state, self.namespace, pod.name, timeout=self.settings.request_timeout
+                    self.kube.pod_state, self.namespace, pod.name, timeout=self.settings.request_timeout
                 )
             except KubeError as exc:
                 logger.info("confirming suspect {pod} must wait: {error}", pod=pod.name, error=str(exc))
@@ -255,10 +255,10 @@ class Reconciler:
             else:
                 confirmed = []
             if changed:
-                await reconciliation.forget(conn, changed)
+                await quarantine.forget(conn, changed)
             if not confirmed:
                 return 0
-            enqueued = await reconciliation.enqueue(conn, [s.pod.uid for s in confirmed])
+            enqueued = await quarantine.enqueue(conn, [s.pod.uid for s in confirmed])
         for s in confirmed:
             logger.warning(
                 "reconciled: pod {ns}/{pod} uid {uid} ({why}: sandbox {sandbox} generation {generation}) enqueued "

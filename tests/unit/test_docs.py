@@ -8,9 +8,9 @@ from pathlib import Path
 from pod_sweeper.cli.main import settings_markdown
 
 
-def test_readme_settings_table_is_current() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
-    assert settings_markdown() in readme, "regenerate the table in docs/operations.md with `pod-sweeper settings`"
+def test_operations_settings_table_is_current() -> None:
+    operations = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    assert settings_markdown() in operations, "regenerate the table in docs/operations.md with `pod-sweeper settings`"
 
 
 def test_every_test_the_design_cites_exists() -> None:

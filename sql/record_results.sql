@@ -1,7 +1,7 @@
--- Record how a batch of claimed rows ended, one row per element of the JSON array:
+-- Record how a batch of claimed rows ended, one row per element of the JSON array, as the daemon's
+-- answer table decided it (tasks/answers.py): nothing here derives a status, an outcome or a result.
 --   status 'done'    with its outcome (last_error cleared, last_http_status the final answer's);
---   status 'pending' to retry after delay seconds (refund 1 for a hand-back or an auth failure, which
---                    are not charged as attempts);
+--   status 'pending' again after delay seconds (refund 1: the attempt is given back, as for a hand-back);
 --   status 'dead'    with its last error.
 -- Fenced: a row changes only while it is still claimed under the epoch this replica claimed it with,
 -- so a replica whose lease expired (and was taken over) changes nothing. Each element that carries a
@@ -12,8 +12,8 @@ WITH f AS (
     -- twelve lists cost the daemon more CPU per row than the statement did; bench/README.md).
     SELECT *
     FROM json_to_recordset(%(rows)s::json)
-         AS f(id bigint, epoch bigint, status text, outcome text, delay float8, error text, http_status int,
-              refund int, started timestamptz, duration_ms float8, reason text, confirm_in float8)
+         AS f(id bigint, epoch bigint, status text, outcome text, result text, delay float8, error text,
+              http_status int, refund int, started timestamptz, duration_ms float8, reason text, confirm_in float8)
 ),
 updated AS (
     UPDATE pod_sweeper.outbox AS o
@@ -42,12 +42,7 @@ updated AS (
 history AS (
     INSERT INTO pod_sweeper.attempts
         (outbox_id, claim_epoch, replica, started_at, duration_ms, http_status, reason, result, error, recorded)
-    SELECT f.id, f.epoch, %(replica)s::text, f.started, f.duration_ms, f.http_status, f.reason,
-           CASE WHEN f.outcome IS NOT NULL THEN f.outcome
-                WHEN f.status = 'dead' THEN 'dead'
-                WHEN f.refund = 1 THEN 'handed_back'
-                ELSE 'retry' END,
-           f.error,
+    SELECT f.id, f.epoch, %(replica)s::text, f.started, f.duration_ms, f.http_status, f.reason, f.result, f.error,
            f.id IN (SELECT id FROM updated)
     FROM f
     WHERE f.started IS NOT NULL

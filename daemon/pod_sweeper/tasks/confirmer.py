@@ -22,12 +22,12 @@ from pod_sweeper.core import periodic
 from pod_sweeper.core.errors import KubeConflict, KubeError, KubeNotFound
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import PodDeleter
+from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.scope import NamespaceScope
-from pod_sweeper.store import confirmation
+from pod_sweeper.store import terminating
 from pod_sweeper.store.db import Connection
+from pod_sweeper.tasks.answers import needs_probe
 from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.outcomes import needs_probe
 
 BATCH = 50
 RECHECK_SECONDS = 30.0  # how long a looked-at, still-terminating pod waits for the next look
@@ -38,11 +38,11 @@ class Confirmer:
         self,
         settings: Settings,
         pool: AsyncConnectionPool[Connection],
-        deleter: PodDeleter,
+        kube: KubeClient,
         metrics: Metrics,
         outage: OutageWatch,
     ) -> None:
-        self.settings, self.pool, self.deleter, self.metrics, self.outage = settings, pool, deleter, metrics, outage
+        self.settings, self.pool, self.kube, self.metrics, self.outage = settings, pool, kube, metrics, outage
         self.interval = min(settings.poll_interval, 5.0)
         self.scope = NamespaceScope(settings.namespaces)
 
@@ -57,7 +57,7 @@ class Confirmer:
         if not self.outage.open:
             return 0
         async with self.pool.connection() as conn:
-            rows = await confirmation.take_due(conn, batch=BATCH, recheck_seconds=RECHECK_SECONDS)
+            rows = await terminating.take_due(conn, batch=BATCH, recheck_seconds=RECHECK_SECONDS)
         if not rows:
             return 0
         ids, gone, stuck = [], [], []
@@ -65,9 +65,7 @@ class Confirmer:
         for row in rows:
             sent = time.monotonic()
             try:
-                state = await asyncio.to_thread(
-                    self.deleter.pod_state, row.pod_namespace, row.pod_name, timeout=timeout
-                )
+                state = await asyncio.to_thread(self.kube.pod_state, row.pod_namespace, row.pod_name, timeout=timeout)
             except KubeError as exc:
                 if needs_probe(exc) and await self.outage.server_down(sent):
                     break  # the rest of the batch comes back after RECHECK_SECONDS, like this one
@@ -101,7 +99,7 @@ class Confirmer:
                 await self._force_if_node_gone(row.pod_namespace, row.pod_name, uid, state.node_name)
         if ids:
             async with self.pool.connection() as conn:
-                await confirmation.record(conn, ids=ids, gone=gone, stuck=stuck)
+                await terminating.record(conn, ids=ids, gone=gone, stuck=stuck)
         return len(rows)
 
     async def _force_if_node_gone(self, namespace: str, name: str, uid: str, node: str) -> None:
@@ -112,10 +110,10 @@ class Confirmer:
             logger.warning("not force-deleting {ns}/{pod}: {why}", ns=namespace, pod=name, why=why)
             return
         try:
-            if await asyncio.to_thread(self.deleter.node_exists, node, timeout=timeout):
+            if await asyncio.to_thread(self.kube.node_exists, node, timeout=timeout):
                 return  # its kubelet may still finish it: never force
             started = time.monotonic()
-            status = await asyncio.to_thread(self.deleter.force_delete, namespace, name, uid, timeout=timeout)
+            status = await asyncio.to_thread(self.kube.force_delete, namespace, name, uid, timeout=timeout)
         except (KubeNotFound, KubeConflict):
             # Gone (PodGC removes a vanished node's pods after its quarantine) or another pod holds the
             # name: nothing to force, and the next look confirms it.

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 
@@ -24,9 +23,7 @@ class Sighting:
     why: str  # retired, no_execution_row
 
 
-async def begin(
-    conn: Connection, *, replica: str, gap: float, lease: float, cluster: str = DEFAULT_CLUSTER
-) -> datetime | None:
+async def begin(conn: Connection, *, replica: str, gap: float, lease: float, cluster: str) -> datetime | None:
     """Take the cluster's pass lease; the pass's start time, or None when it is not this replica's turn."""
     params = {"replica": replica, "gap": gap, "lease": lease, "cluster": cluster}
     cur = await conn.execute(queries.load("reconcile_begin"), params)
@@ -40,7 +37,7 @@ async def sight(
     *,
     started_at: datetime,
     quarantine: float,
-    cluster: str = DEFAULT_CLUSTER,
+    cluster: str,
 ) -> set[str]:
     """Record the sightings; the UIDs whose quarantine is over (seen on an earlier pass, long enough ago)."""
     cur = await conn.execute(
@@ -72,7 +69,7 @@ async def enqueue(conn: Connection, uids: list[str]) -> int:
     return int(row["enqueued"]) if row else 0
 
 
-async def prune(conn: Connection, *, started_at: datetime, cluster: str = DEFAULT_CLUSTER) -> None:
+async def prune(conn: Connection, *, started_at: datetime, cluster: str) -> None:
     """After a complete pass: forget the cluster's suspects it did not see."""
     await conn.execute(queries.load("reconcile_prune"), {"started_at": started_at, "cluster": cluster})
 
@@ -85,7 +82,7 @@ async def finish(
     seen: int,
     enqueued: int,
     error: str | None,
-    cluster: str = DEFAULT_CLUSTER,
+    cluster: str,
 ) -> int:
     """Record the pass and hand the lease back; the suspects in quarantine now."""
     cur = await conn.execute(

@@ -1,0 +1,132 @@
+"""``pod-sweeper status`` for people and scripts: what ``store.status`` read, as tables for a terminal
+(every value from the database escaped: see ``core.text``) or as JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from pod_sweeper.core.settings import DEFAULT_CLUSTER
+from pod_sweeper.core.text import printable
+
+
+def _of(cluster: str) -> str:
+    """ " (cluster NAME)" for a cluster other than the default one, which needs no name."""
+    return "" if cluster == DEFAULT_CLUSTER else f" (cluster {cluster})"
+
+
+CELL_WIDTH = 60  # characters of one table cell; longer values end in an ellipsis (whole in --json)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    return printable(value, CELL_WIDTH)
+
+
+def render_table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [headers, *[[_cell(v) for v in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def render_text(status: dict[str, Any]) -> str:
+    """The status for a terminal: every value from the database escaped (see ``core.text``)."""
+    return "\n".join(printable(line) for line in _render_text(status).split("\n"))
+
+
+def _render_text(status: dict[str, Any]) -> str:
+    lag = status["lag"]
+    lag_rows = [
+        ["pending", lag.get("pending")],
+        ["claimable", lag.get("claimable")],
+        ["backoff", lag.get("backoff")],
+        ["claimed", lag.get("claimed")],
+        ["dead", lag.get("dead")],
+        ["oldest claimable (s)", lag.get("oldest_claimable_seconds")],
+        ["oldest in backoff (s)", lag.get("oldest_backoff_seconds")],
+        ["oldest claim (s)", lag.get("oldest_claim_seconds")],
+        ["rejected retires", lag.get("rejected")],
+    ]
+    summary_rows = [
+        [r["status"], r["outcome"], r["rows"], r["oldest_enqueued_at"], r["last_updated_at"]] for r in status["summary"]
+    ]
+    parts = [
+        render_table(["lag", "value"], lag_rows),
+        render_table(["status", "outcome", "rows", "oldest enqueued", "last updated"], summary_rows)
+        if summary_rows
+        else "outbox is empty",
+    ]
+    failures = status.get("recent_failures") or []
+    if failures:
+        keys = ["id", "status", "pod_namespace", "pod_name", "attempts", "last_http_status", "last_error"]
+        parts.append("recent failures\n" + render_table(keys, [[r[k] for k in keys] for r in failures]))
+    rejects = status.get("recent_rejects") or []
+    if rejects:
+        keys = ["id", "attachment_id", "sandbox_id", "generation", "pod_namespace", "pod_name", "pod_uid", "problem"]
+        parts.append(
+            "rejected retires (nothing enqueued: fix the host rows, then clear them from pod_sweeper.rejects)\n"
+            + render_table(keys, [[r[k] for k in keys] for r in rejects])
+        )
+    stuck = status.get("stuck_claims") or []
+    if stuck:
+        keys = ["id", "claimed_by", "claimed_at", "lease_expires_at", "attempts", "pod_name"]
+        parts.append(
+            "expired claims (waiting for a takeover)\n" + render_table(keys, [[r[k] for k in keys] for r in stuck])
+        )
+    terminating = status.get("stuck_terminating") or []
+    if terminating:
+        keys = ["id", "pod_namespace", "pod_name", "pod_uid", "done_at", "stuck_at"]
+        parts.append(
+            "pods still terminating past the limit\n" + render_table(keys, [[r[k] for k in keys] for r in terminating])
+        )
+    clusters = status.get("clusters") or []
+    if any(c["cluster"] != DEFAULT_CLUSTER for c in clusters):
+        keys = ["cluster", "pending", "claimable", "backoff", "claimed", "oldest_claimable_seconds", "last_claimed_at"]
+        parts.append("open rows by cluster\n" + render_table(keys, [[c[k] for k in keys] for c in clusters]))
+    for reconcile in status.get("reconcile") or []:
+        if not reconcile.get("last_started_at"):
+            continue
+        parts.append(
+            f"reconciliation{_of(reconcile['cluster'])}: last pass {_cell(reconcile['last_started_at'])} by "
+            f"{reconcile['last_replica']}, {_cell(reconcile['last_pods_seen'])} labelled pod(s) seen, "
+            f"{_cell(reconcile['last_enqueued'])} enqueued; {reconcile['suspects']} suspect(s) in quarantine"
+            + (f" (oldest since {_cell(reconcile['oldest_suspect_since'])})" if reconcile["suspects"] else "")
+            + (f"\nlast pass stopped early: {reconcile['last_error']}" if reconcile.get("last_error") else "")
+        )
+    wakeups = status.get("wakeup") or []
+    for wakeup in wakeups:
+        state = "armed (a sweeper sleeps: retires NOTIFY)" if wakeup["armed"] else "clear (a sweeper is claiming)"
+        parts.append(
+            f"wakeup flag{_of(wakeup['cluster'])}: {state}, since {_cell(wakeup['changed_at'])} "
+            f"by {_cell(wakeup['changed_by'])}"
+        )
+    if not wakeups:
+        parts.append("wakeup flag: row missing, so every retire NOTIFYs; INSERT INTO pod_sweeper.wakeup DEFAULT VALUES")
+    for outage in reversed(status.get("outages") or []):
+        parts.insert(
+            0,
+            f"API SERVER UNREACHABLE (cluster {outage['cluster']}) since {_cell(outage['since'])}, reported by "
+            f"{outage['replica']} (last probe {_cell(outage['probed_at'])}): {outage['reason']}\n"
+            "its rows wait, uncharged; they are claimed again as soon as a probe is answered",
+        )
+    for breaker in reversed(status.get("breakers") or []):
+        if breaker.get("tripped_at"):
+            parts.insert(
+                0,
+                f"BREAKER TRIPPED (cluster {breaker['cluster']}) at {_cell(breaker['tripped_at'])} by "
+                f"{breaker['tripped_by']}: {breaker['reason']}\nno pod of cluster {breaker['cluster']} is deleted "
+                f"until `pod-sweeper resume --cluster {breaker['cluster']}`",
+            )
+    return "\n\n".join(parts)
+
+
+def render_json(status: dict[str, Any]) -> str:
+    return json.dumps(status, default=str, sort_keys=True)

@@ -1,0 +1,27 @@
+"""The log line of a row's round, one wording wherever the round was decided (at the claim or after
+its DELETE): nothing for a row that is done or handed back, INFO for a retry, ERROR for a dead row.
+"""
+
+from __future__ import annotations
+
+from loguru import logger
+
+from pod_sweeper.core.states import Result
+from pod_sweeper.store.outbox import Claim, Final
+
+
+def log_final(claim: Claim, final: Final) -> None:
+    """One line for a row that waits for a retry, or is dead."""
+    if final.result is Result.RETRY:
+        logger.info(
+            "row {id} will be retried in {delay:.1f} s: {error}", id=claim.id, delay=final.delay, error=final.error
+        )
+    elif final.result is Result.DEAD:
+        logger.error(
+            "row {id} ({ns}/{pod}) is dead after {n} attempt(s): {error}",
+            id=claim.id,
+            ns=claim.pod_namespace,
+            pod=claim.pod_name,
+            n=claim.attempts if final.charged else claim.attempts - 1,
+            error=final.error,
+        )

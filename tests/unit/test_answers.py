@@ -1,0 +1,242 @@
+"""The answer table of docs/design.md, row by row, as ``tasks.answers`` applies it: no database, no
+thread, no server. Every row of the table has a case here, keyed by its first column, and a test holds
+the two to each other: a row added to the page without a case, or a case whose row was removed, fails."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.core.errors import (
+    KubeConflict,
+    KubeForbidden,
+    KubeRejected,
+    KubeRetryable,
+    KubeUnauthorized,
+)
+from pod_sweeper.core.states import Outcome, Result, Status, exhausted
+from pod_sweeper.kube.api import DeleteAnswer
+from pod_sweeper.store.outbox import Claim, Final
+from pod_sweeper.store.recheck import Recheck
+from pod_sweeper.tasks import answers
+from pod_sweeper.tasks.answers import CONFIRM_MARGIN_SECONDS, Policy, Sent, answer_label, decide, needs_probe
+from pod_sweeper.tasks.gates import Refusal
+
+MAX = 10
+BACKOFF = Backoff(1.0, 300.0, rng=random.Random(7))
+POLICY = Policy(MAX, BACKOFF)
+UID = UUID("6b1c3c4e-0d1a-4f7e-9a57-2a3d1f0c9b10")
+OTHER_UID = "0f0f0f0f-0000-4000-8000-000000000001"
+NOTHING_CHECKED = Recheck(frozenset(), {}, {})
+
+
+def claim(attempts: int = 3, *, lease_expired_from: str | None = None) -> Claim:
+    return Claim(7, 2, 1, "sandbox-a", 1, "sandboxes", "p", UID, attempts, "retired", lease_expired_from)
+
+
+def sent(result: DeleteAnswer | Exception) -> Sent:
+    return Sent(datetime.now(UTC), 0.0, 0.01, result)
+
+
+def after(result: DeleteAnswer | Exception, **kwargs: object) -> Callable[[Claim], Final]:
+    """The row's end after its DELETE came back with ``result``."""
+    return lambda c: decide(c, sent(result), POLICY, **kwargs)  # type: ignore[arg-type]
+
+
+def refused(status: int) -> Callable[[Claim], Final]:
+    error = (KubeUnauthorized if status == 401 else KubeForbidden)(str(status), status=status, reason="Refused")
+    return after(error, refusal=Refusal(4.0, "refused"))
+
+
+def at_the_claim(recheck: Recheck, **claim_kw: object) -> Callable[[Claim], Final]:
+    def end(c: Claim) -> Final:
+        if claim_kw:
+            c = claim(c.attempts, **claim_kw)  # type: ignore[arg-type]
+        final = answers.at_claim(c, recheck, POLICY)
+        assert final is not None
+        return final
+
+    return end
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the table: how the row ends (``final``), and what that must be."""
+
+    final: Callable[[Claim], Final]
+    result: Result
+    charged: bool = True
+    dead_when_used_up: bool = False  # with its attempts used up the row goes dead instead
+
+
+DOWN = "the Kubernetes API server cannot be reached: connection refused"
+
+ROWS: dict[str, Row] = {
+    "200 / 202": Row(after(DeleteAnswer(200)), Result.DELETED),
+    "200 / 202 in a dry run": Row(after(DeleteAnswer(200, dry_run=True)), Result.WOULD_DELETE),
+    "404 NotFound": Row(after(DeleteAnswer(404)), Result.ABSENT),
+    "409 Conflict, then the GET finds another UID": Row(
+        after(DeleteAnswer(409, holder_uid=OTHER_UID)), Result.REPLACED
+    ),
+    "409 Conflict, then the GET finds nothing": Row(after(DeleteAnswer(409, holder_uid=None)), Result.ABSENT),
+    "409 Conflict, then the GET finds the row's own UID": Row(
+        after(DeleteAnswer(409, holder_uid=str(UID))), Result.RETRY, dead_when_used_up=True
+    ),
+    "500, 502, 503, 504, a timeout or no answer, while the API server shows it is up": Row(
+        after(KubeRetryable("503 ServiceUnavailable", status=503, reason="ServiceUnavailable")),
+        Result.RETRY,
+        dead_when_used_up=True,
+    ),
+    "the same, and the API server answers neither another request since nor its probe": Row(
+        after(KubeRetryable("connection refused"), unreachable=DOWN), Result.HANDED_BACK, charged=False
+    ),
+    "429": Row(
+        after(KubeRetryable("429", status=429, reason="TooManyRequests", retry_after=2.0)),
+        Result.HANDED_BACK,
+        charged=False,
+    ),
+    "401": Row(refused(401), Result.HANDED_BACK, charged=False),
+    "403": Row(refused(403), Result.HANDED_BACK, charged=False),
+    "any other 4xx (400, 410, 422, ...)": Row(
+        after(KubeRejected("422 Invalid", status=422, reason="Invalid")), Result.DEAD
+    ),
+    "an error nobody foresaw": Row(after(RuntimeError("a bug")), Result.RETRY, dead_when_used_up=True),
+    "(at the claim) the execution row is active again": Row(
+        at_the_claim(Recheck(frozenset({7}), {}, {})), Result.SKIPPED_ACTIVE
+    ),
+    "(at the claim) the re-check cannot be made": Row(
+        at_the_claim(Recheck(frozenset(), {7: "re-check failed: relation gone"}, {})),
+        Result.RETRY,
+        dead_when_used_up=True,
+    ),
+    "(at the claim) its lease expired once more than it has attempts": Row(
+        lambda c: (
+            answers.at_claim(claim(MAX + 1, lease_expired_from="crashed"), NOTHING_CHECKED, POLICY)
+            or pytest.fail("not decided")
+        ),
+        Result.DEAD,
+        charged=False,
+    ),
+    "(not sent) a name Kubernetes could not hold, or a namespace outside the scope": Row(
+        lambda c: answers.unsendable(c, "a name no pod can have"), Result.DEAD
+    ),
+    "(not sent) a gate holds it back, its lease ran short, or the stop": Row(
+        lambda c: answers.held(c, error="the breaker"), Result.HANDED_BACK, charged=False
+    ),
+}
+
+
+def design_table(column: int = 1) -> list[str]:
+    """A column of design.md's answer table (1: what happened, 2: the result), one cell per row."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    section = text.split("## What an answer means for a row", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    return [row.split("|")[column].strip().replace("`", "") for row in rows[1:]]  # rows[0]: the header
+
+
+def test_every_row_of_the_design_table_has_a_case_and_every_case_a_row() -> None:
+    assert design_table() == list(ROWS)
+
+
+@pytest.mark.parametrize("what", list(ROWS))
+def test_each_row_of_the_answer_table(what: str) -> None:
+    row = ROWS[what]
+    final = row.final(claim(attempts=3))
+    assert (final.result, final.charged) == (row.result, row.charged)
+    assert (final.id, final.epoch) == (7, 2)
+    assert final.status is row.result.status
+    assert final.outcome == (Outcome(row.result.value) if row.result.status is Status.DONE else None)
+    used_up = row.final(claim(attempts=MAX))
+    assert used_up.result is (Result.DEAD if row.dead_when_used_up else row.result)
+    if row.result is Result.DEAD or used_up.result is Result.DEAD:
+        assert (final if row.result is Result.DEAD else used_up).error  # a dead row says why
+
+
+def test_the_result_gives_the_status_and_outcome_the_record_writes() -> None:
+    assert {r: r.status for r in Result if r.status is not Status.DONE} == {
+        Result.RETRY: Status.PENDING,
+        Result.HANDED_BACK: Status.PENDING,
+        Result.DEAD: Status.DEAD,
+    }
+    assert {r.outcome for r in Result if r.outcome is not None} == set(Outcome)
+
+
+def test_used_up_is_written_once() -> None:
+    assert not exhausted(MAX - 1, MAX) and exhausted(MAX, MAX) and exhausted(MAX + 1, MAX)
+
+
+def test_a_pod_left_terminating_is_looked_at_again_after_its_grace() -> None:
+    assert after(DeleteAnswer(200))(claim()).confirm_in is None
+    assert after(DeleteAnswer(200, grace_seconds=30))(claim()).confirm_in == 30 + CONFIRM_MARGIN_SECONDS
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        KubeRetryable("500 InternalError", status=500, reason="InternalError"),
+        KubeRetryable("502 BadGateway", status=502, reason="BadGateway"),
+        KubeRetryable("504 Timeout", status=504, reason="Timeout"),
+        KubeRetryable("read timed out"),  # a timeout or a connection error: no status
+    ],
+    ids=["500", "502", "504", "timeout"],
+)
+def test_the_rows_own_trouble_waits_its_backoff_and_keeps_the_answer(error: KubeRetryable) -> None:
+    assert needs_probe(error)
+    retry = after(error)(claim(attempts=3))
+    assert retry.result is Result.RETRY and BACKOFF.ceiling(3) / 2 <= retry.delay <= BACKOFF.ceiling(3)
+    assert (retry.http_status, retry.error) == (error.status, str(error))
+    assert after(error, unreachable=DOWN)(claim(attempts=MAX)).result is Result.HANDED_BACK  # never dead
+
+
+def test_a_429_waits_at_least_its_retry_after() -> None:
+    error = KubeRetryable("429", status=429, reason="TooManyRequests", retry_after=120.0)
+    assert not needs_probe(error)  # an answer: the server is up
+    held = after(error)(claim(attempts=MAX))
+    assert (held.result, held.http_status) == (Result.HANDED_BACK, 429) and held.delay >= 120.0
+
+
+def test_a_refusal_waits_as_long_as_its_gate_says() -> None:
+    held = refused(403)(claim())
+    assert (held.delay, held.error, held.http_status) == (4.0, "refused", 403)
+
+
+def test_a_lease_that_expired_with_attempts_left_is_sent_again() -> None:
+    assert answers.at_claim(claim(MAX, lease_expired_from="crashed"), NOTHING_CHECKED, POLICY) is None
+    assert answers.at_claim(claim(3), NOTHING_CHECKED, POLICY) is None
+
+
+def test_a_409_of_another_kind_is_uncertain() -> None:
+    """A 409 the client raised as an error (not the DELETE's own, which ``delete_pod`` answers) is
+    nobody's known answer: kept for another round."""
+    conflict = KubeConflict("409 resolved elsewhere", status=409, reason="Conflict")
+    assert after(conflict)(claim()).result is Result.RETRY
+
+
+def test_the_attempt_history_keeps_the_reason_and_the_answer_label() -> None:
+    error = KubeRetryable("connection refused")
+    error.__cause__ = ConnectionRefusedError()
+    assert sent(error).attempt.reason == "ConnectionRefusedError"
+    assert sent(DeleteAnswer(409, holder_uid=None)).attempt.reason == "Conflict"
+    assert sent(KubeRejected("422", status=422, reason="Invalid")).attempt.reason == "Invalid"
+    assert answer_label(DeleteAnswer(200)) == "200"
+    assert answer_label(KubeRetryable("503", status=503)) == "503"
+    assert answer_label(KubeRetryable("timed out")) == "none"
+    assert answer_label(RuntimeError("x")) == "none"
+
+
+def test_only_no_answer_or_a_5xx_needs_the_probe() -> None:
+    assert not needs_probe(DeleteAnswer(200))
+    assert not needs_probe(KubeRejected("422", status=422, reason="Invalid"))
+    assert not needs_probe(KubeUnauthorized("401", status=401, reason="Unauthorized"))
+    assert not needs_probe(RuntimeError("a bug"))  # a bug is no news about the server
+
+
+def test_the_design_tables_result_column_is_the_code_s() -> None:
+    assert [ROWS[what].result.value for what in ROWS] == [cell.split()[0] for cell in design_table(column=2)]
