@@ -10,8 +10,8 @@ import psycopg
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from conftest import run, settings_for
-from helpers import DaemonThread, outbox, wait_until
+from helpers import DaemonThread, outbox, run, settings_for, wait_until
+from pod_sweeper.cli import status_text
 from pod_sweeper.store import db, queries, status
 from pod_sweeper.store import outbox as transitions
 
@@ -95,7 +95,7 @@ def test_status_shows_failures_and_expired_claims(pg: psycopg.Connection[Any], d
     current = run(_with(db_url, status.read_status))
     assert current["stuck_claims"][0]["claimed_by"] == "gone-replica"
     assert current["recent_failures"][0]["last_error"].startswith("503")
-    text = status.render_text(current)
+    text = status_text.render_text(current)
     assert "recent failures" in text and "expired claims" in text and "gone-replica" in text
 
 
@@ -144,7 +144,7 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
     assert "PodSweeperRejectedRetires" not in alerts()  # for less than the rule's 5 minutes
     pg.execute("UPDATE pod_sweeper.rejects SET rejected_at = now() - interval '6 minutes'")
     assert "PodSweeperRejectedRetires" in alerts()
-    rule = yaml.safe_load((ROOT / "deploy" / "prometheusrule.yaml").read_text())
+    rule = yaml.safe_load((ROOT / "deploy" / "monitoring" / "prometheusrule.yaml").read_text())
     pg.execute("UPDATE pod_sweeper.outbox SET cluster = 'east' WHERE sandbox_id = 'late'")
     # The default cluster's old rows fire it too: the row is found by its cluster.
     fired = pg.execute(queries.load("dba/alerts")).fetchall()

@@ -22,7 +22,7 @@ CASES = Path(__file__).with_name("alerts.test.yaml")
 
 def rules_file(folder: Path) -> Path:
     """The PrometheusRule's groups as a plain rules file, which promtool reads."""
-    rule = yaml.safe_load((ROOT / "deploy" / "prometheusrule.yaml").read_text())
+    rule = yaml.safe_load((ROOT / "deploy" / "monitoring" / "prometheusrule.yaml").read_text())
     path = folder / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     return path

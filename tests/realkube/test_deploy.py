@@ -1,6 +1,8 @@
-"""deploy/ applied to a real API server: the kustomization server-side applied, a token for the shipped
-ServiceAccount minted by the server, RBAC evaluated by the server (exactly what docs/operations.md says
-the daemon needs, nothing more), and the daemon sweeping with that token, ``check`` included."""
+"""deploy/ applied to a real API server: the kustomization server-side applied exactly as
+docs/operations.md says (on a plain cluster, without prometheus-operator; deploy/monitoring once its
+CRDs are in), a token for the shipped ServiceAccount minted by the server, RBAC evaluated by the server
+(exactly what docs/operations.md says the daemon needs, nothing more), and the daemon sweeping with that
+token, ``check`` included (and failing where the Role lacks what a feature needs)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from pod_sweeper.testing.kubeapiserver import KubeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "sandboxes"  # the kustomization's namespace
-WITHOUT_CRDS = {"PodMonitor", "PrometheusRule"}  # prometheus-operator's kinds: no CRD on this server
+CRDS = ("podmonitors", "prometheusrules")  # prometheus-operator's, for deploy/monitoring
 
 
 def documented_rules() -> dict[str, list[str]]:
@@ -38,25 +40,30 @@ def can_i_list(server: KubeApiServer, kubeconfig: Path) -> set[str]:
     return {" ".join(line.split()) for line in out.splitlines() if line.strip()}
 
 
-def apply_deploy(server: KubeApiServer) -> tuple[str, list[str]]:
-    """Server-side apply of what ``kubectl kustomize deploy/`` builds, less the kinds without a CRD
-    here; returns kubectl's output and the skipped kinds."""
+def apply_deploy(server: KubeApiServer, folder: str = "deploy") -> str:
+    """``kubectl apply --server-side -k <folder>``, the command docs/operations.md gives; kubectl's
+    output (a non-zero exit raises)."""
     server.namespace(NS)
-    built = list(yaml.safe_load_all(server.kubectl("kustomize", str(ROOT / "deploy"))))
-    skipped = sorted(d["kind"] for d in built if d["kind"] in WITHOUT_CRDS)
-    kept = [d for d in built if d["kind"] not in WITHOUT_CRDS]
-    out = server.kubectl(
-        "apply", "--server-side", "--field-manager=pod-sweeper-test", "-f", "-", stdin=yaml.safe_dump_all(kept)
-    )
-    return out, skipped
+    return server.kubectl("apply", "--server-side", "--field-manager=pod-sweeper-test", "-k", str(ROOT / folder))
+
+
+def operator_crds(server: KubeApiServer) -> list[Path]:
+    """prometheus-operator's PodMonitor and PrometheusRule CRDs, fetched by tools/kube/build."""
+    folder = server.bindir / "crds"
+    paths = [folder / f"monitoring.coreos.com_{name}.yaml" for name in CRDS]
+    missing = [p.name for p in paths if not p.is_file()]
+    assert not missing, f"{folder} lacks {', '.join(missing)}: run tools/kube/build"
+    return paths
 
 
 def test_the_manifests_apply_and_the_token_can_do_exactly_what_the_docs_say(
     kube_apiserver: KubeApiServer, tmp_path: Path
 ) -> None:
-    out, skipped = apply_deploy(kube_apiserver)
-    print(f"skipped (no CRD on this server): {', '.join(skipped)}")
-    assert skipped == sorted(WITHOUT_CRDS)
+    # A plain cluster: no prometheus-operator (deploy/monitoring's test removes its CRDs again).
+    for name in CRDS:
+        found = kube_apiserver.kubectl("get", "crd", f"{name}.monitoring.coreos.com", "--ignore-not-found")
+        assert found.strip() == "", name
+    out = apply_deploy(kube_apiserver)
     for kind in ("serviceaccount/pod-sweeper", "role.rbac.authorization.k8s.io/pod-sweeper", "deployment.apps"):
         assert kind in out
     token = kube_apiserver.kubectl("create", "token", "pod-sweeper", f"--namespace={NS}").strip()
@@ -96,7 +103,8 @@ def test_the_daemon_sweeps_and_checks_with_the_minted_token(
             retire(execs, name)
     checked = cli("check", f"--namespace={NS}", url=db_url, POD_SWEEPER_KUBECONFIG=str(kubeconfig))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "delete pods in sandboxes" in checked.stdout
+    assert "ok    delete pods in sandboxes: allowed" in checked.stdout
+    assert "ok    create events in sandboxes: allowed" in checked.stdout  # Events are on by default
     settings = daemon_settings(db_url, kubeconfig, request_timeout=5.0, lease_seconds=15.0, events=True)
     done = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done' AND outcome = 'deleted'"
     with DaemonThread(settings) as daemon:
@@ -175,3 +183,89 @@ def test_with_the_shipped_role_a_namespace_outside_it_waits_alone_and_the_replic
     for sid in ("out", "sys"):
         namespace, name = rows[sid]
         assert admin.read_namespaced_pod(name, namespace).metadata.deletion_timestamp is None
+
+
+def test_check_fails_where_the_role_lacks_what_an_enabled_feature_needs(
+    kube_apiserver: KubeApiServer, db_url: str, tmp_path: Path
+) -> None:
+    """A Role without ``create`` on events: ``check`` exits 1 naming it while Events are on, and passes
+    with them off; reconciliation asks for ``list`` where it runs, and forcing stuck pods for ``get`` on
+    nodes, which no Role can grant."""
+    namespace = kube_apiserver.namespace(f"lean-{uuid.uuid4().hex[:6]}")
+    role = yaml.safe_load((ROOT / "deploy" / "role.yaml").read_text())
+    role["metadata"]["namespace"] = namespace
+    role["rules"] = [rule for rule in role["rules"] if rule["resources"] != ["events"]]
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "lean", "namespace": namespace}}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "lean", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
+        "subjects": [{"kind": "ServiceAccount", "name": "lean", "namespace": namespace}],
+    }
+    kube_apiserver.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=pod-sweeper-test",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump_all([role, account, binding]),
+    )
+    token = kube_apiserver.kubectl("create", "token", "lean", f"--namespace={namespace}").strip()
+    kubeconfig = kube_apiserver.token_kubeconfig(tmp_path / "lean.kubeconfig", token, namespace=namespace)
+    env = {"POD_SWEEPER_KUBECONFIG": str(kubeconfig)}
+
+    events_on = cli("check", f"--namespace={namespace}", url=db_url, **env)
+    assert events_on.returncode == 1, events_on.stdout + events_on.stderr
+    assert f"ok    delete pods in {namespace}: allowed" in events_on.stdout
+    [line] = [x for x in events_on.stdout.splitlines() if x.startswith("FAIL")]
+    assert line == (
+        f"FAIL  create events in {namespace}: missing: the daemon needs 'create' on events in {namespace} "
+        "to record an Event (POD_SWEEPER_EVENTS is on)"
+    )
+    events_off = cli("check", f"--namespace={namespace}", url=db_url, POD_SWEEPER_EVENTS="false", **env)
+    assert events_off.returncode == 0, events_off.stdout + events_off.stderr
+    assert "create events" not in events_off.stdout
+
+    features = {
+        "POD_SWEEPER_EVENTS": "false",
+        "POD_SWEEPER_RECONCILE_SANDBOX_LABEL": "sandbox",
+        "POD_SWEEPER_RECONCILE_GENERATION_LABEL": "generation",
+        "POD_SWEEPER_RECONCILE_NAMESPACE": namespace,
+        "POD_SWEEPER_FORCE_STUCK": "true",
+    }
+    more = cli("check", f"--namespace={namespace}", url=db_url, **env, **features)
+    assert more.returncode == 1, more.stdout + more.stderr
+    assert f"ok    list pods in {namespace}: allowed" in more.stdout  # the Role grants list
+    assert "FAIL  get nodes (cluster-wide): missing: the daemon needs 'get' on nodes (cluster-wide)" in more.stdout
+
+
+def test_the_monitoring_kustomization_applies_once_prometheus_operators_crds_are_in(
+    kube_apiserver: KubeApiServer,
+) -> None:
+    """deploy/monitoring, with the operator's own CRDs (from its published module) on the real server;
+    the server validates the PodMonitor and the PrometheusRule against their schemas. The CRDs are
+    removed again, so that the other tests see a plain cluster."""
+    crds = operator_crds(kube_apiserver)
+    try:
+        for path in crds:
+            kube_apiserver.kubectl("apply", "--server-side", "--field-manager=pod-sweeper-test", "-f", str(path))
+        names = [f"crd/{name}.monitoring.coreos.com" for name in CRDS]
+        kube_apiserver.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        out = apply_deploy(kube_apiserver, "deploy/monitoring")
+        assert "podmonitor.monitoring.coreos.com/pod-sweeper serverside-applied" in out, out
+        assert "prometheusrule.monitoring.coreos.com/pod-sweeper serverside-applied" in out, out
+        stored = json.loads(
+            kube_apiserver.kubectl("get", "prometheusrule", "pod-sweeper", f"--namespace={NS}", "-o", "json")
+        )
+        shipped = yaml.safe_load((ROOT / "deploy" / "monitoring" / "prometheusrule.yaml").read_text())
+        alerts = [[rule.get("alert") for rule in group["rules"]] for group in stored["spec"]["groups"]]
+        assert alerts == [[rule.get("alert") for rule in group["rules"]] for group in shipped["spec"]["groups"]]
+    finally:
+        kube_apiserver.kubectl(
+            "delete",
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=60s",
+            *[f"crd/{n}.monitoring.coreos.com" for n in CRDS],
+        )

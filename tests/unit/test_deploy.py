@@ -11,15 +11,18 @@ import yaml  # type: ignore[import-untyped]
 
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
+from pod_sweeper.testing.fakekube import GRANTED
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def manifests() -> dict[str, Any]:
+    """deploy/'s and deploy/monitoring's manifests by kind (deploy/'s Kustomization under that name,
+    monitoring's under "Monitoring")."""
     docs = {}
-    for path in sorted((ROOT / "deploy").glob("*.yaml")):
+    for path in sorted((ROOT / "deploy").glob("*.yaml")) + sorted((ROOT / "deploy" / "monitoring").glob("*.yaml")):
         [doc] = list(yaml.safe_load_all(path.read_text()))
-        docs[doc["kind"]] = doc
+        docs["Monitoring" if path.parent.name == "monitoring" and doc["kind"] == "Kustomization" else doc["kind"]] = doc
     return docs
 
 
@@ -44,11 +47,18 @@ def test_every_manifest_parses_and_is_namespaced() -> None:
         "PodMonitor",
         "PrometheusRule",
         "Kustomization",
+        "Monitoring",
     }
-    listed = set(docs["Kustomization"]["resources"])
-    assert listed == {p.name for p in (ROOT / "deploy").glob("*.yaml")} - {"kustomization.yaml"}
+    for kustomization, folder in (("Kustomization", ROOT / "deploy"), ("Monitoring", ROOT / "deploy" / "monitoring")):
+        listed = set(docs[kustomization]["resources"])
+        assert listed == {p.name for p in folder.glob("*.yaml")} - {"kustomization.yaml"}, kustomization
+        assert docs[kustomization]["namespace"] == "sandboxes"
+    # prometheus-operator's kinds need its CRDs: deploy/ alone must apply to a plain cluster.
+    assert docs["Kustomization"]["resources"] == [
+        r for r in docs["Kustomization"]["resources"] if "monitor" not in r and "prometheus" not in r
+    ]
     for kind, doc in docs.items():
-        if kind != "Kustomization":
+        if kind not in ("Kustomization", "Monitoring"):
             assert doc["metadata"]["namespace"] == "sandboxes", kind
 
 
@@ -58,6 +68,8 @@ def test_role_grants_only_what_the_daemon_uses() -> None:
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # an Event on each deleted pod
     ]
+    # The fake API server's access reviews answer from the same grants.
+    assert {rule["resources"][0]: tuple(rule["verbs"]) for rule in role["rules"]} == GRANTED
     binding = manifests()["RoleBinding"]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-sweeper"}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pod-sweeper", "namespace": "sandboxes"}]
