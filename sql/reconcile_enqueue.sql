@@ -2,8 +2,17 @@
 -- same enqueue function the triggers call, so the same rule applies: a UID whose row is open or
 -- finished is left to that row, one that ended skipped_active is reopened. Returns how many rows
 -- were new or reopened.
+-- A held pod (migration 0011) is never enqueued: its suspect stays quarantined, and a pass after the
+-- hold ends confirms it again.
 WITH confirmed AS (
-    DELETE FROM pod_sweeper.suspects WHERE pod_uid = ANY(%(uids)s::uuid[]) RETURNING *
+    DELETE FROM pod_sweeper.suspects AS s
+    WHERE s.pod_uid = ANY(%(uids)s::uuid[])
+      AND NOT EXISTS (
+          SELECT 1 FROM pod_sweeper.holds AS h
+          WHERE h.cluster = s.cluster AND h.pod_namespace = s.pod_namespace AND h.pod_name = s.pod_name
+            AND h.until > now() AND (h.pod_uid IS NULL OR h.pod_uid = s.pod_uid)
+      )
+    RETURNING *
 ), fresh AS (
     SELECT c.* FROM confirmed AS c
     WHERE NOT EXISTS (

@@ -12,7 +12,7 @@ import yaml  # type: ignore[import-untyped]
 
 from helpers import DaemonThread, outbox, run, settings_for, wait_until
 from pod_sweeper.cli import status_text
-from pod_sweeper.store import db, queries, status
+from pod_sweeper.store import bulk, db, queries, status
 from pod_sweeper.store import outbox as transitions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ async def _with(url: str, fn: Any) -> Any:
 
 def test_retry_reopens_dead_rows_and_says_so(pg: psycopg.Connection[Any], db_url: str) -> None:
     add_rows(pg, 3, status="dead", attempts=10, last_error="503 ServiceUnavailable", last_http_status=503)
-    reopened = run(_with(db_url, lambda c: transitions.reopen(c, ids=[], all_dead=True, who="alice")))
+    reopened = run(_with(db_url, lambda c: bulk.retry(c, [1, 2, 3], who="alice")))
     assert len(reopened) == 3
     for row in outbox(pg):
         assert (row["status"], row["attempts"]) == ("pending", 0)
@@ -52,7 +52,7 @@ def test_retry_reopens_dead_rows_and_says_so(pg: psycopg.Connection[Any], db_url
 def test_retry_by_id_leaves_claimed_rows_alone(pg: psycopg.Connection[Any], db_url: str) -> None:
     add_rows(pg, 2, status="claimed", claimed_by="r1")
     pg.execute("UPDATE pod_sweeper.outbox SET status = 'done', outcome = 'replaced', done_at = now() WHERE id = 1")
-    reopened = run(_with(db_url, lambda c: transitions.reopen(c, ids=[1, 2], all_dead=False, who="bob")))
+    reopened = run(_with(db_url, lambda c: bulk.retry(c, [1, 2], who="bob")))
     assert reopened == [1]
     assert [r["status"] for r in outbox(pg)] == ["pending", "claimed"]
 

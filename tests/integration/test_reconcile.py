@@ -273,3 +273,35 @@ def test_the_daemon_reaps_an_orphan_only_after_quarantine(
     assert (row["enqueued_at"] - first_seen).total_seconds() >= quarantine
     assert kube.get_pod(NS, "live") is not None
     assert [r.path.rsplit("/", 1)[1] for r in kube.deletes()] == ["orphan"]
+
+
+def test_a_held_pod_stays_quarantined_and_is_enqueued_once_released(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    """`pod-sweeper hold` (migration 0011): the pass confirms a held orphan but never enqueues it; its
+    suspect waits, and the first pass after the release enqueues it."""
+    from helpers import cli
+
+    uid = labelled(kube, "kept", "kept", "1")
+    held = cli("hold", f"{NS}/kept", "--reason", "forensics", url=db_url)
+    assert held.returncode == 0, held.stderr
+
+    async def passes() -> list[Any]:
+        async with reconciler(reconcile_settings(db_url, kube)) as r:
+            first = await r.pass_once()
+        async with reconciler(reconcile_settings(db_url, kube, reconcile_quarantine=0.001)) as r:
+            second = await r.pass_once()
+        return [first, second]
+
+    first, second = run(passes())
+    assert (first.suspects, second.enqueued, second.suspects) == (1, 0, 1)
+    assert outbox(execs) == [] and set(suspects(execs)) == {"kept"}
+    released = cli("release", f"{NS}/kept", url=db_url)
+    assert released.returncode == 0, released.stderr
+
+    async def after() -> Any:
+        async with reconciler(reconcile_settings(db_url, kube, reconcile_quarantine=0.001)) as r:
+            return await r.pass_once()
+
+    assert run(after()).enqueued == 1
+    assert [str(r["pod_uid"]) for r in outbox(execs)] == [uid]

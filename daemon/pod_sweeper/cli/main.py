@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import getpass
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -16,7 +15,9 @@ import psycopg
 from loguru import logger
 
 from pod_sweeper import __version__
+from pod_sweeper.cli import bulk as bulk_cli
 from pod_sweeper.cli import check, status_text
+from pod_sweeper.cli import controls as controls_cli
 from pod_sweeper.core.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError, first_line
 from pod_sweeper.core.logs import setup_logging, writes_to_journal
 from pod_sweeper.core.settings import (
@@ -28,7 +29,7 @@ from pod_sweeper.core.settings import (
     unknown_environment,
 )
 from pod_sweeper.core.text import printable
-from pod_sweeper.store import attach, backfill, migrations, outbox, queries, roles, status
+from pod_sweeper.store import attach, backfill, controls, migrations, outbox, queries, roles, status
 from pod_sweeper.store.db import connection
 from pod_sweeper.tasks import runner
 
@@ -113,25 +114,15 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     return await run_demo(url, args.rate, args.duration, args.seed)
 
 
-async def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
-    if not args.dead and not args.ids:
-        raise ConfigError("retry needs --dead or one or more row ids")
-    async with connection(settings) as conn:
-        await migrations.check_schema(conn)
-        reopened = await outbox.reopen(conn, ids=args.ids, all_dead=args.dead, who=f"{getpass.getuser()} (retry)")
-    print(f"reopened {len(reopened)} row(s)" + (f": {', '.join(map(str, reopened))}" if reopened else ""))
-    left = sorted(set(args.ids) - set(reopened))
-    if left:
-        print(f"not reopened (no such row, or pending/claimed): {', '.join(map(str, left))}", file=sys.stderr)
-        return EXIT_FAILURE
-    return EXIT_OK
-
-
 async def cmd_prune(settings: Settings, args: argparse.Namespace) -> int:
     retention = args.older_than if args.older_than is not None else settings.retention.total_seconds()
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
         deleted = await outbox.prune(conn, retention_seconds=retention, batch=args.batch)
+        # Batches commit one by one (they must not hold up the claims): the trail records the pass after.
+        action = controls.Action(args.actor, "prune", {"older_than_seconds": retention}, "")
+        async with conn.transaction():
+            await controls.audit(conn, action, affected=deleted or 0)
     if deleted is None:
         print("another replica is pruning right now; nothing done")
     else:
@@ -195,11 +186,14 @@ async def cmd_resume(settings: Settings, args: argparse.Namespace) -> int:
     cluster = args.cluster or settings.cluster
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
-        touched = await outbox.resume_breakers(
-            conn, cluster=cluster, all_clusters=args.all_clusters, who=f"{getpass.getuser()} (resume)"
-        )
+        scope = "every cluster" if args.all_clusters else f"cluster {cluster}"
+        async with conn.transaction():
+            touched = await outbox.resume_breakers(
+                conn, cluster=cluster, all_clusters=args.all_clusters, who=f"{args.actor} (resume)"
+            )
+            resumed = sorted(name for name, was_tripped in touched.items() if was_tripped)
+            await controls.audit(conn, controls.Action(args.actor, "resume", {"resumed": resumed}, scope), len(resumed))
         still = [b["cluster"] for b in await status.breakers(conn) if b["tripped_at"] is not None]
-        resumed = sorted(name for name, was_tripped in touched.items() if was_tripped)
         for name in resumed:  # the cluster's replicas sleep until their poll: wake them now
             await outbox.notify(conn, cluster=name)
     if resumed:
@@ -273,14 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("run", help="run the daemon until SIGTERM or SIGINT")
     p.set_defaults(handler=cmd_run)
 
-    p = commands.add_parser("retry", help="reopen dead rows (or rows by id) with attempts reset")
-    p.add_argument("--dead", action="store_true", help="every dead row")
-    p.add_argument("ids", nargs="*", type=int, metavar="ID", help="row ids (dead or done rows)")
-    p.set_defaults(handler=cmd_retry)
+    bulk_cli.add_parsers(commands)
 
     p = commands.add_parser("prune", help="delete done rows older than the retention, in small batches")
     p.add_argument("--older-than", type=float, metavar="SECONDS", help="default: POD_SWEEPER_RETENTION")
     p.add_argument("--batch", type=int, default=1000, help="rows per transaction (default 1000)")
+    controls_cli.add_actor(p)
     p.set_defaults(handler=cmd_prune)
 
     p = commands.add_parser("sql", help="print a shipped DBA query (no NAME: list them)")
@@ -315,7 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--cluster", metavar="NAME", help="the cluster whose breaker to close (default: POD_SWEEPER_CLUSTER)"
     )
     which.add_argument("--all-clusters", action="store_true", help="close every tripped breaker")
+    controls_cli.add_actor(p)
     p.set_defaults(handler=cmd_resume)
+
+    controls_cli.add_parsers(commands)
 
     p = commands.add_parser("demo", help="the whole loop on this machine: throwaway database, fake API server")
     p.add_argument(

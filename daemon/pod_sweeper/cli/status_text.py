@@ -110,6 +110,29 @@ def _render_text(status: dict[str, Any]) -> str:
         )
     if not wakeups:
         parts.append("wakeup flag: row missing, so every retire NOTIFYs; INSERT INTO pod_sweeper.wakeup DEFAULT VALUES")
+    for control in reversed(status.get("controls") or []):
+        if control["kind"] == "pause":
+            scope = f"cluster {control['cluster']}" + (
+                f", namespace {control['pod_namespace']}" if control["pod_namespace"] else ""
+            )
+            undo = (
+                "pod-sweeper unpause --cluster "
+                + control["cluster"]
+                + (f" --namespace {control['pod_namespace']}" if control["pod_namespace"] else "")
+            )
+            parts.insert(
+                0,
+                f"PAUSED ({scope}) since {_cell(control['since'])} until {_cell(control['until'])} by "
+                f"{control['actor']}: {control['reason']}\nno row there is claimed until then or `{undo}`",
+            )
+        else:
+            pod = f"{control['pod_namespace']}/{control['pod_name']}"
+            parts.insert(
+                0,
+                f"HELD: pod {pod} (cluster {control['cluster']}) until {_cell(control['until'])} by "
+                f"{control['actor']}: {control['reason']}\nits rows are not sent until then or "
+                f"`pod-sweeper release {pod} --cluster {control['cluster']}`",
+            )
     for outage in reversed(status.get("outages") or []):
         parts.insert(
             0,

@@ -98,6 +98,13 @@ class Settings(BaseSettings):
         "reached. RBAC is the other wall; this one also holds under a kubeconfig that reaches everything. "
         "The shipped manifests set it to their namespace.",
     )
+    dry_run_namespaces: Annotated[frozenset[str] | None, NoDecode] = Field(
+        default=None,
+        description="Comma-separated namespaces swept in dry run while the others are swept for real (a "
+        "staged rollout): their DELETEs go with dryRun=All and their rows end `would_delete`, as with "
+        "`dry_run`. A namespace taken off the list has its `would_delete` rows reopened at the next start. "
+        "Default unset: none.",
+    )
     kube_context: str | None = Field(
         default=None,
         description="Context to use from the kubeconfig. Default: the kubeconfig's current context.",
@@ -316,7 +323,7 @@ class Settings(BaseSettings):
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
         return tuple(sources)
 
-    @field_validator("namespaces", mode="before")
+    @field_validator("namespaces", "dry_run_namespaces", mode="before")
     @classmethod
     def _namespace_list(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -29,6 +29,7 @@ class Outcome(StrEnum):
     REPLACED = "replaced"
     SKIPPED_ACTIVE = "skipped_active"
     WOULD_DELETE = "would_delete"
+    DISCARDED = "discarded"  # by an operator (`pod-sweeper discard`), never by the daemon
 
 
 class Result(StrEnum):

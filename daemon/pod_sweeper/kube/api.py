@@ -394,19 +394,21 @@ class KubeClient:
         _ = response.data
         return int(response.status)
 
-    def delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float) -> DeleteAnswer:
+    def delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool = False) -> DeleteAnswer:
         """DELETE under the UID; after a 409, a GET says who holds the name now. Raises our error types
-        for every other answer (401, 403, 429, 5xx, other 4xx) and for no answer."""
+        for every other answer (401, 403, 429, 5xx, other 4xx) and for no answer. With ``dry_run`` (or a
+        client made for dry runs) the DELETE goes with dryRun=All: validated, nothing deleted."""
+        dry = self.dry_run or dry_run
         body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
-        if self.dry_run:
+        if dry:
             body["dryRun"] = ["All"]
         try:
             response = self._call(self._core.delete_namespaced_pod, name, namespace, body=body, timeout=timeout)
         except KubeNotFound as exc:
-            return DeleteAnswer(int(exc.status or 404), dry_run=self.dry_run)
+            return DeleteAnswer(int(exc.status or 404), dry_run=dry)
         except KubeConflict as exc:
             # Either another pod holds the name, or ours vanished mid-delete: the GET tells them apart.
             holder = self.pod_state(namespace, name, timeout=timeout)
-            return DeleteAnswer(int(exc.status or 409), holder_uid=holder.uid if holder else None, dry_run=self.dry_run)
+            return DeleteAnswer(int(exc.status or 409), holder_uid=holder.uid if holder else None, dry_run=dry)
         # The body (read raw, not into models) says whether the pod was left terminating.
-        return DeleteAnswer(int(response.status), _grace_seconds(response.data), dry_run=self.dry_run)
+        return DeleteAnswer(int(response.status), _grace_seconds(response.data), dry_run=dry)

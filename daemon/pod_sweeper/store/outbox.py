@@ -179,12 +179,6 @@ async def arm(conn: Connection, owner: str, *, cluster: str) -> bool:
     return await cur.fetchone() is not None
 
 
-async def reopen(conn: Connection, *, ids: list[int], all_dead: bool, who: str) -> list[int]:
-    """Back to pending with attempts reset (``pod-sweeper retry``); returns the ids reopened."""
-    cur = await conn.execute(queries.load("retry"), {"ids": ids, "all_dead": all_dead, "who": who})
-    return sorted(r["id"] for r in await cur.fetchall())
-
-
 async def prune_batch(conn: Connection, *, retention_seconds: float, batch: int) -> int | None:
     """Delete one batch of expired done rows; None when another replica holds the prune lock."""
     async with conn.transaction():
@@ -277,9 +271,10 @@ async def cluster_rows(conn: Connection, *, cluster: str, owner: str) -> None:
     await conn.execute(queries.load("cluster_rows"), {"cluster": cluster, "owner": owner})
 
 
-async def reopen_dry_run(conn: Connection) -> int:
-    """Rows a dry run left as would_delete, back to pending for a real run; how many."""
-    return (await conn.execute(queries.load("reopen_dry_run"))).rowcount
+async def reopen_dry_run(conn: Connection, *, keep: list[str]) -> int:
+    """At the start of a real run: a dry run's would_delete rows back to pending, except those of the
+    namespaces still swept in dry run (``keep``); how many."""
+    return (await conn.execute(queries.load("reopen_dry_run"), {"keep": keep})).rowcount
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,12 @@ async def runtime_grants(
         # through the one enqueue rule the triggers use
         sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.suspects TO {}").format(ours, who),
         sql.SQL("GRANT SELECT ON {}.rejects TO {}").format(ours, who),
+        # an on-call's pauses and holds (migration 0011): the claim reads them, the commands write them
+        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.pauses, {}.holds TO {}").format(ours, ours, who),
+        # the audit trail: written, never changed or deleted (retention goes through prune_audit,
+        # which keeps at least 30 days)
+        sql.SQL("GRANT SELECT, INSERT ON {}.audit TO {}").format(ours, who),
+        sql.SQL("GRANT EXECUTE ON FUNCTION {}.prune_audit(interval) TO {}").format(ours, who),
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}.reconcile_state TO {}").format(ours, who),
         sql.SQL("GRANT EXECUTE ON FUNCTION {}.enqueue(integer, text, bigint, text, text, uuid, text) TO {}").format(
             ours, who

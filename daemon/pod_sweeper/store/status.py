@@ -27,7 +27,9 @@ async def read_status(conn: Connection) -> dict[str, Any]:
     wakeup = await (await conn.execute(queries.load("status_wakeup"))).fetchall()
     rejects = await (await conn.execute(queries.load("status_rejects"))).fetchall()
     clusters = await (await conn.execute(queries.load("status_clusters"))).fetchall()
+    controls = await (await conn.execute(queries.load("status_controls"))).fetchall()
     return {
+        "controls": [dict(row) for row in controls],
         "clusters": [dict(row) for row in clusters],
         "recent_rejects": [dict(row) for row in rejects],
         "wakeup": [dict(row) for row in wakeup],

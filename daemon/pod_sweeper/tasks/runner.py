@@ -180,7 +180,8 @@ class Daemon:
                 await outbox.cluster_rows(conn, cluster=self.settings.cluster, owner=self.settings.replica_id)
                 attachments = await load_attachments(conn)
                 if not self.settings.dry_run:
-                    reopened = await outbox.reopen_dry_run(conn)
+                    shadow = sorted(self.settings.dry_run_namespaces or ())
+                    reopened = await outbox.reopen_dry_run(conn, keep=shadow)
                     if reopened:
                         logger.info("reopened {n} row(s) a dry run left as would_delete", n=reopened)
             self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True

@@ -69,6 +69,7 @@ class Sender:
         self.auth, self.namespaces, self.breaker, self.outage = auth, namespaces, breaker, outage
         self.stopping, self.events = stopping, events
         self.scope = NamespaceScope(settings.namespaces)
+        self.shadow = settings.dry_run_namespaces or frozenset()  # swept with dryRun=All (a staged rollout)
         self.bucket = TokenBucket(settings.rate_limit_qps, settings.rate_limit_burst)
         self._executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
 
@@ -161,7 +162,13 @@ class Sender:
             started_at, sent = datetime.now(UTC), time.monotonic()
             result: DeleteAnswer | Exception
             try:
-                result = self.kube.delete_pod(claim.pod_namespace, claim.pod_name, str(claim.pod_uid), timeout=timeout)
+                result = self.kube.delete_pod(
+                    claim.pod_namespace,
+                    claim.pod_name,
+                    str(claim.pod_uid),
+                    timeout=timeout,
+                    dry_run=claim.pod_namespace in self.shadow,
+                )
             except Exception as exc:  # settled on the event loop, where every kind is told apart
                 result = exc
                 unauthorized = isinstance(exc, KubeUnauthorized)

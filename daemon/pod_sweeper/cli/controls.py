@@ -1,0 +1,225 @@
+"""``pause``, ``unpause``, ``hold`` and ``release``: an on-call's levers, narrower than scaling every
+replica to zero and reversible by one command (docs/operations.md, "Stop it now").
+
+Each command writes its change and its audit row in one transaction (store/controls.py), says in one
+line what it did, and exits 2 with one line on a bad argument. A pause or a hold stops new claims at
+once on every replica (the claim reads them); rows already claimed are not recalled, so each command
+says how many may still be sent and until when, and ``pause --wait`` returns once none is in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import re
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, ConfigError
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.kube.scope import invalid_name, valid_namespace
+from pod_sweeper.store import controls, migrations, outbox
+from pod_sweeper.store.db import Connection, connection
+
+DEFAULT_FOR = timedelta(hours=1)
+MAX_FOR = timedelta(hours=24)  # longer needs --until: a forgotten pause must end by itself
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+WAIT_POLL_SECONDS = 0.5
+
+
+def parse_duration(text: str) -> timedelta:
+    """'90s', '15m', '2h', '1d' (a number and a unit)."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise ConfigError(f"--for {text!r}: expected a number and a unit, e.g. 90s, 15m, 2h or 1d")
+    return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+
+
+def end_of(args: argparse.Namespace, now: datetime) -> datetime:
+    """When a pause or a hold ends: ``--until`` (any time to come), else now plus ``--for`` (at most
+    MAX_FOR; default DEFAULT_FOR)."""
+    if args.until is not None:
+        if args.for_ is not None:
+            raise ConfigError("give --for or --until, not both")
+        try:
+            until = datetime.fromisoformat(args.until)
+        except ValueError:
+            raise ConfigError(f"--until {args.until!r}: expected an ISO 8601 time, e.g. 2026-12-05T09:00Z") from None
+        until = until if until.tzinfo else until.replace(tzinfo=UTC)
+        if until <= now:
+            raise ConfigError(f"--until {args.until}: that time has passed")
+        return until
+    length = parse_duration(args.for_) if args.for_ is not None else DEFAULT_FOR
+    if length <= timedelta(0) or length > MAX_FOR:
+        raise ConfigError(f"--for {args.for_}: between 1 s and {MAX_FOR.total_seconds() / 3600:g} h (longer: --until)")
+    return now + length
+
+
+def _namespace(text: str | None) -> str:
+    if text is None:
+        return controls.WHOLE_CLUSTER
+    if not valid_namespace(text):
+        raise ConfigError(f"--namespace {text!r} is not a valid Kubernetes namespace")
+    return text
+
+
+def _pod(text: str) -> tuple[str, str]:
+    namespace, _, name = text.partition("/")
+    if not name or (why := invalid_name(namespace, name)) is not None:
+        raise ConfigError(f"{text!r}: expected NAMESPACE/POD" + (f" ({why})" if name else ""))
+    return namespace, name
+
+
+def _scope(cluster: str, namespace: str) -> str:
+    return f"cluster {cluster}" + (f", namespace {namespace}" if namespace else "")
+
+
+def _stamp(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _reason(text: str) -> str:
+    if not text.strip():
+        raise ConfigError("--reason must say why (it is shown by status and explain, and kept in the audit trail)")
+    return text.strip()
+
+
+async def cmd_pause(settings: Settings, args: argparse.Namespace) -> int:
+    cluster, namespace = args.cluster or settings.cluster, _namespace(args.namespace)
+    until, reason = end_of(args, datetime.now(UTC)), _reason(args.reason)
+    scope = _scope(cluster, namespace)
+    action = controls.Action(args.actor, "pause", {"until": until.isoformat(), "reason": reason}, scope)
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        async with conn.transaction():
+            await controls.pause(
+                conn, cluster=cluster, namespace=namespace, until=until, reason=reason, actor=args.actor
+            )
+            await controls.audit(conn, action, affected=1)
+        flying = await controls.in_flight(conn, cluster=cluster, namespace=namespace)
+        print(f"paused {scope} until {_stamp(until)}: no new claims there from now on")
+        if flying.rows and flying.last_lease_ends is not None:
+            ends = _stamp(flying.last_lease_ends)
+            hint = "" if args.wait else " (`pause --wait` returns once none is in flight)"
+            print(f"{flying.rows} row(s) claimed before the pause may still be sent, until {ends}{hint}")
+        if args.wait:
+            return await _wait(conn, cluster, namespace, args.wait_timeout)
+    return EXIT_OK
+
+
+async def _wait(conn: Connection, cluster: str, namespace: str, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while (flying := await controls.in_flight(conn, cluster=cluster, namespace=namespace)).rows:
+        if time.monotonic() >= deadline:
+            print(f"still {flying.rows} row(s) in flight after {timeout:g} s")
+            return EXIT_FAILURE
+        await asyncio.sleep(WAIT_POLL_SECONDS)
+    print("no row of the scope is in flight")
+    return EXIT_OK
+
+
+async def cmd_unpause(settings: Settings, args: argparse.Namespace) -> int:
+    cluster, namespace = args.cluster or settings.cluster, _namespace(args.namespace)
+    scope = _scope(cluster, namespace)
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        async with conn.transaction():
+            was = await controls.unpause(conn, cluster=cluster, namespace=namespace)
+            await controls.audit(conn, controls.Action(args.actor, "unpause", {}, scope), affected=int(was))
+            await outbox.notify(conn, cluster=cluster)  # its replicas may sleep until their poll: wake them
+    print(f"unpaused {scope}: claims resume" if was else f"{scope} was not paused")
+    return EXIT_OK
+
+
+async def cmd_hold(settings: Settings, args: argparse.Namespace) -> int:
+    cluster, (namespace, name) = args.cluster or settings.cluster, _pod(args.pod)
+    until, reason = end_of(args, datetime.now(UTC)), _reason(args.reason)
+    try:
+        uid = uuid.UUID(args.uid) if args.uid is not None else None
+    except ValueError:
+        raise ConfigError(f"--uid {args.uid!r} is not a UUID") from None
+    scope = f"cluster {cluster}, pod {namespace}/{name}" + (f" uid {uid}" if uid else "")
+    arguments = {"until": until.isoformat(), "reason": reason, "uid": str(uid) if uid else None}
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        async with conn.transaction():
+            await controls.hold(
+                conn,
+                cluster=cluster,
+                namespace=namespace,
+                name=name,
+                uid=uid,
+                until=until,
+                reason=reason,
+                actor=args.actor,
+            )
+            await controls.audit(conn, controls.Action(args.actor, "hold", arguments, scope), affected=1)
+        flying = await controls.in_flight(conn, cluster=cluster, namespace=namespace, name=name)
+    print(f"holding {namespace}/{name} in cluster {cluster} until {_stamp(until)}: its rows are not sent")
+    if flying.rows and flying.last_lease_ends is not None:
+        print(f"a row of it claimed before the hold may still be sent, until {_stamp(flying.last_lease_ends)}")
+    return EXIT_OK
+
+
+async def cmd_release(settings: Settings, args: argparse.Namespace) -> int:
+    cluster, (namespace, name) = args.cluster or settings.cluster, _pod(args.pod)
+    scope = f"cluster {cluster}, pod {namespace}/{name}"
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        async with conn.transaction():
+            was = await controls.release(conn, cluster=cluster, namespace=namespace, name=name)
+            await controls.audit(conn, controls.Action(args.actor, "release", {}, scope), affected=int(was))
+            await outbox.notify(conn, cluster=cluster)
+    print(f"released {namespace}/{name}: its rows go on" if was else f"{namespace}/{name} was not held")
+    return EXIT_OK
+
+
+def add_actor(parser: argparse.ArgumentParser) -> None:
+    """``--actor``: the operator's name in the audit trail (default: the login name)."""
+    parser.add_argument(
+        "--actor", default=getpass.getuser(), help="your name in the audit trail (default: the login name)"
+    )
+
+
+def add_parsers(commands: argparse._SubParsersAction[Any]) -> None:
+    def timing(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument(
+            "--for",
+            dest="for_",
+            metavar="DURATION",
+            help=f"how long the {what} lasts: 90s, 15m, 2h, 1d (default 1h, at most 24h)",
+        )
+        p.add_argument("--until", metavar="TIME", help=f"when the {what} ends, ISO 8601 (instead of --for)")
+        p.add_argument("--reason", required=True, help="why: shown by status, kept in the audit trail")
+        add_actor(p)
+
+    p = commands.add_parser("pause", help="stop claims in a cluster or one namespace of it, for a while")
+    p.add_argument("--cluster", metavar="NAME", help="default: POD_SWEEPER_CLUSTER")
+    p.add_argument("--namespace", metavar="NS", help="only this namespace (default: the whole cluster)")
+    timing(p, "pause")
+    p.add_argument("--wait", action="store_true", help="return once no row of the scope is in flight")
+    p.add_argument("--wait-timeout", type=float, default=120.0, metavar="SECONDS", help="with --wait (default 120)")
+    p.set_defaults(handler=cmd_pause)
+
+    p = commands.add_parser("unpause", help="end a pause (claims resume at once)")
+    p.add_argument("--cluster", metavar="NAME", help="default: POD_SWEEPER_CLUSTER")
+    p.add_argument("--namespace", metavar="NS", help="the namespace paused (default: the whole cluster's pause)")
+    add_actor(p)
+    p.set_defaults(handler=cmd_unpause)
+
+    p = commands.add_parser("hold", help="keep one pod's rows from being sent, for a while (forensics)")
+    p.add_argument("pod", metavar="NAMESPACE/POD")
+    p.add_argument("--cluster", metavar="NAME", help="default: POD_SWEEPER_CLUSTER")
+    p.add_argument("--uid", help="only the pod with this UID (default: whichever pod holds the name)")
+    timing(p, "hold")
+    p.set_defaults(handler=cmd_hold)
+
+    p = commands.add_parser("release", help="end a pod's hold")
+    p.add_argument("pod", metavar="NAMESPACE/POD")
+    p.add_argument("--cluster", metavar="NAME", help="default: POD_SWEEPER_CLUSTER")
+    add_actor(p)
+    p.set_defaults(handler=cmd_release)
