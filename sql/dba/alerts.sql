@@ -47,6 +47,11 @@ WHERE probed_at > now() - interval '2 minutes'  -- reports still renewed (a dead
 GROUP BY cluster
 HAVING min(since) < now() - interval '5 minutes'
 UNION ALL
+SELECT 'PodSweeperPausedLong',
+       format('cluster %s, namespace %s: paused for %s s by %s (%s); `pod-sweeper unpause` ends it', cluster,
+              coalesce(nullif(pod_namespace, ''), '*'), round(extract(epoch FROM now() - since)), actor, reason)
+FROM pod_sweeper.pauses WHERE until > now() AND since < now() - interval '2 hours'
+UNION ALL
 SELECT 'PodSweeperNoProgress', 'rows are claimable but none finished in 20 minutes (10 min window, for 10 min)'
 FROM pod_sweeper.lag
 WHERE oldest_claimable_seconds > 60 + 600

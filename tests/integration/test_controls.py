@@ -34,7 +34,7 @@ def test_a_pause_stops_both_replicas_claims_in_its_scope_and_nowhere_else(
         add_execution(execs, kube, f"a{i}", namespace="alpha")
         add_execution(execs, kube, f"b{i}", namespace="beta")
     settings = daemon_settings(db_url, kube, poll_interval=0.5)
-    with DaemonThread(settings), DaemonThread(settings.model_copy(update={"replica_id": "second"})):
+    with DaemonThread(settings) as first, DaemonThread(settings.model_copy(update={"replica_id": "second"})):
         paused = cli(
             "pause", "--namespace", "alpha", "--for", "10m", "--reason", "incident 42", "--actor", "ana", url=db_url
         )
@@ -47,6 +47,16 @@ def test_a_pause_stops_both_replicas_claims_in_its_scope_and_nowhere_else(
         assert deletes_in(kube, "alpha") == 0
         alpha = [row_for(execs, f"a{i}") for i in range(5)]
         assert all(r is not None and (r["status"], r["attempts"]) == ("pending", 0) for r in alpha), alpha
+        wait_until(
+            lambda: (
+                first.daemon.metrics.value("pod_sweeper_paused_seconds", pod_cluster="default", pod_namespace="alpha")
+                > 0
+            ),
+            timeout=15,
+            what="the pause's gauge (refreshed every 5 s)",
+        )
+        explained = cli("explain", "alpha/pod-a0-1", url=db_url).stdout
+        assert "paused (namespace alpha of cluster default) by ana until" in explained
         shown = cli("status", url=db_url)
         assert "PAUSED (cluster default, namespace alpha)" in shown.stdout and "incident 42" in shown.stdout
 
@@ -56,6 +66,16 @@ def test_a_pause_stops_both_replicas_claims_in_its_scope_and_nowhere_else(
             "unpaused cluster default, namespace alpha: claims resume",
         )
         wait_until(lambda: execs.execute(DONE).fetchone()["n"] == 10, what="alpha's rows done after the unpause")
+        wait_until(
+            lambda: (
+                first.daemon.metrics.registry.get_sample_value(
+                    "pod_sweeper_paused_seconds", {"pod_cluster": "default", "pod_namespace": "alpha"}
+                )
+                is None
+            ),
+            timeout=15,
+            what="the ended pause gone from the gauge",
+        )
     trail = [(r["actor"], r["command"], r["scope"], r["affected"]) for r in audit(execs)]
     assert trail == [
         ("ana", "pause", "cluster default, namespace alpha", 1),
@@ -92,6 +112,8 @@ def test_a_hold_keeps_one_pods_rows_unsent_and_uncharged_through_a_restart(
         assert kept is not None and (kept["status"], kept["attempts"]) == ("pending", 0)
         assert not [d for d in kube.deletes() if d.path.endswith("/pods/pod-kept-1")]
     assert "HELD: pod sandboxes/pod-kept-1" in cli("status", url=db_url).stdout
+    explained = cli("explain", "sandboxes/pod-kept-1", url=db_url).stdout
+    assert "forensics; not sent (nor charged) until then or `pod-sweeper release sandboxes/pod-kept-1" in explained
     released = cli("release", "sandboxes/pod-kept-1", url=db_url)
     assert (released.returncode, released.stdout.strip()) == (0, "released sandboxes/pod-kept-1: its rows go on")
     with DaemonThread(settings):
@@ -283,3 +305,33 @@ def test_retry_with_filters_reopens_only_what_matches(pg: psycopg.Connection[Any
     assert by_status(pg, "one") == {("pending", None): 2, ("dead", None): 1}
     wrong = cli("retry", "--status", "pending", url=db_url)
     assert wrong.returncode == 2 and "invalid choice: 'pending'" in wrong.stderr
+
+
+def test_attach_backfill_grant_and_detach_are_in_the_trail(pg: psycopg.Connection[Any], db_url: str) -> None:
+    from helpers import create_executions
+
+    create_executions(pg, "public.more")
+    pg.execute(
+        "INSERT INTO public.more (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+        " VALUES ('m', 1, 'sandboxes', 'm', gen_random_uuid(), false)"
+    )
+    role = f"runtime_{uuid.uuid4().hex[:8]}"
+    try:
+        for args in (
+            ("attach", "--table", "public.more"),
+            ("backfill",),
+            ("grant", role, "--create", "--password", "pw", "--apply"),
+            ("detach", "--table", "public.more"),
+        ):
+            done = cli(*args, "--actor", "ed", url=db_url)
+            assert done.returncode == 0, (args, done.stderr)
+    finally:
+        pg.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
+        pg.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+    trail = [(r["actor"], r["command"], r["scope"], r["affected"] > 0) for r in audit(pg)]
+    assert trail == [
+        ("ed", "attach", "table public.more", True),
+        ("ed", "backfill", "", True),
+        ("ed", "grant", f"role {role}", True),
+        ("ed", "detach", "table public.more", True),
+    ]

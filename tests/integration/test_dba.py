@@ -77,9 +77,19 @@ def test_prune_yields_to_the_replica_holding_the_lock(pg: psycopg.Connection[Any
 
 def test_daemon_retention_pass(pg: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
     add_rows(pg, 30, status="done", outcome="deleted", done_at="2000-01-01")
-    with DaemonThread(settings_for(db_url, kubeconfig=kube.kubeconfig, retention=3600)) as daemon:
+    pg.execute(
+        "INSERT INTO pod_sweeper.audit (at, actor, command) VALUES"
+        " (now() - interval '40 days', 'old', 'pause'), (now() - interval '20 days', 'recent', 'pause')"
+    )
+    settings = settings_for(db_url, kubeconfig=kube.kubeconfig, retention=3600, audit_retention=30 * 86400)
+    with DaemonThread(settings) as daemon:
         wait_until(lambda: outbox(pg) == [], what="the retention pass")
         assert daemon.daemon.metrics.value("pod_sweeper_pruned_rows_total") == 30
+        # The audit trail keeps its own, longer retention (30 days here, the least it may be).
+        wait_until(
+            lambda: [r["actor"] for r in pg.execute("SELECT actor FROM pod_sweeper.audit").fetchall()] == ["recent"],
+            what="the audit row past its retention pruned",
+        )
 
 
 def test_status_shows_failures_and_expired_claims(pg: psycopg.Connection[Any], db_url: str) -> None:
@@ -160,6 +170,7 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
         "PodSweeperNamespaceRefused",
         "PodSweeperBreakerTripped",
         "PodSweeperKubeUnreachable",
+        "PodSweeperPausedLong",
     }
     assert {r["alert"] for r in rule["spec"]["groups"][0]["rules"]} == in_sql | {"PodSweeperNotReady"}
     assert not {"PodSweeperBreakerTripped", "PodSweeperKubeUnreachable"} & {r["alert"] for r in fired}
@@ -174,3 +185,13 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
     assert [d.split(":")[0] for d in tripped] == ["cluster default"] and "(a burst)" in tripped[0]
     unreachable = [r["detail"] for r in fired if r["alert"] == "PodSweeperKubeUnreachable"]
     assert [d.split(":")[0] for d in unreachable] == ["cluster east"]
+    pg.execute(
+        "INSERT INTO pod_sweeper.pauses (cluster, pod_namespace, reason, actor, since, until) VALUES"
+        " ('east', 'alpha', 'incident', 'ana', now() - interval '3 hours', now() + interval '1 hour'),"
+        " ('west', '', 'short', 'bo', now() - interval '1 hour', now() + interval '1 hour'),"
+        " ('north', '', 'over', 'cy', now() - interval '5 hours', now() - interval '1 hour')"  # ended
+    )
+    paused = [
+        r["detail"] for r in pg.execute(queries.load("dba/alerts")).fetchall() if r["alert"] == "PodSweeperPausedLong"
+    ]
+    assert [d.split(":")[0] for d in paused] == ["cluster east, namespace alpha"] and "by ana (incident)" in paused[0]

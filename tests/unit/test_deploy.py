@@ -107,6 +107,7 @@ def test_alerts_use_exported_metrics() -> None:
         "PodSweeperBreakerTripped",
         "PodSweeperKubeUnreachable",
         "PodSweeperNoProgress",
+        "PodSweeperPausedLong",
     }
     for rule in rules:
         for name in re.findall(r"pod_sweeper_[a-z_]+", rule["expr"]):

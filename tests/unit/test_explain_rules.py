@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pod_sweeper.cli.explain_text import next_step, no_row_story
+from pod_sweeper.cli.explain_text import keeping, next_step, no_row_story
 from pod_sweeper.store.explain import Target
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
@@ -74,6 +74,7 @@ def test_target_parsing() -> None:
         ({"status": "done", "outcome": "replaced"}, False, "another pod (another UID), which was left alone"),
         ({"status": "done", "outcome": "skipped_active"}, False, "active again when claimed"),
         ({"status": "done", "outcome": "would_delete"}, False, "the next real run reopens it"),
+        ({"status": "done", "outcome": "discarded"}, False, "discarded by an operator, no request sent"),
     ],
 )
 def test_what_happens_next_to_a_row(overrides: dict[str, Any], tripped: bool, expected: str) -> None:
@@ -89,3 +90,37 @@ def test_what_happens_to_a_pod_without_a_row() -> None:
     assert "reconciliation suspect (retired)" in no_row_story([retired], [suspect])
     assert "`pod-sweeper backfill`" in no_row_story([retired], [])
     assert "knows nothing of it" in no_row_story([], [])
+
+
+def test_a_hold_or_a_pause_says_what_keeps_a_pending_row() -> None:
+    pending = row(
+        status="pending", next_attempt_at=NOW, cluster="default", pod_namespace="ns", pod_name="p", pod_uid="u1"
+    )
+    until = NOW + timedelta(hours=1)
+    hold = {
+        "kind": "hold",
+        "cluster": "default",
+        "pod_namespace": "ns",
+        "pod_name": "p",
+        "pod_uid": None,
+        "actor": "ana",
+        "reason": "forensics",
+        "until": until,
+    }
+    pause = {
+        "kind": "pause",
+        "cluster": "default",
+        "pod_namespace": "",
+        "pod_name": None,
+        "pod_uid": None,
+        "actor": "bo",
+        "reason": "incident",
+        "until": until,
+    }
+    assert keeping(pending, [{**hold, "pod_uid": "u2"}]) is None  # another pod by that name
+    assert keeping(pending, [{**hold, "cluster": "east"}, {**pause, "pod_namespace": "other"}]) is None
+    assert keeping(pending, [hold, pause]) == hold
+    said = next_step(pending, breaker_tripped=False, kept=pause)
+    assert said.startswith("paused (the whole cluster of cluster default) by bo until")
+    assert said.endswith("`pod-sweeper unpause --cluster default`")
+    assert "`pod-sweeper release ns/p --cluster default`" in next_step(pending, breaker_tripped=False, kept=hold)

@@ -30,10 +30,45 @@ def _age(at: datetime, now: datetime) -> str:
     return f"{amount} {word}"
 
 
-def next_step(row: dict[str, Any], *, breaker_tripped: bool) -> str:
-    """What happens next to an outbox row, and when (``row`` as ``sql/explain_outbox.sql`` reads it)."""
+def keeping(row: dict[str, Any], controls: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The hold or pause (``status_controls`` rows, in force) that keeps this row from being claimed."""
+    for control in controls:
+        if control["cluster"] != row.get("cluster", DEFAULT_CLUSTER):
+            continue
+        if control["kind"] == "hold":
+            same_pod = (control["pod_namespace"], control["pod_name"]) == (row["pod_namespace"], row["pod_name"])
+            if same_pod and (control["pod_uid"] is None or str(control["pod_uid"]) == str(row["pod_uid"])):
+                return control
+        elif control["pod_namespace"] in ("", row["pod_namespace"]):
+            return control
+    return None
+
+
+def _kept_by(control: dict[str, Any]) -> str:
+    until = f"{control['until']:%Y-%m-%d %H:%M:%S}"
+    if control["kind"] == "hold":
+        pod = f"{control['pod_namespace']}/{control['pod_name']}"
+        return (
+            f"held by {control['actor']} until {until}: {control['reason']}; not sent (nor charged) until then or "
+            f"`pod-sweeper release {pod} --cluster {control['cluster']}`"
+        )
+    scope = f"namespace {control['pod_namespace']}" if control["pod_namespace"] else "the whole cluster"
+    undo = f"--cluster {control['cluster']}" + (
+        f" --namespace {control['pod_namespace']}" if control["pod_namespace"] else ""
+    )
+    return (
+        f"paused ({scope} of cluster {control['cluster']}) by {control['actor']} until {until}: "
+        f"{control['reason']}; not claimed until then or `pod-sweeper unpause {undo}`"
+    )
+
+
+def next_step(row: dict[str, Any], *, breaker_tripped: bool, kept: dict[str, Any] | None = None) -> str:
+    """What happens next to an outbox row, and when (``row`` as ``sql/explain_outbox.sql`` reads it;
+    ``kept``: the hold or pause that keeps it, if any)."""
     now: datetime = row["now"]
     status = row["status"]
+    if status == "pending" and kept is not None:
+        return _kept_by(kept)
     if status == "pending":
         held = (
             f" (held back: the blast-radius breaker of cluster {row.get('cluster', DEFAULT_CLUSTER)} is tripped;"
@@ -75,6 +110,7 @@ def next_step(row: dict[str, Any], *, breaker_tripped: bool) -> str:
         "replaced": "done: the name now carries another pod (another UID), which was left alone",
         "skipped_active": "done: its generation was active again when claimed, so the pod was left alone",
         "would_delete": "dry run: would have been deleted; the next real run reopens it",
+        "discarded": "discarded by an operator, no request sent (`pod-sweeper sql audit` says who and why)",
     }.get(outcome, f"done: {outcome}")
 
 
@@ -97,7 +133,10 @@ def next_steps(story: Story) -> list[str]:
     """What happens next to each outbox row of the story, or to a pod with none."""
     tripped = {b["cluster"] for b in story.breakers}
     if story.outbox:
-        return [f"row {r['id']}: {next_step(r, breaker_tripped=r['cluster'] in tripped)}" for r in story.outbox]
+        return [
+            f"row {r['id']}: " + next_step(r, breaker_tripped=r["cluster"] in tripped, kept=keeping(r, story.controls))
+            for r in story.outbox
+        ]
     return [no_row_story(story.executions, story.suspects)]
 
 

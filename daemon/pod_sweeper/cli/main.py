@@ -59,7 +59,10 @@ async def cmd_attach(settings: Settings, args: argparse.Namespace) -> int:
     mapping = attach.parse_mapping(args.column)
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
-        attachment_id = await attach.attach(conn, target, mapping, cluster=args.cluster)
+        action = controls.Action(args.actor, "attach", {"columns": mapping, "cluster": args.cluster}, f"table {target}")
+        async with conn.transaction():
+            attachment_id = await attach.attach(conn, target, mapping, cluster=args.cluster)
+            await controls.audit(conn, action, affected=1)
         nullable = await attach.nullable_columns(conn, target, mapping)
     print(f"attached {target} (attachment {attachment_id})")
     if nullable:
@@ -75,7 +78,9 @@ async def cmd_detach(settings: Settings, args: argparse.Namespace) -> int:
     target = attach.parse_table(args.table)
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
-        removed = await attach.detach(conn, target)
+        async with conn.transaction():
+            removed = await attach.detach(conn, target)
+            await controls.audit(conn, controls.Action(args.actor, "detach", {}, f"table {target}"), int(removed))
     print(f"detached {target}" if removed else f"{target} was not attached")
     return EXIT_OK
 
@@ -154,9 +159,11 @@ async def cmd_grant(settings: Settings, args: argparse.Namespace) -> int:
         await migrations.check_schema(conn)
         if args.apply:
             statements = await roles.runtime_grants(conn, args.role, create=args.create, password=args.password)
+            action = controls.Action(args.actor, "grant", {"create": args.create}, f"role {args.role}")
             async with conn.transaction():
                 for statement in statements:
                     await conn.execute(statement)
+                await controls.audit(conn, action, affected=len(statements))
             print(f"granted the runtime privileges to {args.role}")
         else:
             shown = "..." if args.password else None  # never print the password itself
@@ -168,7 +175,11 @@ async def cmd_grant(settings: Settings, args: argparse.Namespace) -> int:
 async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
-        results = await backfill.backfill(conn, batch=args.batch, dry_run=args.dry_run)
+        async with conn.transaction():
+            results = await backfill.backfill(conn, batch=args.batch, dry_run=args.dry_run)
+            if not args.dry_run:
+                enqueued = sum(r.enqueued for r in results)
+                await controls.audit(conn, controls.Action(args.actor, "backfill", {}, ""), affected=enqueued)
     for result in results:
         if args.dry_run:
             print(f"{result.table}: would enqueue {result.seen} retired row(s)")
@@ -249,10 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="the Kubernetes cluster of every row of this table (default: the default cluster, 'default')",
     )
+    controls_cli.add_actor(p)
     p.set_defaults(handler=cmd_attach)
 
     p = commands.add_parser("detach", help="remove the enqueue trigger from a host table")
     p.add_argument("--table", required=True, metavar="SCHEMA.TABLE")
+    controls_cli.add_actor(p)
     p.set_defaults(handler=cmd_detach)
 
     p = commands.add_parser("status", help="print the outbox state and lag")
@@ -294,11 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--create", action="store_true", help="also CREATE ROLE ... LOGIN")
     p.add_argument("--password", help="with --create: the role's password (never printed)")
     p.add_argument("--apply", action="store_true", help="run the statements instead of printing them")
+    controls_cli.add_actor(p)
     p.set_defaults(handler=cmd_grant)
 
     p = commands.add_parser("backfill", help="enqueue rows retired before attach (idempotent)")
     p.add_argument("--dry-run", action="store_true", help="count and list, write nothing")
     p.add_argument("--batch", type=int, default=1000, help="rows per insert (default 1000)")
+    controls_cli.add_actor(p)
     p.set_defaults(handler=cmd_backfill)
 
     p = commands.add_parser("resume", help="close a cluster's blast-radius breaker after a trip")

@@ -135,6 +135,18 @@ class Metrics:
             ["pod_cluster"],
             registry=r,
         )
+        self.paused = Gauge(
+            "pod_sweeper_paused_seconds",
+            "Seconds a pause in force in the replica's cluster has lasted (pod_namespace * : the whole cluster)",
+            ["pod_cluster", "pod_namespace"],
+            registry=r,
+        )
+        self.holds = Gauge(
+            "pod_sweeper_holds",
+            "Pods of the replica's cluster held now (`pod-sweeper hold`)",
+            ["pod_cluster"],
+            registry=r,
+        )
         self.kube_unreachable = Gauge(
             "pod_sweeper_kube_unreachable",
             "1 while the replica's cluster's API server cannot be reached (its rows wait, uncharged)",

@@ -220,6 +220,12 @@ class Settings(BaseSettings):
         description="How long `done` rows are kept, in seconds or as an ISO 8601 duration (P7D). "
         "Default 7 days: long enough to answer 'what happened to that pod' after a weekend.",
     )
+    audit_retention: timedelta = Field(
+        default=timedelta(days=365),
+        description="How long rows of the audit trail (`pod_sweeper.audit`) are kept, in seconds or as an ISO "
+        "8601 duration (P365D); at least 30 days, which the database itself enforces. Default 365 days: "
+        "far longer than done rows, since the trail is what answers 'who stopped it, and when'.",
+    )
     shutdown_timeout: Seconds = Field(
         default=20.0,
         description="Seconds in-flight deletes get to finish after SIGTERM before the process hands "
@@ -342,7 +348,7 @@ class Settings(BaseSettings):
         failpoints.parse(value)
         return value
 
-    @field_validator("retention", mode="before")
+    @field_validator("retention", "audit_retention", mode="before")
     @classmethod
     def _seconds_or_iso8601(cls, value: Any) -> Any:
         # The environment gives strings; a bare number there means seconds, as it does in TOML.
@@ -355,6 +361,13 @@ class Settings(BaseSettings):
     def _positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):
             raise ValueError("retention must be positive")
+        return value
+
+    @field_validator("audit_retention")
+    @classmethod
+    def _a_month_at_least(cls, value: timedelta) -> timedelta:
+        if value < timedelta(days=30):
+            raise ValueError("the audit trail is kept 30 days at least")
         return value
 
     @field_validator("database_url", "listen_database_url")

@@ -112,3 +112,10 @@ async def in_flight(conn: Connection, *, cluster: str, namespace: str, name: str
 async def in_force(conn: Connection) -> list[dict[str, Any]]:
     """The pauses and holds in force, soonest end first (``status``)."""
     return list(await (await conn.execute(queries.load("status_controls"))).fetchall())
+
+
+async def prune_audit(conn: Connection, *, keep_seconds: float) -> int:
+    """Delete audit rows older than ``keep_seconds`` (never younger than 30 days: the database's rule);
+    how many."""
+    row = await (await conn.execute(queries.load("audit_prune"), {"keep": f"{keep_seconds} seconds"})).fetchone()
+    return int(row["deleted"]) if row else 0

@@ -1,7 +1,7 @@
 """What ``pod-sweeper explain POD|UID|SANDBOX_ID`` reads: everything the database knows of one pod (the
 execution rows in every attached table, the outbox row with every attempt and its answer, any
-reconciliation suspect, the tripped breakers), as plain data. What happens next, and the text for
-people, are ``cli.explain_text``'s.
+reconciliation suspect, the tripped breakers, the pauses and holds in force), as plain data. What
+happens next, and the text for people, are ``cli.explain_text``'s.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class Story:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     suspects: list[dict[str, Any]] = field(default_factory=list)
     breakers: list[dict[str, Any]] = field(default_factory=list)  # the tripped ones
+    controls: list[dict[str, Any]] = field(default_factory=list)  # pauses and holds in force
 
 
 def _executions_query(attachment: Attachment) -> sql.Composed:
@@ -83,4 +84,5 @@ async def gather(conn: Connection, text: str) -> Story:
             story.executions += [{"table": ".".join(attachment.table), **r} for r in await cur.fetchall()]
     rows = await (await conn.execute(queries.load("status_breaker"))).fetchall()
     story.breakers = [dict(r) for r in rows if r["tripped_at"] is not None]
+    story.controls = [dict(r) for r in await (await conn.execute(queries.load("status_controls"))).fetchall()]
     return story

@@ -26,7 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 from pod_sweeper.core import periodic
 from pod_sweeper.core.errors import ConfigError, first_line
 from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.store import outbox
+from pod_sweeper.store import controls, outbox
 from pod_sweeper.store.db import Connection
 
 # The loop beats every second; livez fails after this many seconds without a beat.
@@ -159,6 +159,15 @@ async def refresh_gauges(
             async with pool.connection(timeout=max(1.0, interval)) as conn:
                 lag = await outbox.lag(conn)
                 by_cluster = await outbox.lag_by_cluster(conn)
+                in_force = await controls.in_force(conn)
+            # The pauses of this replica's cluster, as they are now (one that ended is gone from the gauge).
+            metrics.paused.clear()
+            for control in in_force:
+                if control["cluster"] == cluster and control["kind"] == "pause":
+                    age = (control["now"] - control["since"]).total_seconds()
+                    metrics.paused.labels(cluster, control["pod_namespace"] or "*").set(age)
+            held = sum(1 for c in in_force if c["cluster"] == cluster and c["kind"] == "hold")
+            metrics.holds.labels(cluster).set(held)
             # A cluster with no open row left reads 0 (not the last value it had).
             current = {c.cluster: c for c in by_cluster}
             for cluster in clusters_seen | set(current):

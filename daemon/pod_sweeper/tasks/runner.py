@@ -35,7 +35,7 @@ from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import KubeClient, load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
-from pod_sweeper.store import db, migrations, outbox
+from pod_sweeper.store import controls, db, migrations, outbox
 from pod_sweeper.store.recheck import load_attachments
 from pod_sweeper.tasks.confirmer import Confirmer
 from pod_sweeper.tasks.health import Health, HealthServer, refresh_gauges
@@ -273,6 +273,7 @@ class Daemon:
                 await periodic.pause(RETENTION_PAUSE_SECONDS)  # lets the claims and the records through
             async with pool.connection() as conn:
                 await outbox.prune_outages(conn)
+                await controls.prune_audit(conn, keep_seconds=self.settings.audit_retention.total_seconds())
 
         await periodic.every(lambda: RETENTION_INTERVAL_SECONDS, "retention pass", prune, expected=(psycopg.Error,))
 
