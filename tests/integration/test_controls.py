@@ -335,3 +335,22 @@ def test_attach_backfill_grant_and_detach_are_in_the_trail(pg: psycopg.Connectio
         ("ed", "grant", f"role {role}", True),
         ("ed", "detach", "table public.more", True),
     ]
+
+
+def test_pause_wait_returns_once_the_rows_claimed_before_it_are_no_longer_in_flight(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    add_execution(execs, kube, "flying", namespace="delta")
+    retire(execs, "flying")
+    # A replica holds the row (its lease runs 2 s more), as one does mid-DELETE.
+    execs.execute(
+        "UPDATE pod_sweeper.outbox SET status = 'claimed', claimed_by = 'r1', claim_epoch = 1, attempts = 1,"
+        " claimed_at = now(), next_attempt_at = now() + interval '2 seconds'"
+    )
+    short = cli("pause", "--namespace", "delta", "--reason", "x", "--wait", "--wait-timeout", "0.2", url=db_url)
+    assert short.returncode == 1 and short.stdout.splitlines()[-1] == "still 1 row(s) in flight after 0.2 s"
+    waited = cli("pause", "--namespace", "delta", "--reason", "x", "--wait", url=db_url)
+    assert waited.returncode == 0, waited.stderr
+    lines = waited.stdout.splitlines()
+    assert lines[1].startswith("1 row(s) claimed before the pause may still be sent, until ")
+    assert lines[-1] == "no row of the scope is in flight"
