@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import os
 import re
 import time
 import uuid
@@ -178,11 +179,18 @@ async def cmd_release(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def login_name() -> str:
+    """The login name, for the audit trail; a process whose user has no name (a container's uid
+    without a passwd entry, and no USER or LOGNAME) is named by its uid instead of failing."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
+
+
 def add_actor(parser: argparse.ArgumentParser) -> None:
     """``--actor``: the operator's name in the audit trail (default: the login name)."""
-    parser.add_argument(
-        "--actor", default=getpass.getuser(), help="your name in the audit trail (default: the login name)"
-    )
+    parser.add_argument("--actor", default=login_name(), help="your name in the audit trail (default: the login name)")
 
 
 def add_parsers(commands: argparse._SubParsersAction[Any]) -> None:
