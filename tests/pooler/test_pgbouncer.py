@@ -27,6 +27,7 @@ from helpers import (
     retire,
     sample,
     seed_executions,
+    sleeping,
     spawn_daemon,
     wait_until,
 )
@@ -211,6 +212,9 @@ def test_a_direct_listen_url_keeps_notify_wakeups_behind_the_pooler(
     )
     with DaemonThread(settings) as daemon:
         add_execution(execs, kube, "woken")
+        # Asleep, not just ready: a retire right after start is found by the claim that follows the
+        # arming, with no NOTIFY needed (CI saw that once).
+        wait_until(lambda: sleeping(daemon), what="the replica asleep and listening")
         retire(execs, "woken")
         done = "SELECT status FROM pod_sweeper.outbox WHERE sandbox_id = 'woken'"
         wait_until(lambda: (row := execs.execute(done).fetchone()) and row["status"] == "done", timeout=10)
