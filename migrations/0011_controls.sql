@@ -63,6 +63,27 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 $$;
 REVOKE ALL ON FUNCTION pod_sweeper.prune_audit(interval) FROM PUBLIC;
 
+-- A runtime role `pod-sweeper grant` made before this migration (a role that may UPDATE the outbox,
+-- other than its owner) gets what these tables ask of it, in this same transaction: every claim now
+-- reads pod_sweeper.pauses and pod_sweeper.holds, and a breaker trip writes the audit trail, so
+-- without these an upgraded replica's claims would fail until `grant --apply` ran again.
+DO $$
+DECLARE
+    runtime regrole;
+BEGIN
+    FOR runtime IN
+        SELECT DISTINCT a.grantee::regrole
+        FROM pg_class AS c, aclexplode(c.relacl) AS a
+        WHERE c.oid = 'pod_sweeper.outbox'::regclass AND a.privilege_type = 'UPDATE'
+          AND a.grantee <> c.relowner AND a.grantee <> 0
+    LOOP
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON pod_sweeper.pauses, pod_sweeper.holds TO %s', runtime);
+        EXECUTE format('GRANT SELECT, INSERT ON pod_sweeper.audit TO %s', runtime);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION pod_sweeper.prune_audit(interval) TO %s', runtime);
+    END LOOP;
+END;
+$$;
+
 -- `pod-sweeper discard` ends rows as done with the outcome 'discarded' (kept, like every done row, for
 -- the retention window, and in the audit trail for longer). The constraint is replaced NOT VALID and
 -- then validated, which reads the table without blocking its writers.

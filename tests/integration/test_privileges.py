@@ -160,3 +160,38 @@ def test_migration_0003_converts_functions_attached_before_it(empty_db_url: str,
     with psycopg.connect(empty_db_url) as conn:
         assert conn.execute("SELECT count(*) FROM pod_sweeper.outbox").fetchone() == (1,)
         conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(writer)))
+
+
+def test_migration_0011_gives_an_upgraded_runtime_role_what_the_claim_and_the_trail_need(
+    empty_db_url: str, role_names: dict[str, str]
+) -> None:
+    """A runtime role granted before migration 0011 claims and trips the breaker after it, without
+    `grant --apply` again: the claim reads the pauses and holds, a trip writes the audit trail."""
+    from pod_sweeper.store import queries
+    from pod_sweeper.store.migrations import shipped
+
+    runtime = role_names["runtime"]
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA pod_sweeper")
+        for migration in (m for m in shipped() if m.version <= 10):
+            conn.execute(migration.text)  # type: ignore[call-overload]
+        # What `grant` gave a runtime role before 0011 (the parts the claim and a trip use).
+        who = sql.Identifier(runtime)
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'pw'").format(who))
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA pod_sweeper TO {}").format(who))
+        conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON pod_sweeper.outbox TO {}").format(who))
+        conn.execute(
+            sql.SQL("GRANT SELECT, INSERT, UPDATE ON pod_sweeper.wakeup, pod_sweeper.breaker TO {}").format(who)
+        )
+        conn.execute("INSERT INTO pod_sweeper.breaker (cluster) VALUES ('default') ON CONFLICT DO NOTHING")
+        conn.execute(next(m for m in shipped() if m.version == 11).text)  # type: ignore[call-overload]
+    params = {"batch": 10, "owner": "r", "lease_seconds": 60, "disarm": False, "cluster": "default"}
+    with psycopg.connect(as_role(empty_db_url, runtime), autocommit=True) as conn:
+        conn.execute(queries.load("claim"), params)  # reads pod_sweeper.pauses and pod_sweeper.holds
+        trip = {"cluster": "default", "reason": "a burst", "who": "r"}
+        conn.execute(queries.load("breaker_trip"), trip)  # writes the audit trail
+        assert conn.execute("SELECT count(*) FROM pod_sweeper.audit").fetchone() == (1,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("DELETE FROM pod_sweeper.audit")
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(runtime)))

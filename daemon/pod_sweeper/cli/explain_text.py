@@ -11,6 +11,7 @@ from dataclasses import asdict, replace
 from datetime import datetime
 from typing import Any
 
+from pod_sweeper.cli.status_text import undo
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.text import printable
 from pod_sweeper.store.explain import Story
@@ -47,19 +48,14 @@ def keeping(row: dict[str, Any], controls: list[dict[str, Any]]) -> dict[str, An
 def _kept_by(control: dict[str, Any]) -> str:
     until = f"{control['until']:%Y-%m-%d %H:%M:%S}"
     if control["kind"] == "hold":
-        pod = f"{control['pod_namespace']}/{control['pod_name']}"
-        return (
-            f"held by {control['actor']} until {until}: {control['reason']}; not sent (nor charged) until then or "
-            f"`pod-sweeper release {pod} --cluster {control['cluster']}`"
+        kept = f"held by {control['actor']} until {until}: {control['reason']}; not sent (nor charged)"
+    else:
+        scope = f"namespace {control['pod_namespace']}" if control["pod_namespace"] else "the whole cluster"
+        kept = (
+            f"paused ({scope} of cluster {control['cluster']}) by {control['actor']} until {until}: "
+            f"{control['reason']}; not claimed"
         )
-    scope = f"namespace {control['pod_namespace']}" if control["pod_namespace"] else "the whole cluster"
-    undo = f"--cluster {control['cluster']}" + (
-        f" --namespace {control['pod_namespace']}" if control["pod_namespace"] else ""
-    )
-    return (
-        f"paused ({scope} of cluster {control['cluster']}) by {control['actor']} until {until}: "
-        f"{control['reason']}; not claimed until then or `pod-sweeper unpause {undo}`"
-    )
+    return f"{kept} until then or `{undo(control)}`"
 
 
 def next_step(row: dict[str, Any], *, breaker_tripped: bool, kept: dict[str, Any] | None = None) -> str:

@@ -115,23 +115,17 @@ def _render_text(status: dict[str, Any]) -> str:
             scope = f"cluster {control['cluster']}" + (
                 f", namespace {control['pod_namespace']}" if control["pod_namespace"] else ""
             )
-            undo = (
-                "pod-sweeper unpause --cluster "
-                + control["cluster"]
-                + (f" --namespace {control['pod_namespace']}" if control["pod_namespace"] else "")
-            )
             parts.insert(
                 0,
                 f"PAUSED ({scope}) since {_cell(control['since'])} until {_cell(control['until'])} by "
-                f"{control['actor']}: {control['reason']}\nno row there is claimed until then or `{undo}`",
+                f"{control['actor']}: {control['reason']}\nno row there is claimed until then or `{undo(control)}`",
             )
         else:
             pod = f"{control['pod_namespace']}/{control['pod_name']}"
             parts.insert(
                 0,
                 f"HELD: pod {pod} (cluster {control['cluster']}) until {_cell(control['until'])} by "
-                f"{control['actor']}: {control['reason']}\nits rows are not sent until then or "
-                f"`pod-sweeper release {pod} --cluster {control['cluster']}`",
+                f"{control['actor']}: {control['reason']}\nits rows are not sent until then or `{undo(control)}`",
             )
     for outage in reversed(status.get("outages") or []):
         parts.insert(
@@ -149,6 +143,14 @@ def _render_text(status: dict[str, Any]) -> str:
                 f"until `pod-sweeper resume --cluster {breaker['cluster']}`",
             )
     return "\n\n".join(parts)
+
+
+def undo(control: dict[str, Any]) -> str:
+    """The command that ends a pause or a hold (a row of ``sql/status_controls.sql``)."""
+    if control["kind"] == "hold":
+        return f"pod-sweeper release {control['pod_namespace']}/{control['pod_name']} --cluster {control['cluster']}"
+    namespace = f" --namespace {control['pod_namespace']}" if control["pod_namespace"] else ""
+    return f"pod-sweeper unpause --cluster {control['cluster']}{namespace}"
 
 
 def render_json(status: dict[str, Any]) -> str:

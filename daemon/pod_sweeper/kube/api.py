@@ -274,8 +274,7 @@ def _grace_seconds(body: bytes) -> int:
 class KubeClient:
     """The daemon's one client of the API server; one instance per process, safe to call from many threads."""
 
-    def __init__(self, configuration: client.Configuration, *, dry_run: bool = False) -> None:
-        self.dry_run = dry_run  # DELETE with dryRun=All: the API server validates and changes nothing
+    def __init__(self, configuration: client.Configuration) -> None:
         self._api_client: Any = client.ApiClient(configuration)
         # Typed as Any: with _preload_content=False the client returns the raw urllib3 response, which
         # its annotations do not say.
@@ -396,19 +395,18 @@ class KubeClient:
 
     def delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool = False) -> DeleteAnswer:
         """DELETE under the UID; after a 409, a GET says who holds the name now. Raises our error types
-        for every other answer (401, 403, 429, 5xx, other 4xx) and for no answer. With ``dry_run`` (or a
-        client made for dry runs) the DELETE goes with dryRun=All: validated, nothing deleted."""
-        dry = self.dry_run or dry_run
+        for every other answer (401, 403, 429, 5xx, other 4xx) and for no answer. With ``dry_run`` the
+        DELETE goes with dryRun=All: the API server validates it and changes nothing."""
         body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
-        if dry:
+        if dry_run:
             body["dryRun"] = ["All"]
         try:
             response = self._call(self._core.delete_namespaced_pod, name, namespace, body=body, timeout=timeout)
         except KubeNotFound as exc:
-            return DeleteAnswer(int(exc.status or 404), dry_run=dry)
+            return DeleteAnswer(int(exc.status or 404), dry_run=dry_run)
         except KubeConflict as exc:
             # Either another pod holds the name, or ours vanished mid-delete: the GET tells them apart.
             holder = self.pod_state(namespace, name, timeout=timeout)
-            return DeleteAnswer(int(exc.status or 409), holder_uid=holder.uid if holder else None, dry_run=dry)
+            return DeleteAnswer(int(exc.status or 409), holder_uid=holder.uid if holder else None, dry_run=dry_run)
         # The body (read raw, not into models) says whether the pod was left terminating.
-        return DeleteAnswer(int(response.status), _grace_seconds(response.data), dry_run=dry)
+        return DeleteAnswer(int(response.status), _grace_seconds(response.data), dry_run=dry_run)

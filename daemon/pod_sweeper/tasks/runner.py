@@ -154,7 +154,6 @@ class Daemon:
                 self.settings.kube_context,
                 pool_size=self.settings.concurrency + KUBE_CONNECTIONS_BESIDE_THE_WORKERS,
             ),
-            dry_run=self.settings.dry_run,
         )
         self.settings.require_database_url()  # no URL is a configuration error (exit 2), before anything starts
         if armed := failpoints.arm(self.settings.failpoints):

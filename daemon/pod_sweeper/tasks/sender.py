@@ -69,7 +69,10 @@ class Sender:
         self.auth, self.namespaces, self.breaker, self.outage = auth, namespaces, breaker, outage
         self.stopping, self.events = stopping, events
         self.scope = NamespaceScope(settings.namespaces)
-        self.shadow = settings.dry_run_namespaces or frozenset()  # swept with dryRun=All (a staged rollout)
+        # The one owner of "is this DELETE a dry run": everywhere (POD_SWEEPER_DRY_RUN), or in the
+        # namespaces of a staged rollout (POD_SWEEPER_DRY_RUN_NAMESPACES).
+        self._dry_everywhere = settings.dry_run
+        self._dry_namespaces = settings.dry_run_namespaces or frozenset()
         self.bucket = TokenBucket(settings.rate_limit_qps, settings.rate_limit_burst)
         self._executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
 
@@ -167,7 +170,7 @@ class Sender:
                     claim.pod_name,
                     str(claim.pod_uid),
                     timeout=timeout,
-                    dry_run=claim.pod_namespace in self.shadow,
+                    dry_run=self._dry_everywhere or claim.pod_namespace in self._dry_namespaces,
                 )
             except Exception as exc:  # settled on the event loop, where every kind is told apart
                 result = exc
