@@ -296,7 +296,10 @@ class Bench:
                         decide=lambda c, checked: answers.at_claim(c, checked, policy),
                     )
                     await outbox.record_results(
-                        conn, [Final(c.id, c.epoch, Result.DELETED, http_status=200) for c in result.to_send], "bench"
+                        conn,
+                        [Final(c.id, c.epoch, Result.DELETED, http_status=200) for c in result.to_send],
+                        "bench",
+                        cluster=DEFAULT_CLUSTER,
                     )
                     total += len(result.to_send)
                 return n / (time.monotonic() - started)

@@ -1,10 +1,13 @@
--- Take up to %(batch)s deleted rows whose grace period has passed and whose pod is not yet seen gone.
--- Moving confirm_after forward is the claim: another replica skips them until then.
+-- Take up to %(batch)s of %(cluster)s's deleted rows whose grace period has passed and whose pod is not
+-- yet seen gone. Moving confirm_after forward is the claim: another replica skips them until then.
+-- Only the replica's own cluster: another cluster's pod is looked up on another API server, and a 404
+-- here would say nothing of it.
 UPDATE pod_sweeper.outbox AS o
 SET confirm_after = now() + make_interval(secs => %(recheck_seconds)s)
 WHERE o.id IN (
     SELECT id FROM pod_sweeper.outbox
-    WHERE confirm_after <= now() AND confirmed_at IS NULL AND status = 'done' AND outcome = 'deleted'
+    WHERE cluster = %(cluster)s
+      AND confirm_after <= now() AND confirmed_at IS NULL AND status = 'done' AND outcome = 'deleted'
     ORDER BY confirm_after
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED

@@ -1,4 +1,4 @@
--- Confirmed suspects become outbox rows (reason 'reconciled', the UID the pass observed) through the
+-- The cluster's confirmed suspects become outbox rows (reason 'reconciled', the UID the pass observed) through the
 -- same enqueue function the triggers call, so the same rule applies: a UID whose row is open or
 -- finished is left to that row, one that ended skipped_active is reopened. Returns how many rows
 -- were new or reopened.
@@ -6,7 +6,7 @@
 -- hold ends confirms it again.
 WITH confirmed AS (
     DELETE FROM pod_sweeper.suspects AS s
-    WHERE s.pod_uid = ANY(%(uids)s::uuid[])
+    WHERE s.cluster = %(cluster)s AND s.pod_uid = ANY(%(uids)s::uuid[])
       AND NOT EXISTS (
           SELECT 1 FROM pod_sweeper.holds AS h
           WHERE h.cluster = s.cluster AND h.pod_namespace = s.pod_namespace AND h.pod_name = s.pod_name

@@ -3,7 +3,8 @@
 --   status 'done'    with its outcome (last_error cleared, last_http_status the final answer's);
 --   status 'pending' again after delay seconds (refund 1: the attempt is given back, as for a hand-back);
 --   status 'dead'    with its last error.
--- Fenced: a row changes only while it is still claimed under the epoch this replica claimed it with,
+-- Fenced: a row of the replica's own cluster changes only while it is still claimed under the epoch
+-- this replica claimed it with,
 -- so a replica whose lease expired (and was taken over) changes nothing. Each element that carries a
 -- request's start time is also written to the attempt history, fenced or not (recorded says which).
 -- The final SELECT tells the caller which rows it still owned.
@@ -35,6 +36,7 @@ updated AS (
         updated_at = now()
     FROM f
     WHERE o.id = f.id
+      AND o.cluster = %(cluster)s
       AND o.claim_epoch = f.epoch
       AND o.status = 'claimed'
     RETURNING o.id

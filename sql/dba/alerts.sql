@@ -2,23 +2,29 @@
 -- rows: all clear). The conditions of deploy/prometheusrule.yaml, each with its `for:` duration folded
 -- into the threshold, since a query sees one moment: "over T for D" becomes "over T + D" for an age
 -- that only grows while the condition holds. PodSweeperNotReady has no SQL form: a replica's
--- readiness is not in the database. Ages in seconds.
+-- readiness is not in the database. Each condition that can hold for one cluster names it. Ages in seconds.
 SELECT 'PodSweeperLagHigh' AS alert,
-       format('the oldest claimable row has waited %s s (300 s, for 10 min)', round(oldest_claimable_seconds)) AS detail
-FROM pod_sweeper.lag WHERE oldest_claimable_seconds > 300 + 600
+       format('cluster %s: the oldest claimable row has waited %s s (300 s, for 10 min)', cluster,
+              round(oldest_claimable_seconds)) AS detail
+FROM pod_sweeper.lag_by_cluster WHERE oldest_claimable_seconds > 300 + 600
 UNION ALL
-SELECT 'PodSweeperDeadRows', format('%s dead row(s) for over 5 min; see `pod-sweeper sql dead`', count(*))
+SELECT 'PodSweeperDeadRows',
+       format('cluster %s: %s dead row(s) for over 5 min; see `pod-sweeper sql dead`', cluster, count(*))
 FROM pod_sweeper.outbox WHERE status = 'dead' AND updated_at < now() - interval '5 minutes'
-HAVING count(*) > 0
+GROUP BY cluster
 UNION ALL
 SELECT 'PodSweeperRejectedRetires',
-       format('%s retire(s) enqueued nothing (NULL or empty fields, a malformed UID) over 5 min ago; see pod_sweeper.rejects', count(*))
+       format('cluster %s: %s retire(s) enqueued nothing (NULL or empty fields, a malformed UID) over 5 min ago;'
+              ' see pod_sweeper.rejects', coalesce(nullif(cluster, ''), '(none)'), count(*))
 FROM pod_sweeper.rejects WHERE rejected_at < now() - interval '5 minutes'
-HAVING count(*) > 0
+GROUP BY coalesce(nullif(cluster, ''), '(none)')
 UNION ALL
 SELECT 'PodSweeperStuckClaim',
-       format('a claim has been held %s s (600 s, for 5 min); its replica may be frozen', round(oldest_claim_seconds))
-FROM pod_sweeper.lag WHERE oldest_claim_seconds > 600 + 300
+       format('cluster %s: a claim has been held %s s (600 s, for 5 min); its replica may be frozen', cluster,
+              round(extract(epoch FROM now() - min(claimed_at))))
+FROM pod_sweeper.outbox WHERE status = 'claimed'
+GROUP BY cluster
+HAVING min(claimed_at) < now() - interval '900 seconds'
 UNION ALL
 SELECT 'PodSweeperClusterUnswept',
        format('cluster %s: the oldest claimable row has waited %s s (600 s, for 5 min); is its sweeper running?',
@@ -26,11 +32,11 @@ SELECT 'PodSweeperClusterUnswept',
 FROM pod_sweeper.lag_by_cluster WHERE oldest_claimable_seconds > 600 + 300
 UNION ALL
 SELECT 'PodSweeperNamespaceRefused',
-       format('namespace %s answers 403: %s row(s) held back, the oldest for %s s (for 15 min)',
-              pod_namespace, count(*), round(extract(epoch FROM now() - min(enqueued_at))))
+       format('cluster %s, namespace %s answers 403: %s row(s) held back, the oldest for %s s (for 15 min)',
+              cluster, pod_namespace, count(*), round(extract(epoch FROM now() - min(enqueued_at))))
 FROM pod_sweeper.outbox
 WHERE status = 'pending' AND last_http_status = 403
-GROUP BY pod_namespace
+GROUP BY cluster, pod_namespace
 HAVING min(enqueued_at) < now() - interval '15 minutes'
 UNION ALL
 SELECT 'PodSweeperBreakerTripped',
@@ -52,8 +58,9 @@ SELECT 'PodSweeperPausedLong',
               coalesce(nullif(pod_namespace, ''), '*'), round(extract(epoch FROM now() - since)), actor, reason)
 FROM pod_sweeper.pauses WHERE until > now() AND since < now() - interval '2 hours'
 UNION ALL
-SELECT 'PodSweeperNoProgress', 'rows are claimable but none finished in 20 minutes (10 min window, for 10 min)'
-FROM pod_sweeper.lag
-WHERE oldest_claimable_seconds > 60 + 600
-  AND coalesce((SELECT max(done_at) FROM pod_sweeper.outbox WHERE status = 'done'), '-infinity')
-      < now() - interval '20 minutes';
+SELECT 'PodSweeperNoProgress',
+       format('cluster %s: rows are claimable but none finished in 20 minutes (10 min window, for 10 min)', l.cluster)
+FROM pod_sweeper.lag_by_cluster AS l
+WHERE l.oldest_claimable_seconds > 60 + 600
+  AND NOT EXISTS (SELECT 1 FROM pod_sweeper.outbox AS o
+                  WHERE o.status = 'done' AND o.done_at >= now() - interval '20 minutes' AND o.cluster = l.cluster);

@@ -23,9 +23,13 @@ UID = uuid.UUID("33333333-3333-4333-8333-333333333333")
 
 
 def triggers(conn: psycopg.Connection[Any]) -> list[str]:
+    """The triggers on the host's tables (pod_sweeper's own tables have theirs: migration 0012)."""
     return [
         r["tgname"]
-        for r in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname").fetchall()
+        for r in conn.execute(
+            "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal"
+            " AND tgrelid::regclass::text NOT LIKE 'pod_sweeper.%' ORDER BY tgname"
+        ).fetchall()
     ]
 
 

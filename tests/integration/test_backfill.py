@@ -30,11 +30,11 @@ def test_backfill_enqueues_old_retirements_once_and_the_daemon_sweeps_them(
     run(attach_table(db_url))
     assert outbox(pg) == []
 
-    [dry] = run(_backfill(db_url, dry_run=True, batch=10))
-    assert (dry.seen, dry.enqueued, len(dry.sample)) == (25, 0, 20)
+    [dry] = run(_backfill(db_url, dry_run=True))
+    assert (dry.seen, dry.enqueued, len(dry.sample)) == (25, 25, 20)  # what a real run would do, rolled back
     assert outbox(pg) == []
 
-    [first] = run(_backfill(db_url, batch=10))
+    [first] = run(_backfill(db_url))
     assert (first.seen, first.enqueued) == (25, 25)
     assert {r["reason"] for r in outbox(pg)} == {"backfill"}
     [again] = run(_backfill(db_url))

@@ -123,8 +123,14 @@ def test_a_hold_keeps_one_pods_rows_unsent_and_uncharged_through_a_restart(
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (("pause", "--for", "3d", "--reason", "x"), "--for 3d: between 1 s and 24 h (longer: --until)"),
-        (("pause", "--for", "soon", "--reason", "x"), "--for 'soon': expected a number and a unit"),
+        (("pause", "--for", "3d", "--reason", "x"), "argument --for: '3d': at most 24 h (longer: --until)"),
+        (("pause", "--for", "soon", "--reason", "x"), "argument --for: 'soon': expected a number and a unit"),
+        (("pause", "--for", "0.5s", "--reason", "x"), "argument --for: '0.5s': at least 1 s"),
+        (
+            ("discard", "--namespace", "x", "--reason", "r", "--older-than", "forever"),
+            "argument --older-than: 'forever'",
+        ),
+        (("discard", "--namespace", "x", "--status", "pending", "--reason", "r", "--limit", "-1"), "argument --limit"),
         (("pause", "--until", "2001-01-01T00:00Z", "--reason", "x"), "that time has passed"),
         (("pause", "--namespace", "Bad_NS", "--reason", "x"), "is not a valid Kubernetes namespace"),
         (("pause", "--reason", " "), "--reason must say why"),
@@ -199,7 +205,7 @@ def test_an_action_and_its_audit_row_commit_together_or_not_at_all(
         "cy",
         "retry",
         1,
-        {"statuses": ["dead"], "page": 1},
+        {"statuses": ["dead"], "page": 1, "limit": None, "yes": False, "matched": 1},
     )
 
 
@@ -222,13 +228,20 @@ def test_a_breaker_trip_and_a_resume_are_in_the_trail(pg: psycopg.Connection[Any
     assert listed.returncode == 0 and "FROM pod_sweeper.audit" in listed.stdout
 
 
-def dead_rows(pg: psycopg.Connection[Any], n: int, *, namespace: str, error: str = "503 ServiceUnavailable") -> None:
+def dead_rows(
+    pg: psycopg.Connection[Any],
+    n: int,
+    *,
+    namespace: str,
+    error: str = "503 ServiceUnavailable",
+    cluster: str = "default",
+) -> None:
     pg.execute(
         "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
-        " reason, status, attempts, last_error)"
-        " SELECT 1, %s || g, 1, %s, 'p' || g, gen_random_uuid(), 'retired', 'dead', 34, %s"
+        " reason, status, attempts, last_error, cluster)"
+        " SELECT 1, %s || %s || g, 1, %s, 'p' || g, gen_random_uuid(), 'retired', 'dead', 34, %s, %s"
         " FROM generate_series(1, %s) g",
-        (namespace, namespace, error, n),
+        (cluster, namespace, namespace, error, cluster, n),
     )
 
 
@@ -252,7 +265,7 @@ def test_discard_previews_with_dry_run_and_acts_a_page_at_a_time_while_the_daemo
     )
     assert preview.returncode == 0, preview.stderr
     lines = preview.stdout.splitlines()
-    assert lines[0] == "would discard 3000 row(s); nothing changed"
+    assert lines[0] == "would discard 3000 row(s) in cluster default; nothing changed"
     assert len(lines) == 12 and lines[-1] == "  ... and 2990 more"
     assert by_status(execs, "gamma") == {("dead", None): 3005} and audit(execs) == []
 
@@ -274,9 +287,9 @@ def test_discard_previews_with_dry_run_and_acts_a_page_at_a_time_while_the_daemo
             "bad batch",
             url=db_url,
         )
-        assert (discarded.returncode, discarded.stdout.strip()) == (0, "discarded 1200 row(s)")
+        assert (discarded.returncode, discarded.stdout.strip()) == (0, "discarded 1200 row(s) in cluster default")
         rest = cli("discard", "--namespace", "gamma", "--error-contains", "503", "--yes", "--reason", "bad", url=db_url)
-        assert (rest.returncode, rest.stdout.strip()) == (0, "discarded 1800 row(s)")
+        assert (rest.returncode, rest.stdout.strip()) == (0, "discarded 1800 row(s) in cluster default")
         wait_until(lambda: by_status(execs, "sandboxes") == {("done", "deleted"): 50}, what="the live rows swept")
     assert by_status(execs, "gamma") == {("done", "discarded"): 3000, ("dead", None): 5}
     assert (
@@ -299,12 +312,92 @@ def test_retry_with_filters_reopens_only_what_matches(pg: psycopg.Connection[Any
     dead_rows(pg, 2, namespace="two")
     pg.execute("UPDATE pod_sweeper.outbox SET updated_at = now() - interval '2 hours' WHERE pod_namespace = 'two'")
     older = cli("retry", "--older-than", "1h", url=db_url)
-    assert (older.returncode, older.stdout.strip()) == (0, "reopened 2 row(s): 4, 5")
+    assert (older.returncode, older.stdout.strip()) == (0, "reopened 2 row(s) in cluster default: 4, 5")
     scoped = cli("retry", "--namespace", "one", "--limit", "2", url=db_url)
-    assert (scoped.returncode, scoped.stdout.strip()) == (0, "reopened 2 row(s): 1, 2")
+    assert (scoped.returncode, scoped.stdout.strip()) == (0, "reopened 2 row(s) in cluster default: 1, 2")
     assert by_status(pg, "one") == {("pending", None): 2, ("dead", None): 1}
     wrong = cli("retry", "--status", "pending", url=db_url)
     assert wrong.returncode == 2 and "invalid choice: 'pending'" in wrong.stderr
+
+
+def test_a_bulk_action_over_two_clusters_counts_each_in_its_preview_and_acts_on_exactly_that(
+    pg: psycopg.Connection[Any], db_url: str
+) -> None:
+    dead_rows(pg, 3, namespace="ns", cluster="east")
+    dead_rows(pg, 2, namespace="ns", cluster="west")
+    preview = cli("retry", "--dead", "--dry-run", url=db_url)
+    assert preview.stdout.splitlines()[0] == "would retry 5 row(s) in 2 clusters: east 3, west 2; nothing changed"
+    one = cli("retry", "--dead", "--cluster", "west", "--dry-run", url=db_url)
+    assert one.stdout.splitlines()[0] == "would retry 2 row(s) in cluster west; nothing changed"
+    done = cli("retry", "--dead", "--actor", "al", url=db_url)
+    assert done.stdout.startswith("reopened 5 row(s) in 2 clusters: east 3, west 2: ")
+    [row] = audit(pg)
+    assert (row["affected"], row["arguments"]["matched"], row["arguments"]["limit"]) == (5, 5, None)
+
+
+def test_a_guard_cannot_be_bypassed_and_the_trail_records_how_the_bound_was_passed(
+    pg: psycopg.Connection[Any], db_url: str
+) -> None:
+    dead_rows(pg, 1005, namespace="x")
+    for bad in (("--limit", "-1"), ("--limit", "0"), ("--limit", "1.5"), ("--older-than", "forever")):
+        refused = cli("retry", "--dead", *bad, url=db_url)
+        assert refused.returncode == 2 and f"argument {bad[0]}" in refused.stderr, refused.stderr
+    unbounded = cli("retry", "--dead", url=db_url)
+    assert unbounded.returncode == 2 and "1005 rows match, more than 1000" in unbounded.stderr
+    assert by_status(pg, "x") == {("dead", None): 1005} and audit(pg) == []
+    bounded = cli("retry", "--dead", "--limit", "7", "--actor", "al", url=db_url)
+    assert bounded.stdout.startswith("reopened 7 row(s) in cluster default: ")
+    confirmed = cli("retry", "--dead", "--yes", "--actor", "al", url=db_url)
+    assert confirmed.stdout.startswith("reopened 998 row(s) in cluster default")
+    assert [(r["arguments"]["limit"], r["arguments"]["yes"], r["affected"]) for r in audit(pg)] == [
+        (7, False, 7),
+        (None, True, 500),
+        (None, True, 498),
+    ]
+
+
+def test_a_pauses_window_is_the_databases_clock_and_an_until_past_by_it_writes_nothing(
+    pg: psycopg.Connection[Any], db_url: str
+) -> None:
+    assert cli("pause", "--for", "90m", "--reason", "r", url=db_url).returncode == 0
+    row = pg.execute("SELECT until - since AS length, until - now() AS left FROM pod_sweeper.pauses").fetchone()
+    assert row["length"].total_seconds() == 5400  # both ends are the database's now(), in one statement
+    past = pg.execute("SELECT to_char(now() - interval '1 minute', 'YYYY-MM-DD\"T\"HH24:MI:SSOF') AS t").fetchone()
+    refused = cli("hold", "ns/p", "--until", past["t"], "--reason", "r", url=db_url)
+    assert refused.returncode == 2 and "that time has passed (by the database's clock)" in refused.stderr
+    assert pg.execute("SELECT count(*) AS n FROM pod_sweeper.holds").fetchone()["n"] == 0
+    assert [r["command"] for r in audit(pg)] == ["pause"]
+
+
+def test_no_pause_or_hold_ends_without_a_trail_row_whoever_ends_it(
+    pg: psycopg.Connection[Any], db_url: str, runtime: tuple[str, str]
+) -> None:
+    role, url = runtime
+    for args in (("pause", "--namespace", "a"), ("pause", "--namespace", "b"), ("hold", "ns/p"), ("hold", "ns/q")):
+        assert cli(*args, "--reason", "look", "--actor", "al", url=db_url).returncode == 0
+    # The commands: one trail row each, the command's own, with its operator.
+    assert cli("unpause", "--namespace", "a", "--actor", "bo", url=db_url).returncode == 0
+    assert cli("release", "ns/p", "--actor", "bo", url=db_url).returncode == 0
+    # Plain SQL, as the daemon's own role: the database writes the row all the same.
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DELETE FROM pod_sweeper.pauses WHERE pod_namespace = 'b'")
+        conn.execute("UPDATE pod_sweeper.holds SET until = now() WHERE pod_name = 'q'")
+    # A pause already over ends by itself, at the time its own row says: not recorded again.
+    assert cli("pause", "--namespace", "c", "--reason", "short", url=db_url).returncode == 0
+    pg.execute("UPDATE pod_sweeper.pauses SET until = now() - interval '1 s' WHERE pod_namespace = 'c'")
+    # (that UPDATE ended it early: recorded as plain SQL by the test's own role)
+    pg.execute("DELETE FROM pod_sweeper.pauses WHERE pod_namespace = 'c'")
+    ends = [(r["actor"], r["command"], r["scope"]) for r in audit(pg) if r["command"] not in ("pause", "hold")]
+    assert ends == [
+        ("bo", "unpause", "cluster default, namespace a"),
+        ("bo", "release", "cluster default, pod ns/p"),
+        (role, "sql delete", "cluster default, namespace b"),
+        (role, "sql update", "cluster default, pod ns/q"),
+        ("postgres", "sql update", "cluster default, namespace c"),
+    ]
+    again = cli("unpause", "--namespace", "a", "--actor", "bo", url=db_url)
+    assert again.stdout.strip() == "cluster default, namespace a was not paused"
+    assert audit(pg)[-1]["command"] == "unpause" and audit(pg)[-1]["affected"] == 0
 
 
 def test_attach_backfill_grant_and_detach_are_in_the_trail(pg: psycopg.Connection[Any], db_url: str) -> None:

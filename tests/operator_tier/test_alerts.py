@@ -72,7 +72,8 @@ def test_the_cases_feed_the_series_a_fresh_daemon_exports(
     # A series labelled by a namespace of the outbox's exists only once that namespace was refused: its
     # metric family must exist from the start (HELP and TYPE), and its only label be that namespace.
     by_data = {(name, labels) for name, labels in fed if any(k in ("pod_namespace", "pod_cluster") for k, _ in labels)}
-    shapes = ({"pod_namespace"}, {"pod_cluster"}, {"pod_cluster", "pod_namespace"})
+    # pod_sweeper_build_info{version, pod_cluster}: the replica's own cluster, which alerts on its series join.
+    shapes = ({"pod_namespace"}, {"pod_cluster"}, {"pod_cluster", "pod_namespace"}, {"pod_cluster", "version"})
     assert all({k for k, _ in labels} in shapes for _, labels in by_data)
     assert {name for name, _ in by_data} <= {
         line.split()[2] for line in live_text.splitlines() if line.startswith("# TYPE")

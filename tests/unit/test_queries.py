@@ -116,3 +116,24 @@ def test_no_statement_holds_a_session_lock_or_sets_a_session_setting() -> None:
             code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
             statements = [st.strip().upper() for st in code.split(";")]
             assert not [st for st in statements if st.startswith(("SET ", "RESET "))], f"{where}: a session SET"
+
+
+def test_every_statement_on_a_clusters_rows_names_the_cluster_or_says_why_it_spans_them_all() -> None:
+    """A replica acts only on its own cluster's rows: a statement that reads or writes a cluster-owned
+    table takes ``%(cluster)s``, or is declared in ``queries.SPANS_CLUSTERS`` with its reason."""
+    owned = re.compile(r"\bpod_sweeper\.(" + "|".join(queries.CLUSTER_OWNED) + r")\b")
+    touching, undeclared = set(), []
+    for path in sorted((ROOT / "sql").rglob("*.sql")):
+        name = path.relative_to(ROOT / "sql").with_suffix("").as_posix()
+        code = "\n".join(line.split("--", 1)[0] for line in path.read_text().splitlines())
+        if not owned.search(code):
+            continue
+        touching.add(name)
+        if "cluster" not in _PARAM.findall(code) and name not in queries.SPANS_CLUSTERS:
+            undeclared.append(name)
+    assert undeclared == [], "statements on a cluster's rows that neither name the cluster nor say why not"
+    assert set(queries.SPANS_CLUSTERS) <= touching, "declarations of statements that touch no cluster's rows"
+    assert all(len(why) > 20 for why in queries.SPANS_CLUSTERS.values())
+    assert {"confirm_claim", "reopen_dry_run", "record_results", "reconcile_forget"} <= touching - set(
+        queries.SPANS_CLUSTERS
+    )

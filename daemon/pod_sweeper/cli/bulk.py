@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from typing import Any
 
-from pod_sweeper.cli.controls import add_actor, parse_duration
+from pod_sweeper.cli import args as flag
+from pod_sweeper.cli.controls import add_actor
 from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, ConfigError
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.states import Outcome, Status
@@ -55,7 +57,7 @@ def filters_of(args: argparse.Namespace) -> bulk.Filters:
         namespace=args.namespace,
         outcome=args.outcome,
         contains=args.error_contains,
-        older_than=parse_duration(args.older_than).total_seconds() if args.older_than else None,
+        older_than=args.older_than.total_seconds() if args.older_than is not None else None,
         ids=tuple(args.ids),
     )
 
@@ -65,6 +67,15 @@ async def _matched(conn: Connection, filters: bulk.Filters) -> list[dict[str, An
     async for page in bulk.matching(conn, filters):
         rows.extend(page)
     return rows
+
+
+def per_cluster(rows: list[dict[str, Any]]) -> str:
+    """How many of the rows each cluster has, for a preview and a result: an action that spans more
+    than one cluster's rows says so (``--cluster`` narrows it to one)."""
+    counts = Counter(row["cluster"] for row in rows)
+    if len(counts) < 2:
+        return "".join(f" in cluster {name}" for name in counts)
+    return f" in {len(counts)} clusters: " + ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
 
 
 def _line(row: dict[str, Any]) -> str:
@@ -88,7 +99,7 @@ async def cmd_bulk(settings: Settings, args: argparse.Namespace) -> int:
                 f"{len(rows)} rows match, more than {CONFIRM_ABOVE}: pass --limit N, or --yes to {action} them all"
             )
         if args.dry_run:
-            print(f"would {action} {len(rows)} row(s); nothing changed")
+            print(f"would {action} {len(rows)} row(s){per_cluster(rows)}; nothing changed")
             for row in rows[:SAMPLE]:
                 print(_line(row))
             if len(rows) > SAMPLE:
@@ -96,7 +107,8 @@ async def cmd_bulk(settings: Settings, args: argparse.Namespace) -> int:
             return EXIT_OK
         done = await _act(conn, action, [r["id"] for r in rows], filters, args)
     shown = f": {', '.join(map(str, done))}" if 0 < len(done) <= LIST_UP_TO else ""
-    print(f"{DONE_VERB[action]} {len(done)} row(s){shown}")
+    changed = set(done)
+    print(f"{DONE_VERB[action]} {len(done)} row(s){per_cluster([r for r in rows if r['id'] in changed])}{shown}")
     left = sorted(set(args.ids) - set(done))
     if left:
         print(
@@ -114,6 +126,8 @@ async def _act(
     """The action, a page per transaction, each with its audit row."""
     done: list[int] = []
     arguments = {k: v for k, v in filters.params().items() if v not in (None, [])}
+    # How the bound was passed: the trail shows why this many rows changed.
+    arguments |= {"limit": args.limit, "yes": args.yes, "matched": len(ids)}
     if action == "discard":
         arguments["reason"] = args.reason
     for start in range(0, len(ids), bulk.PAGE):
@@ -131,7 +145,7 @@ async def _act(
 
 def add_parsers(commands: argparse._SubParsersAction[Any]) -> None:
     def common(p: argparse.ArgumentParser, action: str) -> None:
-        p.add_argument("ids", nargs="*", type=int, metavar="ID", help="row ids")
+        p.add_argument("ids", nargs="*", type=flag.count, metavar="ID", help="row ids")
         p.add_argument("--cluster", metavar="NAME", help="only rows of this cluster")
         p.add_argument("--namespace", metavar="NS", help="only rows of this namespace")
         p.add_argument(
@@ -139,9 +153,14 @@ def add_parsers(commands: argparse._SubParsersAction[Any]) -> None:
         )
         p.add_argument("--outcome", metavar="OUTCOME", help="only done rows with this outcome")
         p.add_argument("--error-contains", metavar="TEXT", help="only rows whose last error contains TEXT")
-        p.add_argument("--older-than", metavar="DURATION", help="only rows unchanged for this long: 90s, 15m, 2h, 1d")
+        p.add_argument(
+            "--older-than",
+            type=flag.duration,
+            metavar="DURATION",
+            help="only rows unchanged for this long: 90s, 15m, 2h, 1d",
+        )
         p.add_argument("--dry-run", action="store_true", help="print the count and a sample; change nothing")
-        p.add_argument("--limit", type=int, metavar="N", help="act on at most N rows (in id order)")
+        p.add_argument("--limit", type=flag.count, metavar="N", help="act on at most N rows (in id order)")
         p.add_argument("--yes", action="store_true", help=f"act on more than {CONFIRM_ABOVE} rows without --limit")
         add_actor(p)
         p.set_defaults(handler=cmd_bulk)

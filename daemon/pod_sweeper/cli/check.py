@@ -72,7 +72,7 @@ class Check:
 
 async def _namespaces(settings: Settings) -> list[str]:
     async with db.connection(settings) as conn:
-        return await outbox.namespaces(conn)
+        return await outbox.namespaces(conn, cluster=settings.cluster)
 
 
 async def _listen_route(settings: Settings) -> Check:

@@ -13,12 +13,12 @@ import argparse
 import asyncio
 import getpass
 import os
-import re
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pod_sweeper.cli import args as flag
 from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, ConfigError
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.scope import invalid_name, valid_namespace
@@ -27,22 +27,14 @@ from pod_sweeper.store.db import Connection, connection
 
 DEFAULT_FOR = timedelta(hours=1)
 MAX_FOR = timedelta(hours=24)  # longer needs --until: a forgotten pause must end by itself
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 WAIT_POLL_SECONDS = 0.5
 
 
-def parse_duration(text: str) -> timedelta:
-    """'90s', '15m', '2h', '1d' (a number and a unit)."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise ConfigError(f"--for {text!r}: expected a number and a unit, e.g. 90s, 15m, 2h or 1d")
-    return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
-
-
-def end_of(args: argparse.Namespace, now: datetime) -> datetime:
-    """When a pause or a hold ends: ``--until`` (any time to come), else now plus ``--for`` (at most
-    MAX_FOR; default DEFAULT_FOR)."""
+def window_of(args: argparse.Namespace) -> controls.Window:
+    """When a pause or a hold ends: ``--until`` (an ISO 8601 time), else ``--for`` (at most MAX_FOR;
+    default DEFAULT_FOR) from the database's clock, never this machine's: an on-call laptop with a
+    wrong clock neither shortens nor lengthens it. That ``--until`` is still to come is the database's
+    to say too (``controls.pause`` and ``hold`` return None for a time that has passed)."""
     if args.until is not None:
         if args.for_ is not None:
             raise ConfigError("give --for or --until, not both")
@@ -50,14 +42,21 @@ def end_of(args: argparse.Namespace, now: datetime) -> datetime:
             until = datetime.fromisoformat(args.until)
         except ValueError:
             raise ConfigError(f"--until {args.until!r}: expected an ISO 8601 time, e.g. 2026-12-05T09:00Z") from None
-        until = until if until.tzinfo else until.replace(tzinfo=UTC)
-        if until <= now:
-            raise ConfigError(f"--until {args.until}: that time has passed")
-        return until
-    length = parse_duration(args.for_) if args.for_ is not None else DEFAULT_FOR
-    if length <= timedelta(0) or length > MAX_FOR:
-        raise ConfigError(f"--for {args.for_}: between 1 s and {MAX_FOR.total_seconds() / 3600:g} h (longer: --until)")
-    return now + length
+        return controls.Window(until=until if until.tzinfo else until.replace(tzinfo=UTC))
+    if args.for_ is None:
+        return controls.Window(length=DEFAULT_FOR)
+    try:
+        length = flag.duration(args.for_)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"argument --for: {exc}") from None
+    if length > MAX_FOR:
+        hours = MAX_FOR.total_seconds() / 3600
+        raise ConfigError(f"argument --for: {args.for_!r}: at most {hours:g} h (longer: --until)")
+    return controls.Window(length=length)
+
+
+def _passed(args: argparse.Namespace) -> ConfigError:
+    return ConfigError(f"--until {args.until}: that time has passed (by the database's clock); nothing changed")
 
 
 def _namespace(text: str | None) -> str:
@@ -91,16 +90,18 @@ def _reason(text: str) -> str:
 
 async def cmd_pause(settings: Settings, args: argparse.Namespace) -> int:
     cluster, namespace = args.cluster or settings.cluster, _namespace(args.namespace)
-    until, reason = end_of(args, datetime.now(UTC)), _reason(args.reason)
+    window, reason = window_of(args), _reason(args.reason)
     scope = _scope(cluster, namespace)
-    action = controls.Action(args.actor, "pause", {"until": until.isoformat(), "reason": reason}, scope)
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
         async with conn.transaction():
-            await controls.pause(
-                conn, cluster=cluster, namespace=namespace, until=until, reason=reason, actor=args.actor
+            until = await controls.pause(
+                conn, cluster=cluster, namespace=namespace, window=window, reason=reason, actor=args.actor
             )
-            await controls.audit(conn, action, affected=1)
+            if until is None:
+                raise _passed(args)
+            arguments = {"until": until.isoformat(), "reason": reason, **window.arguments()}
+            await controls.audit(conn, controls.Action(args.actor, "pause", arguments, scope), affected=1)
         flying = await controls.in_flight(conn, cluster=cluster, namespace=namespace)
         print(f"paused {scope} until {_stamp(until)}: no new claims there from now on")
         if flying.rows and flying.last_lease_ends is not None:
@@ -129,8 +130,13 @@ async def cmd_unpause(settings: Settings, args: argparse.Namespace) -> int:
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
         async with conn.transaction():
+            # The trail row of a pause that ends is the database's to write (migration 0012), whoever
+            # ends it; this command only names itself for it, and records a pause that was not there.
+            action = controls.Action(args.actor, "unpause", {}, scope)
+            await controls.name_command(conn, action)
             was = await controls.unpause(conn, cluster=cluster, namespace=namespace)
-            await controls.audit(conn, controls.Action(args.actor, "unpause", {}, scope), affected=int(was))
+            if not was:
+                await controls.audit(conn, action, affected=0)
             await outbox.notify(conn, cluster=cluster)  # its replicas may sleep until their poll: wake them
     print(f"unpaused {scope}: claims resume" if was else f"{scope} was not paused")
     return EXIT_OK
@@ -138,26 +144,29 @@ async def cmd_unpause(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_hold(settings: Settings, args: argparse.Namespace) -> int:
     cluster, (namespace, name) = args.cluster or settings.cluster, _pod(args.pod)
-    until, reason = end_of(args, datetime.now(UTC)), _reason(args.reason)
+    window, reason = window_of(args), _reason(args.reason)
     try:
         uid = uuid.UUID(args.uid) if args.uid is not None else None
     except ValueError:
         raise ConfigError(f"--uid {args.uid!r} is not a UUID") from None
     scope = f"cluster {cluster}, pod {namespace}/{name}" + (f" uid {uid}" if uid else "")
-    arguments = {"until": until.isoformat(), "reason": reason, "uid": str(uid) if uid else None}
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
         async with conn.transaction():
-            await controls.hold(
+            until = await controls.hold(
                 conn,
                 cluster=cluster,
                 namespace=namespace,
                 name=name,
                 uid=uid,
-                until=until,
+                window=window,
                 reason=reason,
                 actor=args.actor,
             )
+            if until is None:
+                raise _passed(args)
+            arguments = {"until": until.isoformat(), "reason": reason, "uid": str(uid) if uid else None}
+            arguments |= window.arguments()
             await controls.audit(conn, controls.Action(args.actor, "hold", arguments, scope), affected=1)
         flying = await controls.in_flight(conn, cluster=cluster, namespace=namespace, name=name)
     print(f"holding {namespace}/{name} in cluster {cluster} until {_stamp(until)}: its rows are not sent")
@@ -172,8 +181,11 @@ async def cmd_release(settings: Settings, args: argparse.Namespace) -> int:
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
         async with conn.transaction():
+            action = controls.Action(args.actor, "release", {}, scope)
+            await controls.name_command(conn, action)  # the hold's end is recorded by the database, as above
             was = await controls.release(conn, cluster=cluster, namespace=namespace, name=name)
-            await controls.audit(conn, controls.Action(args.actor, "release", {}, scope), affected=int(was))
+            if not was:
+                await controls.audit(conn, action, affected=0)
             await outbox.notify(conn, cluster=cluster)
     print(f"released {namespace}/{name}: its rows go on" if was else f"{namespace}/{name} was not held")
     return EXIT_OK
@@ -210,7 +222,9 @@ def add_parsers(commands: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--namespace", metavar="NS", help="only this namespace (default: the whole cluster)")
     timing(p, "pause")
     p.add_argument("--wait", action="store_true", help="return once no row of the scope is in flight")
-    p.add_argument("--wait-timeout", type=float, default=120.0, metavar="SECONDS", help="with --wait (default 120)")
+    p.add_argument(
+        "--wait-timeout", type=flag.positive, default=120.0, metavar="SECONDS", help="with --wait (default 120)"
+    )
     p.set_defaults(handler=cmd_pause)
 
     p = commands.add_parser("unpause", help="end a pause (claims resume at once)")

@@ -15,6 +15,7 @@ import psycopg
 from loguru import logger
 
 from pod_sweeper import __version__
+from pod_sweeper.cli import args as flag
 from pod_sweeper.cli import bulk as bulk_cli
 from pod_sweeper.cli import check, status_text
 from pod_sweeper.cli import controls as controls_cli
@@ -176,18 +177,28 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
         async with conn.transaction():
-            results = await backfill.backfill(conn, batch=args.batch, dry_run=args.dry_run)
+            results = await backfill.backfill(conn, dry_run=args.dry_run)
             if not args.dry_run:
                 enqueued = sum(r.enqueued for r in results)
-                await controls.audit(conn, controls.Action(args.actor, "backfill", {}, ""), affected=enqueued)
+                rejected = sum(r.rejected.total() for r in results)
+                arguments = {"rejected": rejected}
+                await controls.audit(conn, controls.Action(args.actor, "backfill", arguments, ""), affected=enqueued)
+    verb = "would enqueue" if args.dry_run else "enqueued"
     for result in results:
-        if args.dry_run:
-            print(f"{result.table}: would enqueue {result.seen} retired row(s)")
-            for sandbox_id, generation, namespace, pod, uid, cluster in result.sample:
-                where = "" if cluster == DEFAULT_CLUSTER else f" in cluster {cluster}"
-                print(printable(f"  {sandbox_id} generation {generation}: {namespace}/{pod}{where} uid {uid}", 300))
-        else:
-            print(f"{result.table}: enqueued {result.enqueued} retired row(s) the outbox did not have")
+        print(f"{result.table}: {verb} {result.enqueued} retired row(s) the outbox did not have")
+        for sandbox_id, generation, namespace, pod, uid, cluster in result.sample if args.dry_run else ():
+            where = "" if cluster == DEFAULT_CLUSTER else f" in cluster {cluster}"
+            print(printable(f"  {sandbox_id} generation {generation}: {namespace}/{pod}{where} uid {uid}", 300))
+        if result.rejected:
+            # As the trigger does: a row the outbox cannot hold is a reject, never silently dropped.
+            problems = "; ".join(f"{problem}: {n}" for problem, n in result.rejected.most_common())
+            rejects = "would be recorded in" if args.dry_run else "recorded in"
+            print(
+                printable(
+                    f"{result.table}: {result.rejected.total()} row(s) {rejects} pod_sweeper.rejects ({problems})"
+                ),
+                file=sys.stderr,
+            )
     if not results:
         print("no attached table")
     return EXIT_OK
@@ -283,8 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     bulk_cli.add_parsers(commands)
 
     p = commands.add_parser("prune", help="delete done rows older than the retention, in small batches")
-    p.add_argument("--older-than", type=float, metavar="SECONDS", help="default: POD_SWEEPER_RETENTION")
-    p.add_argument("--batch", type=int, default=1000, help="rows per transaction (default 1000)")
+    p.add_argument("--older-than", type=flag.positive, metavar="SECONDS", help="default: POD_SWEEPER_RETENTION")
+    p.add_argument("--batch", type=flag.count, default=1000, help="rows per transaction (default 1000)")
     controls_cli.add_actor(p)
     p.set_defaults(handler=cmd_prune)
 
@@ -312,7 +323,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("backfill", help="enqueue rows retired before attach (idempotent)")
     p.add_argument("--dry-run", action="store_true", help="count and list, write nothing")
-    p.add_argument("--batch", type=int, default=1000, help="rows per insert (default 1000)")
     controls_cli.add_actor(p)
     p.set_defaults(handler=cmd_backfill)
 
@@ -333,8 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="a server on which to create (and drop) a demo database; "
         "default: a throwaway cluster from the local PostgreSQL binaries",
     )
-    p.add_argument("--rate", type=float, default=20.0, help="executions created per second (default 20)")
-    p.add_argument("--duration", type=float, help="stop after this many seconds (default: at Ctrl-C)")
+    p.add_argument("--rate", type=flag.positive, default=20.0, help="executions created per second (default 20)")
+    p.add_argument("--duration", type=flag.positive, help="stop after this many seconds (default: at Ctrl-C)")
     p.add_argument("--seed", type=int, help="seed of the workload's random choices")
     p.set_defaults(handler=cmd_demo)
 

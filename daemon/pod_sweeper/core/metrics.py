@@ -13,6 +13,7 @@ import functools
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from pod_sweeper import __version__
+from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.states import Outcome, Result
 
 # Label values whose series exist from the first scrape, at 0: an alert or a panel that reads
@@ -28,9 +29,11 @@ EVENT_RESULTS = ("sent", "failed", "dropped")
 
 
 class Metrics:
-    def __init__(self, *, listening: bool = True) -> None:
+    def __init__(self, *, listening: bool = True, cluster: str = DEFAULT_CLUSTER) -> None:
         """``listening``: whether this process runs a LISTEN connection; without one the listener's
-        health gauge is not exported at all (a poll-only replica's 0 would read as a failure)."""
+        health gauge is not exported at all (a poll-only replica's 0 would read as a failure).
+        ``cluster``: the pod cluster this replica serves, on ``pod_sweeper_build_info``, through which
+        an alert on one replica's series names its cluster (``* on (instance) group_left (pod_cluster)``)."""
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.outbox_rows = Gauge(
@@ -54,6 +57,21 @@ class Metrics:
         )
         self.cluster_pending = Gauge(
             "pod_sweeper_cluster_pending_rows", "Pending outbox rows of each pod cluster", ["pod_cluster"], registry=r
+        )
+        self.cluster_dead = Gauge(
+            "pod_sweeper_cluster_dead_rows", "Dead outbox rows of each pod cluster", ["pod_cluster"], registry=r
+        )
+        self.cluster_oldest_claim = Gauge(
+            "pod_sweeper_cluster_oldest_claim_seconds",
+            "Age of the oldest claim held on a row of each pod cluster (0: none)",
+            ["pod_cluster"],
+            registry=r,
+        )
+        self.cluster_rejected = Gauge(
+            "pod_sweeper_cluster_rejected_retires",
+            "Retires of each pod cluster recorded in pod_sweeper.rejects (up to 1,000; '(none)': no cluster named)",
+            ["pod_cluster"],
+            registry=r,
         )
         self.dead_rows = Gauge("pod_sweeper_dead_rows", "Rows that went dead and wait for an operator", registry=r)
         self.rejected = Gauge(
@@ -174,8 +192,13 @@ class Metrics:
         self.reconcile_enqueued = Counter(
             "pod_sweeper_reconcile_enqueued", "Confirmed suspects enqueued with reason 'reconciled'", registry=r
         )
-        self.build_info = Gauge("pod_sweeper_build_info", "Build information", ["version"], registry=r)
-        self.build_info.labels(__version__).set(1)
+        self.build_info = Gauge(
+            "pod_sweeper_build_info",
+            "Build information, and the pod cluster the replica serves",
+            ["version", "pod_cluster"],
+            registry=r,
+        )
+        self.build_info.labels(__version__, cluster).set(1)
         self.failpoints_armed = Gauge(
             "pod_sweeper_failpoints_armed",
             "Failpoints armed in this process (chaos tests only: it kills, raises in or stalls itself on purpose)",

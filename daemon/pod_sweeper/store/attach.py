@@ -1,7 +1,8 @@
 """``attach`` and ``detach``: install or remove the enqueue trigger on a host table.
 
 The trigger function is generated per attachment with the host's column names baked in (no dynamic
-SQL per row), and three triggers call it: INSERT, UPDATE and DELETE, each with a WHEN clause so that
+SQL per row; the call and the conditions are ``store.enqueue_rule``'s, which backfill uses too), and
+three triggers call it: INSERT, UPDATE and DELETE, each with a WHEN clause so that
 the many updates that retire nothing never even enter PL/pgSQL. Every name goes through
 ``psycopg.sql.Identifier``; the generated function body reaches the server as a string literal, so a
 hostile column name cannot end the body early. Everything happens in one transaction with a short
@@ -18,7 +19,7 @@ from psycopg import sql
 
 from pod_sweeper.core.errors import AttachError, ConfigError
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
-from pod_sweeper.store import queries
+from pod_sweeper.store import enqueue_rule, queries
 from pod_sweeper.store.db import Connection
 
 ROLES = ("sandbox_id", "generation", "pod_namespace", "pod_name", "pod_uid", "active")
@@ -92,7 +93,7 @@ def parse_mapping(pairs: list[str]) -> dict[str, str]:
     return mapping
 
 
-async def _column_types(conn: Connection, target: Target) -> dict[str, str]:
+async def column_types(conn: Connection, target: Target) -> dict[str, str]:
     cur = await conn.execute(
         """
         SELECT c.relkind, a.attname, t.typname
@@ -125,21 +126,6 @@ def check_fit(target: Target, mapping: dict[str, str], types: dict[str, str]) ->
             )
 
 
-def _value(role: str, record: str, mapping: dict[str, str], types: dict[str, str]) -> sql.Composable:
-    column = sql.SQL("{}.{}").format(sql.SQL(record), sql.Identifier(mapping[role]))
-    cast = {
-        "sandbox_id": "text",
-        "generation": "bigint",
-        "pod_namespace": "text",
-        "pod_name": "text",
-        "pod_uid": "text" if types[mapping["pod_uid"]] != "uuid" else None,
-        "cluster": "text",
-    }.get(role)
-    if cast:
-        return sql.SQL("{}::{}").format(column, sql.SQL(cast))
-    return column
-
-
 def _function_name(attachment_id: int) -> sql.Identifier:
     return sql.Identifier("pod_sweeper", f"enqueue_{attachment_id}")
 
@@ -157,7 +143,7 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str], *, c
         )
     async with conn.transaction():
         await conn.execute(queries.load("lock_timeout"), {"timeout": LOCK_TIMEOUT})
-        types = await _column_types(conn, target)
+        types = await column_types(conn, target)
         check_fit(target, mapping, types)
         row = await (
             await conn.execute(
@@ -175,30 +161,11 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str], *, c
         assert row is not None
         attachment_id: int = row["id"]
 
-        def v(role: str, record: str) -> sql.Composable:
-            return _value(role, record, mapping, types)
-
-        # A UID held as text goes in as it is: enqueue_text_uid records a malformed one as a reject
-        # (migration 0008) instead of enqueuing nothing.
-        enqueue = "enqueue" if types[mapping["pod_uid"]] == "uuid" else "enqueue_text_uid"
-
-        def call(record: str, reason: str) -> sql.Composable:
-            where = v("cluster", record) if "cluster" in mapping else sql.Literal(cluster or DEFAULT_CLUSTER)
-            return sql.SQL("PERFORM pod_sweeper.{}({}, {}, {}, {}, {}, {}, {}, {});").format(
-                sql.Identifier(enqueue),
-                sql.Literal(attachment_id),
-                v("sandbox_id", record),
-                v("generation", record),
-                v("pod_namespace", record),
-                v("pod_name", record),
-                v("pod_uid", record),
-                sql.Literal(reason),
-                where,
-            )
-
+        rule = enqueue_rule.Rule(attachment_id, mapping, types, cluster or DEFAULT_CLUSTER)
         body = sql.SQL(
-            "BEGIN\n  IF TG_OP = 'DELETE' THEN\n    {}\n    RETURN OLD;\n  END IF;\n  {}\n  RETURN NEW;\nEND;"
-        ).format(call("OLD", "row_deleted"), call("NEW", "retired"))
+            "BEGIN\n  IF TG_OP = 'DELETE' THEN\n    PERFORM {};\n    RETURN OLD;\n  END IF;\n  PERFORM {};\n"
+            "  RETURN NEW;\nEND;"
+        ).format(rule.call("OLD", "row_deleted"), rule.call("NEW", "retired"))
         await conn.execute(
             # SECURITY DEFINER: the host's writers need no right on our schema (see migration 0003).
             sql.SQL(
@@ -206,18 +173,7 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str], *, c
                 " SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS {}"
             ).format(_function_name(attachment_id), sql.Literal(body.as_string(conn)))
         )
-        new_uid, old_uid = v("pod_uid", "NEW"), v("pod_uid", "OLD")
-        new_active, old_active = v("active", "NEW"), v("active", "OLD")
-        # The enqueue rule, as WHEN clauses: a retire (active goes false while a UID is set), a UID
-        # recorded or changed on a retired row, an inactive row inserted with a UID, a deleted row
-        # that names a UID. Anything else never calls the function.
-        when = {
-            "ins": sql.SQL("{} IS NOT NULL AND NOT {}").format(new_uid, new_active),
-            "upd": sql.SQL("{} IS NOT NULL AND NOT {} AND ({} OR {} IS DISTINCT FROM {})").format(
-                new_uid, new_active, old_active, old_uid, new_uid
-            ),
-            "del": sql.SQL("{} IS NOT NULL").format(old_uid),
-        }
+        when = rule.when()
         events = {"ins": "INSERT", "upd": "UPDATE", "del": "DELETE"}
         for op, trigger in _trigger_names().items():
             await conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(trigger, target.identifier()))

@@ -1,9 +1,13 @@
 """``pod-sweeper backfill``: enqueue the retirements the trigger never saw (rows retired before
 ``attach``), so that "retired implies pod deleted" holds for the past too.
 
-One streaming pass over each attached table's retired rows that name a pod UID, inserted in batches
-as ``reason = 'backfill'``; the unique pod UID makes it idempotent (a UID that already has an outbox
-row, open or finished, is left alone). ``--dry-run`` lists what it would enqueue.
+Backfill enqueues exactly as the trigger does: the same condition (a retired row that names a UID) and
+the same call of ``pod_sweeper.enqueue``, both from ``store.enqueue_rule``, so a row the trigger would
+reject (a NULL or empty field, a malformed UID, an empty cluster) is recorded in
+``pod_sweeper.rejects`` here too, with ``reason = 'backfill'``, and counted in the result. One
+statement per attached table, in the caller's transaction; a UID that already has an outbox row (open
+or finished), or a row backfill rejected before, is left alone, so it is idempotent. ``dry_run`` runs
+the same statement and rolls it back: its counts are what a real run would do now.
 """
 
 from __future__ import annotations
@@ -12,82 +16,87 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from psycopg import sql
-from psycopg.rows import tuple_row
 
-from pod_sweeper.store import queries
+from pod_sweeper.store import attach, enqueue_rule
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment, load_attachments
+
+REASON = "backfill"
+SAMPLE = 20
 
 
 @dataclass
 class BackfillResult:
     table: str
-    seen: int = 0
+    seen: int = 0  # retired rows with a UID the outbox lacked
     enqueued: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)  # problem -> rows (pod_sweeper.rejects)
     sample: list[tuple[str, ...]] = field(default_factory=list)
 
 
-def _candidates(attachment: Attachment, uid_is_uuid: bool) -> sql.Composed:
-    cols = {role: sql.Identifier(name) for role, name in attachment.columns.items()}
-    uid = (
-        sql.SQL("t.{}").format(cols["pod_uid"])
-        if uid_is_uuid
-        else sql.SQL("pod_sweeper.try_uuid(t.{}::text)").format(cols["pod_uid"])
-    )
-    cluster = sql.SQL("t.{}::text").format(cols["cluster"]) if "cluster" in cols else sql.Literal(attachment.cluster)
+def _missing(rule: enqueue_rule.Rule, attachment: Attachment) -> sql.Composed:
+    """FROM and WHERE of the host rows to enqueue: retired with a UID (the trigger's condition), whose
+    UID the outbox lacks and which backfill has not rejected before."""
+    uid = sql.SQL("t.{}").format(sql.Identifier(rule.mapping["pod_uid"]))
+    as_uuid = uid if rule.uid_is_uuid else sql.SQL("pod_sweeper.try_uuid({}::text)").format(uid)
     return sql.SQL(
-        "SELECT t.{sid}::text, t.{gen}::bigint, t.{ns}::text, t.{name}::text, {uid}, {cluster} FROM {table} AS t"
-        " WHERE NOT t.{active} AND t.{raw_uid} IS NOT NULL"
-        " AND NOT EXISTS (SELECT 1 FROM pod_sweeper.outbox AS o WHERE o.pod_uid = {uid})"
+        "FROM {table} AS t WHERE {retired}"
+        " AND NOT EXISTS (SELECT 1 FROM pod_sweeper.outbox AS o WHERE o.pod_uid = {as_uuid})"
+        " AND NOT EXISTS (SELECT 1 FROM pod_sweeper.rejects AS r WHERE r.attachment_id = {id} AND r.reason = {reason}"
+        " AND r.sandbox_id IS NOT DISTINCT FROM left({sid}, 1000) AND r.generation IS NOT DISTINCT FROM {gen}"
+        " AND r.pod_uid IS NOT DISTINCT FROM left({uid}::text, 1000))"
     ).format(
-        sid=cols["sandbox_id"],
-        gen=cols["generation"],
-        ns=cols["pod_namespace"],
-        name=cols["pod_name"],
-        uid=uid,
-        cluster=cluster,
         table=attachment.identifier,
-        active=cols["active"],
-        raw_uid=cols["pod_uid"],
+        retired=rule.retired("t"),
+        as_uuid=as_uuid,
+        id=sql.Literal(rule.attachment_id),
+        reason=sql.Literal(REASON),
+        sid=rule.value("sandbox_id", "t"),
+        gen=rule.value("generation", "t"),
+        uid=uid,
     )
 
 
-_INSERT = sql.SQL(
-    "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
-    " reason, cluster) SELECT %s, s, g, n, p, u, 'backfill', c"
-    " FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::uuid[], %s::text[]) AS x(s, g, n, p, u, c)"
-    " WHERE u IS NOT NULL AND nullif(c, '') IS NOT NULL ON CONFLICT (pod_uid) DO NOTHING"
-    " RETURNING cluster AS c"
-)
-
-
-async def backfill(conn: Connection, *, batch: int = 1000, dry_run: bool = False) -> list[BackfillResult]:
-    """Enqueue (or with ``dry_run`` only count and sample) every retired row the outbox lacks."""
-    results = []
-    for attachment in (await load_attachments(conn)).values():
-        if not attachment.present:
-            continue
-        cur = await conn.execute(
-            "SELECT t.typname = 'uuid' AS is_uuid FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid"
-            " WHERE a.attrelid = %s::regclass AND a.attname = %s",
-            (attachment.identifier.as_string(conn), attachment.columns["pod_uid"]),
+async def _backfill_one(conn: Connection, attachment: Attachment, *, dry_run: bool) -> BackfillResult:
+    result = BackfillResult(attachment.identifier.as_string(conn))
+    types = await attach.column_types(conn, attach.Target(*attachment.table))
+    rule = enqueue_rule.Rule(attachment.id, attachment.columns, types, attachment.cluster)
+    missing = _missing(rule, attachment)
+    cluster = rule.value("cluster", "t") if "cluster" in rule.mapping else sql.Literal(rule.cluster)
+    columns = [rule.value(role, "t") for role in ("sandbox_id", "generation", "pod_namespace", "pod_name")]
+    shown = sql.SQL("SELECT {}, t.{}::text, {} {} LIMIT {}").format(
+        sql.SQL(", ").join(columns), sql.Identifier(rule.mapping["pod_uid"]), cluster, missing, sql.Literal(SAMPLE)
+    )
+    result.sample = [tuple(map(str, row.values())) for row in await (await conn.execute(shown)).fetchall()]
+    # The statement has no parameters: the composed names reach the server as they are. The call is a
+    # lateral join, so it runs for the rows the conditions kept and for no other.
+    enqueue = sql.SQL("SELECT count(*) AS seen FROM (SELECT t.* {}) AS t CROSS JOIN LATERAL {} AS e").format(
+        missing, rule.call("t", REASON)
+    )
+    async with conn.transaction(force_rollback=dry_run):
+        row = await (await conn.execute(enqueue)).fetchone()
+        result.seen = int(row["seen"]) if row else 0
+        # What this transaction did (now() is its start, the default of both tables' times).
+        counted = await conn.execute(
+            "SELECT count(*) AS n FROM pod_sweeper.outbox"
+            " WHERE attachment_id = %s AND reason = %s AND enqueued_at = now()",
+            (attachment.id, REASON),
         )
-        row = await cur.fetchone()
-        result = BackfillResult(attachment.identifier.as_string(conn))
-        clusters: Counter[str] = Counter()
-        # A server-side cursor streams the candidates: one pass, flat memory, however large the table.
-        async with conn.transaction(), conn.cursor(name="pod_sweeper_backfill", row_factory=tuple_row) as candidates:
-            await candidates.execute(_candidates(attachment, bool(row and row["is_uuid"])))
-            while rows := await candidates.fetchmany(batch):
-                result.seen += len(rows)
-                if dry_run:
-                    result.sample += [tuple(map(str, r)) for r in rows[: max(0, 20 - len(result.sample))]]
-                    continue
-                columns = list(zip(*rows, strict=True))
-                inserted = await conn.execute(_INSERT, (attachment.id, *map(list, columns)))
-                clusters.update(r["c"] for r in await inserted.fetchall())
-            result.enqueued = sum(clusters.values())
-            for cluster in clusters:  # wake each cluster's sweepers, on its own channel
-                await conn.execute(queries.load("notify"), queries.notify_params(cluster=cluster))
-        results.append(result)
-    return results
+        result.enqueued = int((await counted.fetchone() or {"n": 0})["n"])
+        problems = await conn.execute(
+            "SELECT problem, count(*) AS n FROM pod_sweeper.rejects"
+            " WHERE attachment_id = %s AND reason = %s AND rejected_at = now() GROUP BY problem",
+            (attachment.id, REASON),
+        )
+        result.rejected.update({r["problem"]: int(r["n"]) for r in await problems.fetchall()})
+    return result
+
+
+async def backfill(conn: Connection, *, dry_run: bool = False) -> list[BackfillResult]:
+    """Enqueue (with ``dry_run``: only count and sample) every retired row the outbox lacks, in the
+    caller's transaction."""
+    return [
+        await _backfill_one(conn, attachment, dry_run=dry_run)
+        for attachment in (await load_attachments(conn)).values()
+        if attachment.present
+    ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pod_sweeper.store import queries
@@ -28,6 +28,22 @@ class Action:
     command: str
     arguments: dict[str, Any]
     scope: str
+
+
+@dataclass(frozen=True)
+class Window:
+    """When a pause or a hold ends: at ``until``, or ``length`` from the database's ``now()`` (one of
+    the two). The database computes it, so the clock of the machine that runs the command plays no part."""
+
+    until: datetime | None = None
+    length: timedelta | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"until": self.until, "seconds": self.length.total_seconds() if self.length is not None else None}
+
+    def arguments(self) -> dict[str, Any]:
+        """What the audit trail keeps of how it was asked for."""
+        return {"for_seconds": self.length.total_seconds()} if self.length is not None else {}
 
 
 @dataclass(frozen=True)
@@ -52,14 +68,21 @@ async def audit(conn: Connection, action: Action, affected: int) -> int:
     return int(row["id"])
 
 
+async def name_command(conn: Connection, action: Action) -> None:
+    """Name the command and its operator for the rest of the caller's transaction: the trail rows the
+    database writes itself (a pause or a hold that ends, migration 0012) carry them. Transaction-scoped,
+    so nothing of it is left on a pooled server connection."""
+    await conn.execute(queries.load("name_command"), {"actor": action.actor, "command": action.command})
+
+
 async def pause(
-    conn: Connection, *, cluster: str, namespace: str, until: datetime, reason: str, actor: str
-) -> datetime:
-    """Pause the scope until ``until`` (namespace ``WHOLE_CLUSTER``: every namespace); when it began."""
-    params = {"cluster": cluster, "namespace": namespace, "until": until, "reason": reason, "actor": actor}
+    conn: Connection, *, cluster: str, namespace: str, window: Window, reason: str, actor: str
+) -> datetime | None:
+    """Pause the scope (namespace ``WHOLE_CLUSTER``: every namespace) for ``window``; when it ends,
+    or None (nothing written) when the window's ``until`` has passed by the database's clock."""
+    params = {"cluster": cluster, "namespace": namespace, "reason": reason, "actor": actor, **window.params()}
     row = await (await conn.execute(queries.load("pause"), params)).fetchone()
-    assert row is not None
-    return row["since"]  # type: ignore[no-any-return]
+    return None if row is None else row["until"]
 
 
 async def unpause(conn: Connection, *, cluster: str, namespace: str) -> bool:
@@ -75,23 +98,22 @@ async def hold(
     namespace: str,
     name: str,
     uid: uuid.UUID | None,
-    until: datetime,
+    window: Window,
     reason: str,
     actor: str,
-) -> datetime:
-    """Hold one pod's rows until ``until``; when the hold began."""
+) -> datetime | None:
+    """Hold one pod's rows for ``window``; when the hold ends, or None as for :func:`pause`."""
     params = {
         "cluster": cluster,
         "namespace": namespace,
         "name": name,
         "uid": uid,
-        "until": until,
         "reason": reason,
         "actor": actor,
+        **window.params(),
     }
     row = await (await conn.execute(queries.load("hold"), params)).fetchone()
-    assert row is not None
-    return row["since"]  # type: ignore[no-any-return]
+    return None if row is None else row["until"]
 
 
 async def release(conn: Connection, *, cluster: str, namespace: str, name: str) -> bool:

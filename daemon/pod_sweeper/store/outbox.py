@@ -133,12 +133,12 @@ async def claim(
         checked = await recheck(conn, claims, attachments)
         decided = [(c, final) for c in claims if (final := decide(c, checked)) is not None]
         if decided:
-            await record_results(conn, [final for _, final in decided], owner)
+            await record_results(conn, [final for _, final in decided], owner, cluster=cluster)
         ended = {c.id for c, _ in decided}
         return ClaimedBatch([c for c in claims if c.id not in ended], decided, checked.attachments)
 
 
-async def record_results(conn: Connection, finals: list[Final], replica: str) -> set[int]:
+async def record_results(conn: Connection, finals: list[Final], replica: str, *, cluster: str) -> set[int]:
     """Record ``finals`` (and their attempts) in one statement; returns the ids this replica still owned
     (the rest were taken over after a lease expiry and are left as the other replica recorded them)."""
     if not finals:
@@ -161,7 +161,8 @@ async def record_results(conn: Connection, finals: list[Final], replica: str) ->
         }
         for f in finals
     ]
-    cur = await conn.execute(queries.load("record_results"), {"replica": replica, "rows": json.dumps(rows)})
+    params = {"replica": replica, "cluster": cluster, "rows": json.dumps(rows)}
+    cur = await conn.execute(queries.load("record_results"), params)
     return {r["id"] for r in await cur.fetchall()}
 
 
@@ -271,10 +272,10 @@ async def cluster_rows(conn: Connection, *, cluster: str, owner: str) -> None:
     await conn.execute(queries.load("cluster_rows"), {"cluster": cluster, "owner": owner})
 
 
-async def reopen_dry_run(conn: Connection, *, keep: list[str]) -> int:
-    """At the start of a real run: a dry run's would_delete rows back to pending, except those of the
-    namespaces still swept in dry run (``keep``); how many."""
-    return (await conn.execute(queries.load("reopen_dry_run"), {"keep": keep})).rowcount
+async def reopen_dry_run(conn: Connection, *, cluster: str, keep: list[str]) -> int:
+    """At the start of a real run: the cluster's dry-run would_delete rows back to pending, except those
+    of the namespaces still swept in dry run (``keep``); how many."""
+    return (await conn.execute(queries.load("reopen_dry_run"), {"cluster": cluster, "keep": keep})).rowcount
 
 
 @dataclass(frozen=True)
@@ -308,19 +309,34 @@ async def lag(conn: Connection) -> Lag | None:
 
 
 @dataclass(frozen=True)
-class ClusterLag:
-    """One cluster's open rows (the lag_by_cluster view)."""
+class ClusterGauges:
+    """One cluster's gauges (``sql/cluster_gauges.sql``); all 0 for a cluster with nothing to show."""
 
     cluster: str
-    pending: int
-    oldest_claimable_seconds: float
+    pending: int = 0
+    oldest_claimable_seconds: float = 0.0
+    oldest_claim_seconds: float = 0.0
+    dead: int = 0
+    rejected: int = 0
 
 
-async def lag_by_cluster(conn: Connection) -> list[ClusterLag]:
-    rows = await (await conn.execute(queries.load("status_clusters"))).fetchall()
-    return [ClusterLag(r["cluster"], r["pending"], r["oldest_claimable_seconds"]) for r in rows]
+async def cluster_gauges(conn: Connection) -> list[ClusterGauges]:
+    """Every cluster's gauges, each alert's per-cluster source."""
+    rows = await (await conn.execute(queries.load("cluster_gauges"))).fetchall()
+    return [
+        ClusterGauges(
+            r["cluster"],
+            r["pending"],
+            r["oldest_claimable_seconds"],
+            r["oldest_claim_seconds"],
+            r["dead"],
+            r["rejected"],
+        )
+        for r in rows
+    ]
 
 
-async def namespaces(conn: Connection) -> list[str]:
-    """The namespaces the outbox names (at most 50), for ``check``."""
-    return [r["pod_namespace"] for r in await (await conn.execute(queries.load("check_namespaces"))).fetchall()]
+async def namespaces(conn: Connection, *, cluster: str) -> list[str]:
+    """The namespaces the outbox names for the cluster (at most 50), for ``check``."""
+    rows = await (await conn.execute(queries.load("check_namespaces"), {"cluster": cluster})).fetchall()
+    return [r["pod_namespace"] for r in rows]

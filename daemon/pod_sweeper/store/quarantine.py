@@ -58,14 +58,17 @@ async def sight(
     return {str(r["pod_uid"]) for r in await cur.fetchall() if r["due"]}
 
 
-async def forget(conn: Connection, uids: list[str]) -> None:
-    """These pods are no longer suspects (their generation came back, they changed, they went)."""
-    await conn.execute(queries.load("reconcile_forget"), {"uids": uids})
+async def forget(conn: Connection, uids: list[str], *, cluster: str) -> None:
+    """These pods of the cluster are no longer suspects (their generation came back, they changed,
+    they went)."""
+    await conn.execute(queries.load("reconcile_forget"), {"uids": uids, "cluster": cluster})
 
 
-async def enqueue(conn: Connection, uids: list[str]) -> int:
-    """Enqueue confirmed suspects as outbox rows with reason ``reconciled``; how many were enqueued."""
-    row = await (await conn.execute(queries.load("reconcile_enqueue"), {"uids": uids})).fetchone()
+async def enqueue(conn: Connection, uids: list[str], *, cluster: str) -> int:
+    """Enqueue the cluster's confirmed suspects as outbox rows with reason ``reconciled``; how many were
+    enqueued."""
+    params = {"uids": uids, "cluster": cluster}
+    row = await (await conn.execute(queries.load("reconcile_enqueue"), params)).fetchone()
     return int(row["enqueued"]) if row else 0
 
 

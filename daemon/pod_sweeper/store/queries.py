@@ -8,6 +8,7 @@ what runs; read-only queries meant for people live in ``sql/dba/``. Statements b
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import LiteralString, cast
@@ -46,6 +47,62 @@ def notify_params(payload: str = "", *, cluster: str) -> dict[str, str]:
 def listen(*, cluster: str) -> sql.Composed:
     """``LISTEN`` on the cluster's channel (a name, so composed rather than parameterised)."""
     return sql.SQL("LISTEN {}").format(sql.Identifier(channel(cluster=cluster)))
+
+
+# The tables and views whose rows belong to one Kubernetes cluster. A statement under sql/ that reads or
+# writes one of them names its cluster (a ``%(cluster)s`` parameter), or is listed in SPANS_CLUSTERS
+# with the reason it spans every cluster on purpose. tests/unit/test_queries.py holds every file to it.
+CLUSTER_OWNED = (
+    "outbox",
+    "attempts",
+    "breaker",
+    "wakeup",
+    "reconcile_state",
+    "suspects",
+    "pauses",
+    "holds",
+    "outages",
+    "rejects",
+    "lag",
+    "lag_by_cluster",
+    "summary",
+)
+
+_STATUS = "`pod-sweeper status` shows every cluster, each row with its cluster: one command for on-call"
+_EXPLAIN = "`pod-sweeper explain` answers for a pod of any cluster and names the cluster of each row"
+_BULK = "a bulk action spans the clusters its filters match (--cluster narrows); its preview counts per cluster"
+_DBA = "a read-only query for people, over every cluster, each row with its cluster"
+SPANS_CLUSTERS: Mapping[str, str] = {
+    "prune": "retention is the database's, not a cluster's: whichever replica holds the prune lock keeps the"
+    " whole outbox within it, so a cluster with no replica left is pruned too (a dry run's rows are kept)",
+    "outage_prune": "the outage reports nobody renewed for an hour, of any cluster: their replicas are gone",
+    "bulk_match": _BULK,
+    "retry": _BULK + " (it acts on the ids bulk_match chose)",
+    "discard": _BULK + " (it acts on the ids bulk_match chose)",
+    "explain_outbox": _EXPLAIN,
+    "explain_attempts": _EXPLAIN + " (the attempts of the rows explain_outbox found)",
+    "explain_suspects": _EXPLAIN,
+    "status_lag": "the whole outbox's lag, beside each cluster's (status_clusters, cluster_gauges)",
+    "status_clusters": _STATUS,
+    "cluster_gauges": "every replica exports every cluster's gauges, so a cluster whose replicas are all down"
+    " still pages from the others",
+    "status_summary": _STATUS,
+    "status_failures": _STATUS,
+    "status_rejects": _STATUS,
+    "status_stuck": _STATUS,
+    "status_terminating": _STATUS,
+    "status_breaker": _STATUS,
+    "status_outages": _STATUS,
+    "status_reconcile": _STATUS,
+    "status_wakeup": _STATUS,
+    "status_controls": _STATUS,
+    "breaker_resume": "`pod-sweeper resume --all-clusters` closes every tripped breaker (else the one named)",
+    "dba/alerts": _DBA,
+    "dba/dead": _DBA,
+    "dba/lag": _DBA,
+    "dba/open": _DBA,
+    "dba/rejects": _DBA,
+}
 
 
 @cache

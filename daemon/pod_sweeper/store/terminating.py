@@ -22,16 +22,18 @@ class Terminating:
     stuck_at: datetime | None
 
 
-async def take_due(conn: Connection, *, batch: int, recheck_seconds: float) -> list[Terminating]:
-    """Up to ``batch`` rows due for a look, each put off by ``recheck_seconds`` (so no other replica
-    looks at the same time)."""
-    cur = await conn.execute(queries.load("confirm_claim"), {"batch": batch, "recheck_seconds": recheck_seconds})
+async def take_due(conn: Connection, *, cluster: str, batch: int, recheck_seconds: float) -> list[Terminating]:
+    """Up to ``batch`` of the cluster's rows due for a look, each put off by ``recheck_seconds`` (so no
+    other replica looks at the same time)."""
+    params = {"cluster": cluster, "batch": batch, "recheck_seconds": recheck_seconds}
+    cur = await conn.execute(queries.load("confirm_claim"), params)
     return [
         Terminating(r["id"], r["pod_namespace"], r["pod_name"], str(r["pod_uid"]), r["done_at"], r["stuck_at"])
         for r in await cur.fetchall()
     ]
 
 
-async def record(conn: Connection, *, ids: list[int], gone: list[bool], stuck: list[bool]) -> None:
+async def record(conn: Connection, *, cluster: str, ids: list[int], gone: list[bool], stuck: list[bool]) -> None:
     """What each look found: the pod gone (confirmed), or still there past the limit (stuck)."""
-    await conn.execute(queries.load("confirm_result"), {"ids": ids, "gone": gone, "stuck": stuck})
+    params = {"cluster": cluster, "ids": ids, "gone": gone, "stuck": stuck}
+    await conn.execute(queries.load("confirm_result"), params)

@@ -57,7 +57,9 @@ class Confirmer:
         if not self.outage.open:
             return 0
         async with self.pool.connection() as conn:
-            rows = await terminating.take_due(conn, batch=BATCH, recheck_seconds=RECHECK_SECONDS)
+            rows = await terminating.take_due(
+                conn, cluster=self.settings.cluster, batch=BATCH, recheck_seconds=RECHECK_SECONDS
+            )
         if not rows:
             return 0
         ids, gone, stuck = [], [], []
@@ -99,7 +101,7 @@ class Confirmer:
                 await self._force_if_node_gone(row.pod_namespace, row.pod_name, uid, state.node_name)
         if ids:
             async with self.pool.connection() as conn:
-                await terminating.record(conn, ids=ids, gone=gone, stuck=stuck)
+                await terminating.record(conn, cluster=self.settings.cluster, ids=ids, gone=gone, stuck=stuck)
         return len(rows)
 
     async def _force_if_node_gone(self, namespace: str, name: str, uid: str, node: str) -> None:

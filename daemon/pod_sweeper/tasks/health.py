@@ -158,7 +158,7 @@ async def refresh_gauges(
         try:
             async with pool.connection(timeout=max(1.0, interval)) as conn:
                 lag = await outbox.lag(conn)
-                by_cluster = await outbox.lag_by_cluster(conn)
+                by_cluster = await outbox.cluster_gauges(conn)
                 in_force = await controls.in_force(conn)
             # The pauses of this replica's cluster, as they are now (one that ended is gone from the gauge).
             metrics.paused.clear()
@@ -168,12 +168,15 @@ async def refresh_gauges(
                     metrics.paused.labels(cluster, control["pod_namespace"] or "*").set(age)
             held = sum(1 for c in in_force if c["cluster"] == cluster and c["kind"] == "hold")
             metrics.holds.labels(cluster).set(held)
-            # A cluster with no open row left reads 0 (not the last value it had).
+            # A cluster with nothing left to show reads 0 (not the last value it had).
             current = {c.cluster: c for c in by_cluster}
-            for cluster in clusters_seen | set(current):
-                row = current.get(cluster)
-                metrics.cluster_lag.labels(cluster).set(row.oldest_claimable_seconds if row else 0)
-                metrics.cluster_pending.labels(cluster).set(row.pending if row else 0)
+            for name in clusters_seen | set(current):
+                row = current.get(name, outbox.ClusterGauges(name))
+                metrics.cluster_lag.labels(name).set(row.oldest_claimable_seconds)
+                metrics.cluster_pending.labels(name).set(row.pending)
+                metrics.cluster_dead.labels(name).set(row.dead)
+                metrics.cluster_oldest_claim.labels(name).set(row.oldest_claim_seconds)
+                metrics.cluster_rejected.labels(name).set(row.rejected)
             clusters_seen |= set(current)
             if lag is not None:
                 for status, rows in (("pending", lag.pending), ("claimed", lag.claimed), ("dead", lag.dead)):

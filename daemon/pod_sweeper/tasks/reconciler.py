@@ -195,7 +195,7 @@ class Reconciler:
             suspect_uids = {s.pod.uid for s in suspects}
             cleared = [pod.uid for pod in pods if pod.uid not in suspect_uids]
             if cleared:
-                await quarantine.forget(conn, cleared)
+                await quarantine.forget(conn, cleared, cluster=self.settings.cluster)
             if not suspects:
                 return []
             sightings = [
@@ -255,10 +255,10 @@ class Reconciler:
             else:
                 confirmed = []
             if changed:
-                await quarantine.forget(conn, changed)
+                await quarantine.forget(conn, changed, cluster=self.settings.cluster)
             if not confirmed:
                 return 0
-            enqueued = await quarantine.enqueue(conn, [s.pod.uid for s in confirmed])
+            enqueued = await quarantine.enqueue(conn, [s.pod.uid for s in confirmed], cluster=self.settings.cluster)
         for s in confirmed:
             logger.warning(
                 "reconciled: pod {ns}/{pod} uid {uid} ({why}: sandbox {sandbox} generation {generation}) enqueued "

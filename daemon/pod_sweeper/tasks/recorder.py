@@ -37,6 +37,7 @@ class Recorder:
     def __init__(
         self,
         replica: str,
+        cluster: str,
         pool: AsyncConnectionPool[Connection],
         pipeline: Pipeline,
         metrics: Metrics,
@@ -45,7 +46,7 @@ class Recorder:
         stopping: asyncio.Event,
         wake_claimer: Callable[[str], None],
     ) -> None:
-        self.replica, self.pool, self.pipeline, self.metrics = replica, pool, pipeline, metrics
+        self.replica, self.cluster, self.pool, self.pipeline, self.metrics = replica, cluster, pool, pipeline, metrics
         self.backoff, self.stopping, self.wake_claimer = backoff, stopping, wake_claimer
         self._lock = asyncio.Lock()
 
@@ -84,7 +85,7 @@ class Recorder:
         while pipeline.results:
             batch = pipeline.results[:RECORD_BATCH]
             async with self.pool.connection() as conn, conn.transaction():
-                owned = await outbox.record_results(conn, batch, self.replica)
+                owned = await outbox.record_results(conn, batch, self.replica, cluster=self.cluster)
                 failpoints.hit("during_record")
             del pipeline.results[: len(batch)]
             for final in batch:

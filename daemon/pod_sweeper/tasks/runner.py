@@ -79,7 +79,7 @@ class Daemon:
         self.settings = settings
         self.handle_signals = handle_signals  # off when embedded (tests, the demo) off the main thread
         self.stop_requested = asyncio.Event()
-        self.metrics = Metrics(listening=settings.listens)
+        self.metrics = Metrics(listening=settings.listens, cluster=settings.cluster)
         self.health = Health()
         self.metrics.ready.set_function(lambda: 1.0 if self.ready else 0.0)
         if settings.listens:  # not ready until the listener hears (it is replaced by the listener's own)
@@ -180,7 +180,7 @@ class Daemon:
                 attachments = await load_attachments(conn)
                 if not self.settings.dry_run:
                     shadow = sorted(self.settings.dry_run_namespaces or ())
-                    reopened = await outbox.reopen_dry_run(conn, keep=shadow)
+                    reopened = await outbox.reopen_dry_run(conn, cluster=self.settings.cluster, keep=shadow)
                     if reopened:
                         logger.info("reopened {n} row(s) a dry run left as would_delete", n=reopened)
             self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True

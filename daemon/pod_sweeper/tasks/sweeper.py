@@ -161,6 +161,7 @@ class Sweeper:
         )
         self.recorder = Recorder(
             settings.replica_id,
+            settings.cluster,
             pool,
             pipeline,
             metrics,
