@@ -74,7 +74,7 @@ def test_a_pause_lasts_an_hour_by_default_at_most_a_day_from_the_databases_clock
     assert window(for_="24h") == Window(length=timedelta(hours=24))
     with pytest.raises(ConfigError, match="argument --for: '25h': at most 24 h"):
         window(for_="25h")
-    with pytest.raises(ConfigError, match="argument --for: '0.5s': at least 1 s"):
+    with pytest.raises(ConfigError, match=r"argument --for: '0\.5s': at least 1 s"):
         window(for_="0.5s")
     assert window(until="2026-12-10T09:00") == Window(until=datetime(2026, 12, 10, 9, 0, tzinfo=UTC))  # no zone: UTC
     assert window(until="2026-12-04T12:00+02:00") == Window(until=datetime(2026, 12, 4, 10, 0, tzinfo=UTC))
