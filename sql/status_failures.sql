@@ -1,5 +1,5 @@
 -- The latest failures: open or dead rows with an error, newest first.
-SELECT id, status, pod_namespace, pod_name, attempts, last_http_status, left(last_error, 120) AS last_error,
+SELECT id, status, cluster, pod_namespace, pod_name, attempts, last_http_status, left(last_error, 120) AS last_error,
        updated_at
 FROM pod_sweeper.outbox
 WHERE status IN ('pending', 'claimed', 'dead') AND last_error IS NOT NULL

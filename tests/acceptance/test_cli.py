@@ -107,7 +107,11 @@ def test_attach_on_a_table_that_does_not_fit_exits_2_and_changes_nothing(
     result = cli("attach", "--table", "public.t", url=db_url)
     assert result.returncode == 2
     assert result.stderr.strip() == "pod-sweeper: table public.t has no column 'pod_namespace' (role pod_namespace)"
-    assert pg.execute("SELECT count(*) AS n FROM pg_trigger WHERE NOT tgisinternal").fetchone()["n"] == 0
+    host = (
+        "SELECT count(*) AS n FROM pg_trigger"
+        " WHERE NOT tgisinternal AND tgrelid::regclass::text NOT LIKE 'pod_sweeper.%'"
+    )
+    assert pg.execute(host).fetchone()["n"] == 0
 
 
 def test_json_logs(empty_db_url: str) -> None:
@@ -156,7 +160,7 @@ def test_retry_and_prune_commands(pg: psycopg.Connection[Any], db_url: str) -> N
     usage = cli("retry", url=db_url)
     assert usage.returncode == 2 and "--dead" in usage.stderr
     retried = cli("retry", "--dead", url=db_url)
-    assert (retried.returncode, retried.stdout.strip()) == (0, "reopened 2 row(s): 1, 2")
+    assert (retried.returncode, retried.stdout.strip()) == (0, "reopened 2 row(s) in cluster default: 1, 2")
     pruned = cli("prune", url=db_url)
     assert pruned.returncode == 0 and pruned.stdout.startswith("deleted 1 done row(s)")
     assert [r["status"] for r in outbox(pg)] == ["pending", "pending"]

@@ -117,10 +117,12 @@ def test_a_hold_or_a_pause_says_what_keeps_a_pending_row() -> None:
         "reason": "incident",
         "until": until,
     }
-    assert keeping(pending, [{**hold, "pod_uid": "u2"}]) is None  # another pod by that name
-    assert keeping(pending, [{**hold, "cluster": "east"}, {**pause, "pod_namespace": "other"}]) is None
-    assert keeping(pending, [hold, pause]) == hold
-    said = next_step(pending, breaker_tripped=False, kept=pause)
+    assert keeping(pending, [{**hold, "pod_uid": "u2"}]) == []  # another pod by that name
+    assert keeping(pending, [{**hold, "cluster": "east"}, {**pause, "pod_namespace": "other"}]) == []
+    assert keeping(pending, [hold, pause]) == [hold, pause]  # both keep it: both are named
+    said = next_step(pending, breaker_tripped=False, kept=[pause])
     assert said.startswith("paused (the whole cluster of cluster default) by bo until")
     assert said.endswith("`pod-sweeper unpause --cluster default`")
-    assert "`pod-sweeper release ns/p --cluster default`" in next_step(pending, breaker_tripped=False, kept=hold)
+    assert "`pod-sweeper release ns/p --cluster default`" in next_step(pending, breaker_tripped=False, kept=[hold])
+    both = next_step(pending, breaker_tripped=False, kept=keeping(pending, [hold, pause]))
+    assert "held by ana" in both and "; and paused (the whole cluster" in both

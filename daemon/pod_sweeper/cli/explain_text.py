@@ -7,6 +7,7 @@ scripts.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from datetime import datetime
 from typing import Any
@@ -31,18 +32,20 @@ def _age(at: datetime, now: datetime) -> str:
     return f"{amount} {word}"
 
 
-def keeping(row: dict[str, Any], controls: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The hold or pause (``status_controls`` rows, in force) that keeps this row from being claimed."""
+def keeping(row: dict[str, Any], controls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every hold and pause (``status_controls`` rows, in force) that keeps this row from being claimed:
+    each must end (or be ended) before the row goes on, so explain names them all."""
+    kept = []
     for control in controls:
         if control["cluster"] != row.get("cluster", DEFAULT_CLUSTER):
             continue
         if control["kind"] == "hold":
             same_pod = (control["pod_namespace"], control["pod_name"]) == (row["pod_namespace"], row["pod_name"])
             if same_pod and (control["pod_uid"] is None or str(control["pod_uid"]) == str(row["pod_uid"])):
-                return control
+                kept.append(control)
         elif control["pod_namespace"] in ("", row["pod_namespace"]):
-            return control
-    return None
+            kept.append(control)
+    return kept
 
 
 def _kept_by(control: dict[str, Any]) -> str:
@@ -58,13 +61,13 @@ def _kept_by(control: dict[str, Any]) -> str:
     return f"{kept} until then or `{undo(control)}`"
 
 
-def next_step(row: dict[str, Any], *, breaker_tripped: bool, kept: dict[str, Any] | None = None) -> str:
+def next_step(row: dict[str, Any], *, breaker_tripped: bool, kept: Sequence[dict[str, Any]] = ()) -> str:
     """What happens next to an outbox row, and when (``row`` as ``sql/explain_outbox.sql`` reads it;
-    ``kept``: the hold or pause that keeps it, if any)."""
+    ``kept``: the holds and pauses that keep it, if any)."""
     now: datetime = row["now"]
     status = row["status"]
-    if status == "pending" and kept is not None:
-        return _kept_by(kept)
+    if status == "pending" and kept:
+        return "; and ".join(_kept_by(control) for control in kept)
     if status == "pending":
         held = (
             f" (held back: the blast-radius breaker of cluster {row.get('cluster', DEFAULT_CLUSTER)} is tripped;"

@@ -66,24 +66,34 @@ def _render_text(status: dict[str, Any]) -> str:
     ]
     failures = status.get("recent_failures") or []
     if failures:
-        keys = ["id", "status", "pod_namespace", "pod_name", "attempts", "last_http_status", "last_error"]
+        keys = ["id", "status", "cluster", "pod_namespace", "pod_name", "attempts", "last_http_status", "last_error"]
         parts.append("recent failures\n" + render_table(keys, [[r[k] for k in keys] for r in failures]))
     rejects = status.get("recent_rejects") or []
     if rejects:
-        keys = ["id", "attachment_id", "sandbox_id", "generation", "pod_namespace", "pod_name", "pod_uid", "problem"]
+        keys = [
+            "id",
+            "attachment_id",
+            "cluster",
+            "sandbox_id",
+            "generation",
+            "pod_namespace",
+            "pod_name",
+            "pod_uid",
+            "problem",
+        ]
         parts.append(
             "rejected retires (nothing enqueued: fix the host rows, then clear them from pod_sweeper.rejects)\n"
             + render_table(keys, [[r[k] for k in keys] for r in rejects])
         )
     stuck = status.get("stuck_claims") or []
     if stuck:
-        keys = ["id", "claimed_by", "claimed_at", "lease_expires_at", "attempts", "pod_name"]
+        keys = ["id", "cluster", "claimed_by", "claimed_at", "lease_expires_at", "attempts", "pod_name"]
         parts.append(
             "expired claims (waiting for a takeover)\n" + render_table(keys, [[r[k] for k in keys] for r in stuck])
         )
     terminating = status.get("stuck_terminating") or []
     if terminating:
-        keys = ["id", "pod_namespace", "pod_name", "pod_uid", "done_at", "stuck_at"]
+        keys = ["id", "cluster", "pod_namespace", "pod_name", "pod_uid", "done_at", "stuck_at"]
         parts.append(
             "pods still terminating past the limit\n" + render_table(keys, [[r[k] for k in keys] for r in terminating])
         )
