@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from helpers import attach_table, run, settings_for
 from pod_sweeper.store import backfill, db
@@ -34,7 +35,7 @@ HOSTILE: list[tuple[str | None, int | None, str | None, str | None, str | None, 
     ("long-cluster", 1, "ns", "p14", _U[13], "c" * 60),
 ]
 
-_TABLE = (
+_TABLE = sql.SQL(
     "CREATE TABLE {} (sandbox_id text, generation bigint, pod_namespace text, pod_name text, pod_uid text,"
     " cluster text, active boolean NOT NULL DEFAULT true)"
 )
@@ -42,12 +43,12 @@ _COLUMNS = ["cluster=cluster"]
 
 
 def _insert(pg: psycopg.Connection[Any], table: str, *, active: bool) -> None:
+    insert = sql.SQL(
+        "INSERT INTO {} (sandbox_id, generation, pod_namespace, pod_name, pod_uid, cluster, active)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+    ).format(sql.Identifier("public", table))
     for row in HOSTILE:
-        pg.execute(
-            f"INSERT INTO {table} (sandbox_id, generation, pod_namespace, pod_name, pod_uid, cluster, active)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            (*row, active),
-        )
+        pg.execute(insert, (*row, active))
 
 
 def _outcome(pg: psycopg.Connection[Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
@@ -72,9 +73,9 @@ def test_the_trigger_and_backfill_enqueue_and_reject_the_same_hostile_rows_alike
     pg: psycopg.Connection[Any], db_url: str
 ) -> None:
     # The trigger: rows inserted active, then retired.
-    pg.execute(_TABLE.format("public.by_trigger"))
+    pg.execute(_TABLE.format(sql.Identifier("public", "by_trigger")))
     run(attach_table(db_url, "public.by_trigger", _COLUMNS))
-    _insert(pg, "public.by_trigger", active=True)
+    _insert(pg, "by_trigger", active=True)
     pg.execute("UPDATE public.by_trigger SET active = false")
     by_trigger = _outcome(pg)
     pg.execute("DELETE FROM pod_sweeper.outbox")
@@ -82,8 +83,8 @@ def test_the_trigger_and_backfill_enqueue_and_reject_the_same_hostile_rows_alike
     pg.execute("DROP TABLE public.by_trigger")
 
     # Backfill: the same rows, retired before the table was attached.
-    pg.execute(_TABLE.format("public.by_backfill"))
-    _insert(pg, "public.by_backfill", active=False)
+    pg.execute(_TABLE.format(sql.Identifier("public", "by_backfill")))
+    _insert(pg, "by_backfill", active=False)
     run(attach_table(db_url, "public.by_backfill", _COLUMNS))
     [dry] = run(_backfill(db_url, dry_run=True))
     assert _outcome(pg) == ([], [])  # a dry run writes nothing
