@@ -111,7 +111,7 @@ def test_metrics_move_as_rows_are_processed(execs: psycopg.Connection[Any], db_u
         )
         text = http_get(port, "/metrics")[1]
         assert sample(text, "pod_sweeper_lag_seconds") == 0
-        assert sample(text, 'pod_sweeper_build_info{version="0.1.0"}') == 1
+        assert sample(text, 'pod_sweeper_build_info{pod_cluster="default",version="0.1.0"}') == 1
         assert sample(text, "pod_sweeper_listener_healthy") == 1
         assert (sample(text, "pod_sweeper_delete_duration_seconds_count") or 0) >= 20
         assert (sample(text, 'pod_sweeper_wakeups_total{source="notify"}') or 0) >= 1
