@@ -80,7 +80,8 @@ def test_a_held_pod_survives_a_restart_and_a_discard_is_previewed_then_done(
     assert (row_for(execs, f"{ns}-h0") or {}).get("attempts") == 0
     # A mistake found: h0 should never go. Discard its row (previewed first), then release the hold.
     preview = cli("discard", "--namespace", ns, "--status", "pending", "--dry-run", "--reason", "kept", url=db_url)
-    assert preview.stdout.startswith("would discard 1 row(s); nothing changed") and f"{ns}/h0" in preview.stdout
+    assert preview.stdout.startswith("would discard 1 row(s) in cluster default; nothing changed")
+    assert f"{ns}/h0" in preview.stdout
     assert (row_for(execs, f"{ns}-h0") or {}).get("status") == "pending"
     done = cli("discard", "--namespace", ns, "--status", "pending", "--reason", "kept", url=db_url)
     assert done.returncode == 0 and done.stdout.startswith("discarded 1 row(s)")
