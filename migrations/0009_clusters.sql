@@ -13,11 +13,8 @@ ALTER TABLE pod_sweeper.outbox ADD COLUMN cluster text NOT NULL DEFAULT 'default
 ALTER TABLE pod_sweeper.rejects ADD COLUMN cluster text;
 ALTER TABLE pod_sweeper.suspects ADD COLUMN cluster text NOT NULL DEFAULT 'default';
 
--- The claim reads one cluster's open rows in due order: the cluster leads the partial index, so a
--- claim costs what that cluster's backlog costs, whatever the other clusters and the history hold.
-DROP INDEX pod_sweeper.outbox_claimable;
-CREATE INDEX outbox_claimable ON pod_sweeper.outbox (cluster, next_attempt_at)
-    WHERE status IN ('pending', 'claimed');
+-- The claim index with the cluster in front is built by 0013, CONCURRENTLY: building it here would
+-- hold every retire of the host for as long as the build reads the outbox.
 
 -- The wakeup flag and the reconciliation lease, one row per cluster (a cluster's first replica adds
 -- its row). A missing row reads as armed in the enqueue, so a new cluster's retires NOTIFY.

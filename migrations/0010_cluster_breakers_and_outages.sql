@@ -46,6 +46,5 @@ COMMENT ON TABLE pod_sweeper.outages IS
     'pod-sweeper: API servers replicas cannot reach now, one row per replica (see probed_at)';
 
 -- last_error says why a row is not done: a done row has none (its history stays in pod_sweeper.attempts),
--- so `WHERE last_error IS NOT NULL` finds only rows that wait or died. Done rows are kept for the
--- retention window only, and few of them ever failed.
-UPDATE pod_sweeper.outbox SET last_error = NULL WHERE status = 'done' AND last_error IS NOT NULL;
+-- so `WHERE last_error IS NOT NULL` finds only rows that wait or died. The daemon records done rows so
+-- from now on; 0013 clears the older ones in batches, each its own short transaction.

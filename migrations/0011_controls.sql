@@ -85,9 +85,9 @@ END;
 $$;
 
 -- `pod-sweeper discard` ends rows as done with the outcome 'discarded' (kept, like every done row, for
--- the retention window, and in the audit trail for longer). The constraint is replaced NOT VALID and
--- then validated, which reads the table without blocking its writers.
+-- the retention window, and in the audit trail for longer). The constraint is replaced NOT VALID: a
+-- moment's ACCESS EXCLUSIVE lock, no scan. 0013 validates it in a transaction of its own, which reads
+-- the table under SHARE UPDATE EXCLUSIVE and so blocks none of its writers.
 ALTER TABLE pod_sweeper.outbox DROP CONSTRAINT outbox_outcome_check;
 ALTER TABLE pod_sweeper.outbox ADD CONSTRAINT outbox_outcome_check
     CHECK (outcome IN ('deleted', 'absent', 'replaced', 'skipped_active', 'would_delete', 'discarded')) NOT VALID;
-ALTER TABLE pod_sweeper.outbox VALIDATE CONSTRAINT outbox_outcome_check;

@@ -4,6 +4,7 @@ building exactly the committed reference schema."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -59,9 +60,10 @@ def describe_schema(url: str) -> str:
         return "\n".join(row[0] for row in conn.execute(_CATALOG).fetchall()) + "\n"
 
 
-async def _migrate(url: str, dry_run: bool = False) -> list[migrations.Migration]:
-    async with db.connection(settings_for(url)) as conn:
-        return await migrations.migrate(conn, dry_run=dry_run)
+async def _migrate(url: str, dry_run: bool = False, **kwargs: Any) -> list[migrations.Migration]:
+    settings = settings_for(url)
+    async with db.connection(settings) as conn:
+        return await migrations.migrate(conn, dry_run=dry_run, second=lambda: db.connection(settings), **kwargs)
 
 
 async def _check(url: str) -> int:
@@ -221,3 +223,26 @@ def test_settings_are_scoped_to_each_transaction_and_nothing_is_prepared_behind_
             return await (await conn.execute("SELECT count(*) AS n FROM pg_prepared_statements")).fetchone()
 
     assert run(one_shot()) == {"n": 0}
+
+
+def test_a_database_that_ran_the_earlier_texts_ends_at_the_same_schema(empty_db_url: str) -> None:
+    """0009-0011 were rewritten before any release (their whole-table work moved to 0013, online): a
+    database migrated with their earlier texts (``earlier/``, as a build of main applied them) is
+    accepted, and the rest of the chain brings it to the reference schema."""
+    earlier = sorted(Path(__file__).with_name("earlier").glob("*.sql"))
+    assert [p.name[:4] for p in earlier] == ["0009", "0010", "0011"]
+    run(_migrate(empty_db_url, target=8))
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        for path in earlier:
+            text = path.read_text()
+            checksum = hashlib.sha256(text.encode()).hexdigest()
+            assert checksum in migrations.EARLIER_CHECKSUMS[int(path.name[:4])]
+            with conn.transaction():
+                conn.execute(text)  # type: ignore[call-overload]
+                conn.execute(
+                    "INSERT INTO pod_sweeper.schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                    (int(path.name[:4]), path.stem[5:], checksum),
+                )
+    assert [m.version for m in run(_migrate(empty_db_url))] == list(range(12, migrations.expected_version() + 1))
+    assert describe_schema(empty_db_url) == REFERENCE.read_text()
+    assert run(_check(empty_db_url)) == migrations.expected_version()

@@ -45,7 +45,13 @@ class _Parser(argparse.ArgumentParser):
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
     async with connection(settings) as conn:
-        pending = await migrations.migrate(conn, dry_run=args.dry_run)
+        pending = await migrations.migrate(
+            conn,
+            dry_run=args.dry_run,
+            lock_timeout=settings.migrate_lock_timeout,
+            deadline=settings.migrate_deadline,
+            second=lambda: connection(settings),
+        )
     if args.dry_run:
         for migration in pending:
             print(f"would apply {migration.filename}")

@@ -63,6 +63,11 @@ class MigrationError(PodSweeperError):
     """A migration cannot be applied, or an applied one was edited afterwards."""
 
 
+class MigrationLockTimeout(MigrationError):
+    """``migrate`` could not take a migration's locks within its lock timeout until its deadline; the
+    message names the oldest transaction that held a lock on our tables. Nothing of it was applied."""
+
+
 class AttachError(PodSweeperError):
     """The table given to ``attach`` does not fit the column mapping; nothing was changed."""
 

@@ -231,6 +231,19 @@ class Settings(BaseSettings):
         description="Seconds in-flight deletes get to finish after SIGTERM before the process hands "
         "back its claims and exits. Default 20: under Kubernetes' 30 s termination grace period.",
     )
+    migrate_lock_timeout: Annotated[float, Field(gt=0, le=60)] = Field(
+        default=0.5,
+        description="Seconds each lock `pod-sweeper migrate` asks for may wait. A lock it cannot have by "
+        "then (another transaction holds a conflicting one: a DBA's open session, a long report) is given "
+        "up, the migration rolled back and tried again later, so no write of the host queues behind a "
+        "migration for longer than this. Default 0.5.",
+    )
+    migrate_deadline: Seconds = Field(
+        default=600.0,
+        description="Seconds `pod-sweeper migrate` keeps retrying a migration whose locks are taken, with "
+        "a growing pause (up to 10 s) between tries, before it gives up: exit 1, one line naming the oldest "
+        "transaction that held a lock on pod-sweeper's tables. Default 600.",
+    )
     connect_timeout: Annotated[int, Field(ge=1, le=300)] = Field(
         default=5,
         description="Seconds to wait for a database connection. Default 5.",
