@@ -58,7 +58,9 @@ def test_the_sidecar_component_adds_a_native_sidecar_that_cannot_fail_its_pod() 
     [main] = spec["containers"]
     assert main["name"] == "control-plane" and main["readinessProbe"]  # the host's own, untouched
     env = {e["name"]: e for e in sidecar["env"]}
-    assert env["POD_SWEEPER_NAMESPACES"]["value"] == "sandboxes"
+    # Its own namespace, from the downward API: kustomize's `namespace:` moves it along.
+    assert env["POD_SWEEPER_NAMESPACES"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["POD_SWEEPER_ON_START_ERROR"]["value"] == "wait"  # a start-up error never blocks the host
     [binding] = [d for d in docs if d["kind"] == "RoleBinding"]
     assert binding["subjects"][0]["name"] == spec["serviceAccountName"]
     # The Deployment form keeps its readiness probe: there the sweeper is a pod of its own.

@@ -153,3 +153,22 @@ def test_the_monitor_the_budget_and_the_job_fit_the_deployment() -> None:
     [migrate] = docs["Job"]["spec"]["template"]["spec"]["containers"]
     assert migrate["image"] == container["image"] and migrate["args"] == ["migrate"]
     assert docs["Job"]["spec"]["template"]["metadata"]["labels"].items() & pod_labels.items() == set()  # not scraped
+
+
+def test_the_migrate_job_is_safe_for_gitops_and_no_namespace_is_hard_coded_where_kustomize_cannot_move_it() -> None:
+    docs = manifests()
+    job = docs["Job"]
+    annotations = job["metadata"]["annotations"]
+    # Argo CD runs it before the sync, Helm before an install or upgrade; each replaces the last first.
+    assert annotations["argocd.argoproj.io/hook"] == "PreSync"
+    assert annotations["argocd.argoproj.io/hook-delete-policy"] == "BeforeHookCreation"
+    assert set(annotations["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
+    assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation"
+    # Not deleted by a TTL (a GitOps tool would re-create and re-run it every day), named once for all
+    # releases (no version in its name).
+    assert "ttlSecondsAfterFinished" not in job["spec"]
+    assert not re.search(r"\d", job["metadata"]["name"])
+    [container] = docs["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_SWEEPER_NAMESPACES"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert "POD_SWEEPER_ON_START_ERROR" not in env  # the Deployment form exits: its pods crash-loop visibly

@@ -32,7 +32,7 @@ from pod_sweeper.core.settings import (
 from pod_sweeper.core.text import printable
 from pod_sweeper.store import attach, backfill, controls, migrations, outbox, queries, roles, status
 from pod_sweeper.store.db import connection
-from pod_sweeper.tasks import runner
+from pod_sweeper.tasks import runner, startup
 
 Handler = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -369,7 +369,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.config:
             os.environ[CONFIG_FILE_ENV] = args.config
-        settings = load_settings()
+        try:
+            settings = load_settings()
+        except ConfigError as exc:
+            # A sidecar with a bad setting stays up, so that its pod's other containers start.
+            if args.command != "run" or startup.mode_from_environment() != startup.WAIT:
+                raise
+            waited = asyncio.run(startup.settings_when_valid(exc))
+            if waited is None:
+                return EXIT_OK
+            settings = waited
         log_format = settings.log_format
         setup_logging(settings.log_format, settings.log_level)
         for name in unknown_environment():

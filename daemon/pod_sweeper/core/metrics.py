@@ -125,6 +125,13 @@ class Metrics:
             "pod_sweeper_listener_reconnects", "Times the LISTEN connection was replaced", registry=r
         )
         self.ready = Gauge("pod_sweeper_ready", "1 while /readyz answers 200", registry=r)
+        self.start_error = Gauge(
+            "pod_sweeper_start_error",
+            "1 while a start-up error a person must fix holds the replica (POD_SWEEPER_ON_START_ERROR=wait), by"
+            " kind: settings, kubeconfig, database_url, schema",
+            ["kind"],
+            registry=r,
+        )
         self.kube_refusing = Gauge(
             "pod_sweeper_kube_refusing", "1 while Kubernetes refuses the daemon's credentials (401)", registry=r
         )

@@ -231,6 +231,15 @@ class Settings(BaseSettings):
         description="Seconds in-flight deletes get to finish after SIGTERM before the process hands "
         "back its claims and exits. Default 20: under Kubernetes' 30 s termination grace period.",
     )
+    on_start_error: Literal["exit", "wait"] = Field(
+        default="exit",
+        description="What `run` does with a start-up error a person must fix (a bad setting, the schema "
+        "behind or too new, an unreadable kubeconfig, no database URL). `exit`: one line and exit 2 or 3, "
+        "which the systemd unit does not restart. `wait`: the process stays up, `/livez` answers, "
+        "`/readyz` and `pod_sweeper_start_error` say why, the ERROR line repeats and the step is tried "
+        "again, so that a sidecar never keeps its pod's other containers from starting (deploy/sidecar "
+        "sets it). Default exit.",
+    )
     migrate_lock_timeout: Annotated[float, Field(gt=0, le=60)] = Field(
         default=0.5,
         description="Seconds each lock `pod-sweeper migrate` asks for may wait. A lock it cannot have by "

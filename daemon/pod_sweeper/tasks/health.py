@@ -42,6 +42,7 @@ class Health:
     database_ok: bool = False
     database_error: str | None = "not connected yet"
     schema_ok: bool = False
+    start_error: str | None = None  # a start-up error a person must fix, while the replica waits (tasks.startup)
     heartbeat: float = field(default_factory=time.monotonic)
     # Read from their owners at the moment a probe asks (see ``watch``), never copied on a timer.
     listener_ok: Callable[[], bool | None] = lambda: None  # None: poll-only mode
@@ -64,6 +65,8 @@ class Health:
 
     def readiness(self) -> tuple[bool, str]:
         problems = []
+        if self.start_error:
+            problems.append(f"cannot start: {self.start_error}")
         if self.stopping:
             problems.append("stopping")
         if not self.database_ok:

@@ -25,6 +25,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 import psycopg
+from kubernetes import client
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -43,6 +44,7 @@ from pod_sweeper.tasks.listener import Listener
 from pod_sweeper.tasks.outage import OutageWatch
 from pod_sweeper.tasks.reconciler import Reconciler
 from pod_sweeper.tasks.sdnotify import Notifier
+from pod_sweeper.tasks.startup import StartGate
 from pod_sweeper.tasks.sweeper import Sweeper
 
 GAUGE_REFRESH_SECONDS = 5.0
@@ -148,34 +150,37 @@ class Daemon:
         if self.handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
-        kube = KubeClient(
-            load_configuration(
-                self.settings.kubeconfig,
-                self.settings.kube_context,
-                pool_size=self.settings.concurrency + KUBE_CONNECTIONS_BESIDE_THE_WORKERS,
-            ),
-        )
-        self.settings.require_database_url()  # no URL is a configuration error (exit 2), before anything starts
-        if armed := failpoints.arm(self.settings.failpoints):
-            logger.warning(
-                "failpoints armed: {points} ({spec}); this process will kill, raise in or stall itself on "
-                "purpose: for chaos tests only",
-                points=", ".join(armed),
-                spec=self.settings.failpoints,
-            )
-        self.metrics.failpoints_armed.set(len(armed))
         pool: AsyncConnectionPool[db.Connection] | None = None
+        kube: KubeClient | None = None
+        # The probes first: with POD_SWEEPER_ON_START_ERROR=wait, /livez answers while a start-up
+        # error waits for a person (tasks/startup.py), so a sidecar's pod starts all the same.
         if self.settings.http_port:
             self.http = HealthServer(self.settings.http_host, self.settings.http_port, self.health, self.metrics)
             self.http.start()
         heart = asyncio.create_task(self._heartbeat(), name="heartbeat")
+        gate = StartGate(self.settings.on_start_error, self.health, self.metrics, self.stop_requested)
         try:
+            configuration = await gate.step("kubeconfig", self._kube_configuration)
+            # No URL is a configuration error (exit 2, or a wait), before anything starts.
+            if configuration is None or await gate.step("database_url", self._database_url) is None:
+                return EXIT_OK
+            kube = KubeClient(configuration)
+            if armed := failpoints.arm(self.settings.failpoints):
+                logger.warning(
+                    "failpoints armed: {points} ({spec}); this process will kill, raise in or stall itself on "
+                    "purpose: for chaos tests only",
+                    points=", ".join(armed),
+                    spec=self.settings.failpoints,
+                )
+            self.metrics.failpoints_armed.set(len(armed))
             self.notifier.status("connecting to the database")
             pool = await self._open_pool()
             if pool is None:
                 return EXIT_OK
+            version = await gate.step("schema", lambda: self._check_schema(pool))
+            if version is None:
+                return EXIT_OK
             async with pool.connection() as conn:
-                version = await migrations.check_schema(conn)
                 await outbox.cluster_rows(conn, cluster=self.settings.cluster, owner=self.settings.replica_id)
                 attachments = await load_attachments(conn)
                 if not self.settings.dry_run:
@@ -237,7 +242,22 @@ class Daemon:
                 self.http.close()
             if pool is not None:
                 await pool.close()
-            kube.close()
+            if kube is not None:
+                kube.close()
+
+    async def _kube_configuration(self) -> client.Configuration:
+        return load_configuration(
+            self.settings.kubeconfig,
+            self.settings.kube_context,
+            pool_size=self.settings.concurrency + KUBE_CONNECTIONS_BESIDE_THE_WORKERS,
+        )
+
+    async def _database_url(self) -> str:
+        return self.settings.require_database_url()
+
+    async def _check_schema(self, pool: AsyncConnectionPool[db.Connection]) -> int:
+        async with pool.connection() as conn:
+            return await migrations.check_schema(conn)
 
     async def _become_ready(self, sweeper: Sweeper, listener: Listener | None) -> None:
         if listener is not None:
