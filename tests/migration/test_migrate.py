@@ -126,7 +126,7 @@ def test_schema_check(empty_db_url: str, db_url: str) -> None:
     assert run(_check(db_url)) == migrations.expected_version()
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("INSERT INTO pod_sweeper.schema_migrations (version, name, checksum) VALUES (99, 'x', 'y')")
-    with pytest.raises(SchemaError, match="newer version"):
+    with pytest.raises(SchemaError, match=r"ships migration 0099 or later.*upgrade pod-sweeper"):
         run(_check(db_url))
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("DELETE FROM pod_sweeper.schema_migrations")
@@ -246,3 +246,39 @@ def test_a_database_that_ran_the_earlier_texts_ends_at_the_same_schema(empty_db_
     assert [m.version for m in run(_migrate(empty_db_url))] == list(range(12, migrations.expected_version() + 1))
     assert describe_schema(empty_db_url) == REFERENCE.read_text()
     assert run(_check(empty_db_url)) == migrations.expected_version()
+
+
+def _a_next_release_migrated(url: str, *, readable_from: int | None) -> int:
+    """What a next release's migrate leaves: an expand step (a new nullable column) recorded with the
+    oldest schema version it declares may run on it. Its version."""
+    version = migrations.expected_version() + 1
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute("ALTER TABLE pod_sweeper.outbox ADD COLUMN next_release_note text")
+        conn.execute(
+            "INSERT INTO pod_sweeper.schema_migrations (version, name, checksum, readable_from)"
+            " VALUES (%s, %s, %s, %s)",
+            (version, "next", "0" * 64, readable_from),
+        )
+    return version
+
+
+def test_this_release_runs_on_the_next_ones_schema_when_it_declares_this_one_readable(db_url: str) -> None:
+    version = _a_next_release_migrated(db_url, readable_from=migrations.expected_version())
+    assert run(_check(db_url)) == version  # the database's version, which this release may run on
+    assert run(_migrate(db_url)) == []  # a rolled-back image's migrate Job: nothing to do, no failure
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pod_sweeper.schema_migrations SET readable_from = %s WHERE version = %s", (version, version)
+        )
+    with pytest.raises(SchemaError, match=f"ships migration {version:04d} or later"):
+        run(_check(db_url))
+    with pytest.raises(SchemaError, match="upgrade pod-sweeper"):
+        run(_migrate(db_url))
+
+
+def test_every_shipped_migration_records_what_it_declares_readable(empty_db_url: str) -> None:
+    run(_migrate(empty_db_url))
+    with psycopg.connect(empty_db_url) as conn:
+        recorded = dict(conn.execute("SELECT version, readable_from FROM pod_sweeper.schema_migrations").fetchall())
+    assert recorded == {m.version: m.readable_from for m in migrations.shipped()}
+    assert all(m.readable_from == m.version for m in migrations.shipped())  # none is an expand step yet

@@ -125,6 +125,19 @@ class Metrics:
             "pod_sweeper_listener_reconnects", "Times the LISTEN connection was replaced", registry=r
         )
         self.ready = Gauge("pod_sweeper_ready", "1 while /readyz answers 200", registry=r)
+        self.schema_version = Gauge(
+            "pod_sweeper_schema_version",
+            "Schema versions: the database's (of=database, read every half minute) and the newest this replica"
+            " ships (of=replica); the database's may be newer while a newer release's migration declares it readable",
+            ["of"],
+            registry=r,
+        )
+        self.schema_incompatible = Gauge(
+            "pod_sweeper_schema_incompatible",
+            "1 while the database's schema is one this replica may not run on (behind it, or a newer release's that"
+            " declares it too old): it claims nothing",
+            registry=r,
+        )
         self.start_error = Gauge(
             "pod_sweeper_start_error",
             "1 while a start-up error a person must fix holds the replica (POD_SWEEPER_ON_START_ERROR=wait), by"

@@ -35,6 +35,7 @@ from pod_sweeper.store.db import Connection
 SCHEMA = "pod_sweeper"
 LEDGER = "schema_migrations"
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_READABLE_RE = re.compile(r"^-- readable from: (\d{4})\s*$", re.MULTILINE)
 _STEP_RE = re.compile(r"^-- step: (alone|in a transaction)\s*$")
 
 
@@ -55,6 +56,14 @@ class Migration:
     @property
     def filename(self) -> str:
         return f"{self.version:04d}_{self.name}.sql"
+
+    @property
+    def readable_from(self) -> int:
+        """The oldest schema version whose pod-sweeper may run on a schema with this migration: the
+        file's ``-- readable from: NNNN`` line (an expand step that older code does not notice), else its
+        own version (only a release that ships it may)."""
+        match = _READABLE_RE.search(self.text)
+        return int(match[1]) if match else self.version
 
     @property
     def steps(self) -> list[tuple[bool, str]]:
@@ -113,20 +122,36 @@ async def _applied(conn: Connection) -> dict[int, str]:
 
 
 async def _read_ledger(conn: Connection) -> dict[int, str]:
+    return {version: checksum for version, (checksum, _) in (await _read_ledger_rows(conn)).items()}
+
+
+async def _read_ledger_rows(conn: Connection) -> dict[int, tuple[str, int]]:
+    """Each applied migration's checksum and the oldest schema version that may run on it."""
     cur = await conn.execute(queries.load("ledger_read"))
-    return {row["version"]: row["checksum"] for row in await cur.fetchall()}
+    return {r["version"]: (r["checksum"], r["readable_from"] or r["version"]) for r in await cur.fetchall()}
+
+
+def too_new(applied: dict[int, tuple[str, int]]) -> str | None:
+    """Why this release may not run on the schema, when a migration it does not ship (a newer release's)
+    declares it too old; None when every such migration is an expand step it may run beside."""
+    known = expected_version()
+    needs = max((readable for version, (_, readable) in applied.items() if version > known), default=0)
+    if needs <= known:
+        return None
+    return (
+        f"the database's schema {SCHEMA} is at {max(applied):04d}, which needs a pod-sweeper that ships migration"
+        f" {needs:04d} or later; this one ships {known:04d}: upgrade pod-sweeper"
+    )
 
 
 def _verify(applied: dict[int, str]) -> list[Migration]:
-    """The migrations still to apply; raises if the database and the files disagree."""
+    """The migrations still to apply; raises if the database and the files disagree. A migration of a
+    newer release is not this one's to check (``too_new`` says whether it may run beside it)."""
     by_version = {m.version: m for m in shipped()}
     for version, checksum in applied.items():
         migration = by_version.get(version)
         if migration is None:
-            raise SchemaError(
-                f"the database has migration {version:04d}, which this pod-sweeper does not ship: "
-                "it was migrated by a newer version; upgrade pod-sweeper"
-            )
+            continue
         if checksum != migration.checksum and checksum not in EARLIER_CHECKSUMS.get(version, ()):
             raise MigrationError(
                 f"migration {migration.filename} was edited after it was applied "
@@ -274,7 +299,10 @@ async def _apply_next(
         await _migration_lock(conn)
         await conn.execute(queries.load("lock_timeout"), timeout)
         await conn.execute(queries.load("ledger_create"))
-        pending = [m for m in _verify(await _read_ledger(conn)) if target is None or m.version <= target]
+        rows = await _read_ledger_rows(conn)
+        if (why := too_new(rows)) is not None:
+            raise SchemaError(why)
+        pending = [m for m in _verify({v: c for v, (c, _) in rows.items()}) if target is None or m.version <= target]
         if not pending:
             return None, False
         migration = pending[0]
@@ -377,22 +405,31 @@ async def _apply_steps(
 
 
 async def _record(conn: Connection, migration: Migration) -> None:
-    await conn.execute(
-        queries.load("ledger_record"),
-        {"version": migration.version, "name": migration.name, "checksum": migration.checksum},
-    )
+    params = {
+        "version": migration.version,
+        "name": migration.name,
+        "checksum": migration.checksum,
+        "readable_from": migration.readable_from,
+    }
+    await conn.execute(queries.load("ledger_record"), params)
 
 
 async def check_schema(conn: Connection) -> int:
-    """Raise SchemaError unless the schema is exactly at the version this pod-sweeper ships."""
+    """The database's schema version, if this pod-sweeper may run on it: every migration it ships
+    applied, and any newer one an expand step that declares this release readable (the N / N+1 window:
+    ``migrate`` runs before the new replicas, and the previous image can run after it). Raises
+    SchemaError for a schema that is behind, or one a newer release declared this one too old for."""
     hint = "run `pod-sweeper migrate`"
     if not await _ledger_exists(conn):
         raise SchemaError(f"schema {SCHEMA} is not migrated in this database: {hint}")
+    rows = await _read_ledger_rows(conn)  # the ledger exists: checked just above
     try:
-        pending = _verify(await _read_ledger(conn))  # the ledger exists: checked just above
+        pending = _verify({version: checksum for version, (checksum, _) in rows.items()})
     except MigrationError as exc:
         raise SchemaError(str(exc)) from None
     if pending:
         names = ", ".join(m.filename for m in pending)
         raise SchemaError(f"schema {SCHEMA} is behind this pod-sweeper (missing {names}): {hint}")
-    return expected_version()
+    if (why := too_new(rows)) is not None:
+        raise SchemaError(why)
+    return max(rows)

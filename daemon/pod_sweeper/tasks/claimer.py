@@ -36,7 +36,7 @@ from pod_sweeper.store.outbox import Claim, ClaimedBatch
 from pod_sweeper.store.recheck import Attachment, Recheck
 from pod_sweeper.tasks import answers
 from pod_sweeper.tasks.answers import Policy
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate, breaker_budget, trip_reason
+from pod_sweeper.tasks.gates import AuthGate, BreakerGate, SchemaGate, breaker_budget, trip_reason
 from pod_sweeper.tasks.outage import OutageWatch
 from pod_sweeper.tasks.pipeline import Pipeline
 from pod_sweeper.tasks.report import log_final
@@ -63,9 +63,11 @@ class Claimer:
         outage: OutageWatch,
         stopping: asyncio.Event,
         attachments: dict[int, Attachment],
+        schema: SchemaGate,
     ) -> None:
         self.settings, self.pool, self.pipeline, self.metrics, self.policy = settings, pool, pipeline, metrics, policy
         self.auth, self.breaker, self.outage, self.stopping = auth, breaker, outage, stopping
+        self.schema = schema
         self._attachments = attachments  # replaced by what each claim's re-check read them through
         self._db_backoff = policy.backoff
         self.wake = asyncio.Event()
@@ -94,7 +96,7 @@ class Claimer:
         pipeline, settings = self.pipeline, self.settings
         while not self.stopping.is_set():
             self.last_turn = time.monotonic()
-            if not self.outage.open or not self.auth.open:
+            if not self.outage.open or not self.auth.open or not self.schema.open:
                 await self._wait_out_the_gates()
                 continue
             room = pipeline.free
@@ -176,11 +178,14 @@ class Claimer:
             log_final(claim, final)
 
     async def _wait_out_the_gates(self) -> None:
-        """Claim nothing while the API server cannot be reached (until the outage watch opens its gate)
-        or refuses the credentials (until the auth gate's backoff ends), or until the stop."""
+        """Claim nothing while the API server cannot be reached (until the outage watch opens its gate),
+        refuses the credentials (until the auth gate's backoff ends) or the schema is one this release
+        may not run on (until the schema watch finds it fit again), or until the stop."""
         self.gated = True
         try:
-            if not self.outage.open:
+            if not self.schema.open:
+                await _first_of(self.schema.opened.wait(), self.stopping.wait())
+            elif not self.outage.open:
                 await _first_of(self.outage.opened.wait(), self.stopping.wait())
             else:
                 await self._sleep_until_stop(self.auth.wait())

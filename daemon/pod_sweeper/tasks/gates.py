@@ -21,6 +21,7 @@ breaker trips when the budget is spent while work is waiting.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -190,6 +191,31 @@ class BreakerGate:
     def observe(self, reason: str | None) -> None:
         """The breaker as the database has it now (tripped with ``reason``, or not: None)."""
         self.reason = reason
+
+    @property
+    def open(self) -> bool:
+        return self.reason is None
+
+
+class SchemaGate:
+    """Whether this release may run on the schema the database has now, as the schema watch last read
+    it (tasks/runner.py): a newer release's migration that declares this one too old, or a schema gone
+    behind, closes it. Closed, the claimer claims nothing and readiness says why. Owns
+    ``pod_sweeper_schema_incompatible``."""
+
+    def __init__(self, gauge: Gauge | None = None) -> None:
+        self.reason: str | None = None
+        self.opened = asyncio.Event()
+        self.opened.set()
+        if gauge is not None:
+            gauge.set_function(lambda: 1.0 if self.reason is not None else 0.0)
+
+    def observe(self, reason: str | None) -> None:
+        self.reason = reason
+        if reason is None:
+            self.opened.set()
+        else:
+            self.opened.clear()
 
     @property
     def open(self) -> bool:

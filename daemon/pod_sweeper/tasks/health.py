@@ -42,6 +42,7 @@ class Health:
     database_ok: bool = False
     database_error: str | None = "not connected yet"
     schema_ok: bool = False
+    schema_error: str | None = None  # why the schema watch found the schema one this replica may not run on
     start_error: str | None = None  # a start-up error a person must fix, while the replica waits (tasks.startup)
     heartbeat: float = field(default_factory=time.monotonic)
     # Read from their owners at the moment a probe asks (see ``watch``), never copied on a timer.
@@ -71,7 +72,9 @@ class Health:
             problems.append("stopping")
         if not self.database_ok:
             problems.append(f"database: {self.database_error}")
-        if not self.schema_ok:
+        if self.schema_error:
+            problems.append(f"not claiming: {self.schema_error}")
+        elif not self.schema_ok:
             problems.append("schema not checked")
         if self.listener_ok() is False:
             problems.append("listener not hearing NOTIFY")

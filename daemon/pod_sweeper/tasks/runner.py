@@ -31,7 +31,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pod_sweeper.core import failpoints, periodic
 from pod_sweeper.core.backoff import Backoff
-from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable
+from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable, SchemaError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import KubeClient, load_configuration
@@ -39,6 +39,7 @@ from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import controls, db, migrations, outbox
 from pod_sweeper.store.recheck import load_attachments
 from pod_sweeper.tasks.confirmer import Confirmer
+from pod_sweeper.tasks.gates import SchemaGate
 from pod_sweeper.tasks.health import Health, HealthServer, refresh_gauges
 from pod_sweeper.tasks.listener import Listener
 from pod_sweeper.tasks.outage import OutageWatch
@@ -56,6 +57,7 @@ STALL_MARGIN_SECONDS = 10.0
 # confirmer and the reconciliation pass each send from a thread of their own.
 KUBE_CONNECTIONS_BESIDE_THE_WORKERS = 4
 RETENTION_INTERVAL_SECONDS = 60.0
+SCHEMA_WATCH_SECONDS = 30.0  # how often a running replica reads the schema ledger again
 RETENTION_BATCH = 1000
 RETENTION_PAUSE_SECONDS = 0.1
 
@@ -190,7 +192,16 @@ class Daemon:
                         logger.info("reopened {n} row(s) a dry run left as would_delete", n=reopened)
             self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True
             outage = OutageWatch(self.settings, pool, kube, self.metrics)
-            sweeper = Sweeper(self.settings, pool, kube, attachments=attachments, outage=outage, metrics=self.metrics)
+            schema = SchemaGate(self.metrics.schema_incompatible)
+            sweeper = Sweeper(
+                self.settings,
+                pool,
+                kube,
+                attachments=attachments,
+                outage=outage,
+                metrics=self.metrics,
+                schema=schema,
+            )
             listener = Listener(self.settings, pool, sweeper.notify, self.metrics) if self.settings.listens else None
             self.sweeper, self.listener, self.outage = sweeper, listener, outage
             self._watch(sweeper, listener, outage)
@@ -213,6 +224,7 @@ class Daemon:
                     group.create_task(_named("readiness", self._become_ready(sweeper, listener)), name="readiness")
                     group.create_task(_named("shutdown", self._shutdown_when_asked(sweeper)), name="shutdown")
                     group.create_task(_named("retention", self._retention(pool)), name="retention")
+                    group.create_task(_named("schema watch", self._watch_schema(pool, schema)), name="schema watch")
                     confirmer = Confirmer(self.settings, pool, kube, self.metrics, outage)
                     group.create_task(_named("confirmer", confirmer.run()), name="confirmer")
                     if self.settings.reconcile:
@@ -244,6 +256,42 @@ class Daemon:
                 await pool.close()
             if kube is not None:
                 kube.close()
+
+    async def _watch_schema(self, pool: AsyncConnectionPool[db.Connection], gate: SchemaGate) -> None:
+        """Read the schema ledger again every SCHEMA_WATCH_SECONDS, not only at start: a newer release's
+        migrate may run beside this replica. A newer schema that declares this release readable is a
+        log line and a gauge; one this release may not run on closes the gate, so no claim is made, and
+        says so; a fit one opens it again."""
+        known = migrations.expected_version()
+        self.metrics.schema_version.labels("replica").set(known)
+        seen = known
+
+        async def look() -> None:
+            nonlocal seen
+            async with pool.connection() as conn:
+                try:
+                    version = await migrations.check_schema(conn)
+                except SchemaError as exc:
+                    if gate.open:
+                        logger.error("no longer claiming: {error}", error=str(exc))
+                    gate.observe(str(exc))
+                    self.health.schema_error = str(exc)
+                    return
+            if not gate.open:
+                logger.info("the schema is one this replica may run on again (version {v}): claiming", v=version)
+            gate.observe(None)
+            self.health.schema_error = None
+            self.metrics.schema_version.labels("database").set(version)
+            if version != seen and version > known:
+                logger.info(
+                    "the database's schema is at {v}, newer than this replica's {known}, and declares it may run"
+                    " on it: running on (upgrade it when you can)",
+                    v=version,
+                    known=known,
+                )
+            seen = version
+
+        await periodic.every(lambda: SCHEMA_WATCH_SECONDS, "schema watch", look, expected=(psycopg.Error,))
 
     async def _kube_configuration(self) -> client.Configuration:
         return load_configuration(
@@ -360,6 +408,7 @@ POOL_USERS = {
     "retention": 1,  # one batch at a time (given back during the pause between batches)
     "confirmer": 1,  # terminating pods due, and their confirmations
     "outage watch": 1,  # the outage's row, while one lasts
+    "schema watch": 1,  # the ledger, every SCHEMA_WATCH_SECONDS
 }
 RECONCILER_CONNECTIONS = 1  # the reconciliation pass holds one for its whole pass
 

@@ -35,7 +35,7 @@ from pod_sweeper.tasks import answers
 from pod_sweeper.tasks.answers import Policy
 from pod_sweeper.tasks.claimer import Claimer
 from pod_sweeper.tasks.events import EventRecorder
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates
+from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates, SchemaGate
 from pod_sweeper.tasks.outage import OutageWatch
 from pod_sweeper.tasks.pipeline import Pipeline
 from pod_sweeper.tasks.recorder import Recorder
@@ -115,6 +115,7 @@ class Sweeper:
         attachments: dict[int, Attachment],
         outage: OutageWatch,
         metrics: Metrics,
+        schema: SchemaGate | None = None,
     ) -> None:
         self.settings, self.pool = settings, pool
         backoff = Backoff(settings.backoff_base, settings.backoff_max)
@@ -141,6 +142,7 @@ class Sweeper:
             outage=outage,
             stopping=stopping,
             attachments=attachments,
+            schema=schema or SchemaGate(),
         )
         # Events on deleted pods (best effort, paced, off the rows' path); none in a dry run.
         self.events = (
