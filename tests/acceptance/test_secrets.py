@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from psycopg.conninfo import make_conninfo
 
 from helpers import with_dbname
+from pod_sweeper.core.settings import secret_keywords
 from pod_sweeper.testing.postgres import free_port
 
 DB_PASSWORD = "db-s3cret-pw"
@@ -86,3 +88,41 @@ def test_no_secret_in_any_output(db_url: str, kube: Any, tmp_path: Path) -> None
     assert "password=***" in text  # connection details were shown, masked
     assert DB_PASSWORD not in text
     assert TOKEN not in text
+
+
+@pytest.mark.parametrize("keyword", sorted(secret_keywords()))
+def test_no_libpq_secret_keyword_reaches_any_output(keyword: str, kube: Any, tmp_path: Path) -> None:
+    """Every keyword libpq marks as a secret, in a URL and in key=value, in the database URL and the
+    LISTEN one, with the database unreachable so that every command shows where it tried to connect:
+    status, check, migrate and the daemon's log at DEBUG."""
+    secret = f"{keyword}-V4lue"
+    port = free_port()  # nothing listens there
+    as_url = f"postgresql://app@127.0.0.1:{port}/x?{keyword}={secret}"
+    as_pairs = f"host=127.0.0.1 port={port} dbname=x user=app {keyword}={secret}"
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    outputs: list[str] = []
+    for database, listen in ((as_url, as_pairs), (as_pairs, as_url)):
+        env = env_for(database, kubeconfig, POD_SWEEPER_LISTEN_DATABASE_URL=listen)
+        for args in (["status"], ["check", "--namespace", "sandboxes"], ["migrate"], ["settings"]):
+            done = subprocess.run(
+                [sys.executable, "-m", "pod_sweeper", *args], env=env, capture_output=True, text=True, timeout=30
+            )
+            outputs += [done.stdout, done.stderr]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pod_sweeper", "run"],
+            env=env,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stderr is not None
+        line = "."
+        while line and "retrying in" not in line:  # the first failed attempt, with where it tried
+            line = proc.stderr.readline()
+            outputs.append(line)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        outputs += [out, err]
+    text = "".join(outputs)
+    assert f"{keyword}=***" in text  # the connection details were shown, masked
+    assert secret not in text

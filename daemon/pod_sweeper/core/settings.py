@@ -8,6 +8,7 @@ generated from the same descriptions (``pod-sweeper settings``), so the two cann
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import psycopg
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -460,11 +462,25 @@ class Settings(BaseSettings):
         return redact_conninfo(self.database_url.get_secret_value())
 
 
+@functools.cache
+def secret_keywords() -> frozenset[str]:
+    """The libpq connection keywords that can hold a secret: those libpq itself marks as passwords (its
+    ``dispchar`` ``*``: password, sslpassword, oauth_client_secret), and the SCRAM keys it passes through
+    (scram_client_key, scram_server_key). Read from the libpq psycopg runs on, so a newer libpq's are
+    masked too; the first three always are."""
+    marked = {
+        option.keyword.decode()
+        for option in pq.Conninfo.get_defaults()
+        if option.dispchar == b"*" or option.keyword.startswith(b"scram_")
+    }
+    return frozenset(marked | {"password", "sslpassword", "oauth_client_secret"})
+
+
 def redact_conninfo(conninfo: str) -> str:
-    """``conninfo`` with its password masked, for logs and error messages."""
+    """``conninfo`` (a URL or key=value) with every secret masked, for logs, errors and output."""
     params = {k: str(v) for k, v in conninfo_to_dict(conninfo).items() if v is not None}
-    if "password" in params:
-        params["password"] = "***"
+    for keyword in secret_keywords() & params.keys():
+        params[keyword] = "***"
     return make_conninfo("", **params)
 
 
