@@ -157,7 +157,9 @@ def runtime(pg: psycopg.Connection[Any], db_url: str) -> Any:
 
     async def grant() -> None:
         async with db.connection(settings_for(db_url)) as conn:
-            for statement in await roles.runtime_grants(conn, name, create=True, password="pw"):
+            for statement in await roles.runtime_grants(
+                conn, name, create=True, verifier=roles.password_verifier(conn, name, "pw")
+            ):
                 await conn.execute(statement)
 
     run(grant())
@@ -400,9 +402,13 @@ def test_no_pause_or_hold_ends_without_a_trail_row_whoever_ends_it(
     assert audit(pg)[-1]["command"] == "unpause" and audit(pg)[-1]["affected"] == 0
 
 
-def test_attach_backfill_grant_and_detach_are_in_the_trail(pg: psycopg.Connection[Any], db_url: str) -> None:
+def test_attach_backfill_grant_and_detach_are_in_the_trail(
+    pg: psycopg.Connection[Any], db_url: str, tmp_path: Any
+) -> None:
     from helpers import create_executions
 
+    secret = tmp_path / "password"
+    secret.write_text("pw\n")
     create_executions(pg, "public.more")
     pg.execute(
         "INSERT INTO public.more (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
@@ -413,7 +419,7 @@ def test_attach_backfill_grant_and_detach_are_in_the_trail(pg: psycopg.Connectio
         for args in (
             ("attach", "--table", "public.more"),
             ("backfill",),
-            ("grant", role, "--create", "--password", "pw", "--apply"),
+            ("grant", role, "--create", "--password-file", str(secret), "--apply"),
             ("detach", "--table", "public.more"),
         ):
             done = cli(*args, "--actor", "ed", url=db_url)

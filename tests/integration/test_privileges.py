@@ -3,6 +3,8 @@ the daemon runs end to end as a migration-free runtime role that can do no DDL."
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -13,7 +15,18 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from helpers import DaemonThread, add_execution, attach_table, create_executions, outbox, run, settings_for, wait_until
+from helpers import (
+    DaemonThread,
+    add_execution,
+    attach_table,
+    clean_env,
+    cli,
+    create_executions,
+    outbox,
+    run,
+    settings_for,
+    wait_until,
+)
 from pod_sweeper.store import db, migrations, roles
 
 pytestmark = pytest.mark.versions
@@ -67,7 +80,9 @@ def test_daemon_runs_as_the_runtime_role(
 
     async def grant() -> None:
         async with db.connection(settings_for(db_url)) as conn:
-            for statement in await roles.runtime_grants(conn, runtime, create=True, password="pw"):
+            for statement in await roles.runtime_grants(
+                conn, runtime, create=True, verifier=roles.password_verifier(conn, runtime, "pw")
+            ):
                 await conn.execute(statement)
 
     run(grant())
@@ -195,3 +210,47 @@ def test_migration_0011_gives_an_upgraded_runtime_role_what_the_claim_and_the_tr
             conn.execute("DELETE FROM pod_sweeper.audit")
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(runtime)))
+
+
+def test_grant_takes_the_password_from_a_file_or_stdin_and_sends_only_a_scram_verifier(
+    pg: psycopg.Connection[Any], db_url: str, tmp_path: Any
+) -> None:
+    """``grant --create`` never takes the password on the command line, and the statements it sends
+    hold a SCRAM verifier computed by libpq, never the password: no server log of statements can."""
+    password = "Gr4nt-s3cret"
+    role = f"runtime_{uuid.uuid4().hex[:8]}"
+    secret = tmp_path / "password"
+    secret.write_text(password + "\n")
+    try:
+        shown = cli("grant", role, "--create", "--password-file", str(secret), url=db_url)
+        assert shown.returncode == 0 and password not in shown.stdout + shown.stderr
+        assert "PASSWORD 'SCRAM-SHA-256$...'" in shown.stdout
+
+        async def statements() -> list[str]:
+            async with db.connection(settings_for(db_url)) as conn:
+                verifier = roles.password_verifier(conn, role, password)
+                done = await roles.runtime_grants(conn, role, create=True, verifier=verifier)
+                return [s.as_string(conn) for s in done]
+
+        sent = run(statements())
+        assert sent[0].startswith(f'CREATE ROLE "{role}" LOGIN PASSWORD \'SCRAM-SHA-256$4096:')
+        assert all(password not in text for text in sent)
+        applied = subprocess.run(
+            [sys.executable, "-m", "pod_sweeper", "grant", role, "--create", "--password-file", "-", "--apply"],
+            input=password + "\n",
+            env=clean_env(POD_SWEEPER_DATABASE_URL=db_url),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert applied.returncode == 0, applied.stderr
+        stored = pg.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", (role,)).fetchone()
+        assert stored is not None and stored["rolpassword"].startswith("SCRAM-SHA-256$")
+        with psycopg.connect(make_conninfo(db_url, user=role, password=password)) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == (role,)
+        refused = cli("grant", role, "--create", "--password", password, url=db_url)
+        assert refused.returncode == 2 and password not in refused.stderr  # no such flag any more
+    finally:
+        pg.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
+        pg.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

@@ -9,6 +9,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import psycopg
@@ -38,8 +39,18 @@ Handler = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # No abbreviations: an old flag's name must not silently mean a new one (`--password` read as
+        # `--password-file`, its value then shown as a file name).
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
-        # One line, not argparse's usage block: the usage is one `--help` away.
+        # One line, not argparse's usage block: the usage is one `--help` away. Unrecognized arguments
+        # are named by their flags only: a value typed after an unknown flag may be a secret.
+        if message.startswith("unrecognized arguments: "):
+            words = message.removeprefix("unrecognized arguments: ").split()
+            message = "unrecognized arguments: " + " ".join(w if w.startswith("-") else "(a value)" for w in words)
         self.exit(EXIT_CONFIG, f"pod-sweeper: {message} (see `pod-sweeper --help`)\n")
 
 
@@ -161,11 +172,28 @@ async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK if all(c.ok for c in checks) else EXIT_FAILURE
 
 
+def _password_from(source: str) -> str:
+    """The role's password: the first line of a file, or of standard input for ``-``; never a flag's
+    value (shell history, ``ps``)."""
+    try:
+        text = sys.stdin.readline() if source == "-" else Path(source).read_text(encoding="utf-8").split("\n", 1)[0]
+    except OSError as exc:
+        raise ConfigError(f"--password-file {source}: cannot read it ({exc.strerror or exc})") from None
+    password = text.rstrip("\r\n")
+    if not password:
+        raise ConfigError(f"--password-file {source}: its first line is empty")
+    return password
+
+
 async def cmd_grant(settings: Settings, args: argparse.Namespace) -> int:
+    if args.password_file is not None and not args.create:
+        raise ConfigError("--password-file goes with --create (it sets the new role's password)")
+    password = _password_from(args.password_file) if args.password_file is not None else None
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
+        verifier = roles.password_verifier(conn, args.role, password) if password is not None else None
+        statements = await roles.runtime_grants(conn, args.role, create=args.create, verifier=verifier)
         if args.apply:
-            statements = await roles.runtime_grants(conn, args.role, create=args.create, password=args.password)
             action = controls.Action(args.actor, "grant", {"create": args.create}, f"role {args.role}")
             async with conn.transaction():
                 for statement in statements:
@@ -173,9 +201,10 @@ async def cmd_grant(settings: Settings, args: argparse.Namespace) -> int:
                 await controls.audit(conn, action, affected=len(statements))
             print(f"granted the runtime privileges to {args.role}")
         else:
-            shown = "..." if args.password else None  # never print the password itself
-            for statement in await roles.runtime_grants(conn, args.role, create=args.create, password=shown):
-                print(statement.as_string(conn) + ";")
+            for statement in statements:
+                # The verifier is not the password, but it is not for a terminal either.
+                text = statement.as_string(conn)
+                print((text.replace(verifier, "SCRAM-SHA-256$...") if verifier else text) + ";")
     return EXIT_OK
 
 
@@ -322,7 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("grant", help="print (or --apply) the privileges of a migration-free runtime role")
     p.add_argument("role", metavar="ROLE")
     p.add_argument("--create", action="store_true", help="also CREATE ROLE ... LOGIN")
-    p.add_argument("--password", help="with --create: the role's password (never printed)")
+    p.add_argument(
+        "--password-file",
+        metavar="FILE",
+        help="with --create: a file whose first line is the role's password (- : standard input); sent as a"
+        " SCRAM verifier computed here, never as the password, and never printed",
+    )
     p.add_argument("--apply", action="store_true", help="run the statements instead of printing them")
     controls_cli.add_actor(p)
     p.set_defaults(handler=cmd_grant)

@@ -14,16 +14,24 @@ from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import load_attachments
 
 
+def password_verifier(conn: Connection, role: str, password: str) -> str:
+    """The SCRAM-SHA-256 verifier of ``password`` for ``role``, computed here by libpq (as psql's
+    ``\\password`` does): CREATE ROLE carries it instead of the password, so no server log that records
+    statements (``log_statement = ddl``) and no ``pg_stat_statements`` ever holds the password itself."""
+    return conn.pgconn.encrypt_password(password.encode(), role.encode(), b"scram-sha-256").decode()
+
+
 async def runtime_grants(
-    conn: Connection, role: str, *, create: bool = False, password: str | None = None
+    conn: Connection, role: str, *, create: bool = False, verifier: str | None = None
 ) -> list[sql.Composed]:
-    """The statements that make ``role`` a runtime role for this database's attachments."""
+    """The statements that make ``role`` a runtime role for this database's attachments; with
+    ``create``, the role too, with ``verifier`` (``password_verifier``'s, never a password) if given."""
     who = sql.Identifier(role)
     ours = sql.Identifier("pod_sweeper")
     statements: list[sql.Composed] = []
     if create:
-        # A literal: CREATE ROLE takes no bind parameters. Callers that print pass a placeholder.
-        login = sql.SQL(" PASSWORD {}").format(sql.Literal(password)) if password else sql.SQL("")
+        # A literal: CREATE ROLE takes no bind parameters; it is a verifier, never the password.
+        login = sql.SQL(" PASSWORD {}").format(sql.Literal(verifier)) if verifier else sql.SQL("")
         statements.append(sql.SQL("CREATE ROLE {} LOGIN{}").format(who, login))
     statements += [
         sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(ours, who),
