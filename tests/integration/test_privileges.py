@@ -22,6 +22,7 @@ from helpers import (
     clean_env,
     cli,
     create_executions,
+    daemon_settings,
     outbox,
     run,
     settings_for,
@@ -254,3 +255,52 @@ def test_grant_takes_the_password_from_a_file_or_stdin_and_sends_only_a_scram_ve
     finally:
         pg.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
         pg.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def test_a_managed_install_without_a_superuser_each_role_doing_its_part(empty_db_url: str, kube: Any) -> None:
+    """As on a managed PostgreSQL: an administrator (the test's superuser) only makes roles and gives
+    CREATE on the database; the schema's owner migrates, attaches (as a member of the host table's
+    owning role) and grants; the runtime role sweeps; detach and re-attach need no more."""
+    suffix = uuid.uuid4().hex[:8]
+    owner, app, runtime = f"sweeper_owner_{suffix}", f"app_{suffix}", f"runtime_{suffix}"
+    dbname = psycopg.conninfo.conninfo_to_dict(empty_db_url)["dbname"]
+    with psycopg.connect(empty_db_url, autocommit=True) as admin:
+        for role in (owner, app, runtime):
+            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        admin.execute(
+            sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(str(dbname)), sql.Identifier(owner))
+        )
+        admin.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(app)))
+    try:
+        with psycopg.connect(as_role(empty_db_url, app), autocommit=True) as conn:
+            create_executions(conn)  # the host's table, owned by its application's role
+        as_owner = as_role(empty_db_url, owner)
+        migrated = cli("migrate", url=as_owner)
+        assert migrated.returncode == 0, migrated.stderr
+        refused = cli("attach", "--table", "public.executions", url=as_owner)
+        assert refused.returncode == 2, refused.stderr
+        [line] = refused.stderr.strip().splitlines()
+        assert f"GRANT {app} TO {owner}" in line and "permission denied" in line
+        refused = cli("migrate", url=as_role(empty_db_url, runtime))
+        assert refused.returncode == 1 and "it needs the schema's owner" in refused.stderr
+        with psycopg.connect(empty_db_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(app), sql.Identifier(owner)))
+        for args in (("attach", "--table", "public.executions"), ("grant", runtime, "--apply")):
+            done = cli(*args, url=as_owner)
+            assert done.returncode == 0, (args, done.stderr)
+        with psycopg.connect(as_role(empty_db_url, app), autocommit=True) as conn:
+            conn.row_factory = psycopg.rows.dict_row
+            add_execution(conn, kube, "m1")
+            with DaemonThread(daemon_settings(as_role(empty_db_url, runtime), kube)):
+                conn.execute("UPDATE executions SET active = false WHERE sandbox_id = 'm1'")
+                wait_until(lambda: kube.get_pod("sandboxes", "pod-m1-1") is None, what="swept by the runtime role")
+        for args in (("detach", "--table", "public.executions"), ("attach", "--table", "public.executions")):
+            done = cli(*args, url=as_owner)
+            assert done.returncode == 0, (args, done.stderr)
+    finally:
+        with psycopg.connect(empty_db_url, autocommit=True) as admin:
+            admin.execute("DROP SCHEMA IF EXISTS pod_sweeper CASCADE")
+            admin.execute("DROP TABLE IF EXISTS public.executions")
+            for role in (runtime, owner, app):
+                admin.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
+                admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))

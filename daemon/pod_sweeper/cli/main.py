@@ -55,7 +55,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
-    async with connection(settings) as conn:
+    async with connection(settings) as conn, roles.explained_refusal("migrate"):
         pending = await migrations.migrate(
             conn,
             dry_run=args.dry_run,
@@ -78,7 +78,7 @@ async def cmd_attach(settings: Settings, args: argparse.Namespace) -> int:
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
         action = controls.Action(args.actor, "attach", {"columns": mapping, "cluster": args.cluster}, f"table {target}")
-        async with conn.transaction():
+        async with roles.explained_refusal("attach", conn, target), conn.transaction():
             attachment_id = await attach.attach(conn, target, mapping, cluster=args.cluster)
             await controls.audit(conn, action, affected=1)
         nullable = await attach.nullable_columns(conn, target, mapping)
@@ -96,7 +96,7 @@ async def cmd_detach(settings: Settings, args: argparse.Namespace) -> int:
     target = attach.parse_table(args.table)
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
-        async with conn.transaction():
+        async with roles.explained_refusal("detach", conn, target), conn.transaction():
             removed = await attach.detach(conn, target)
             await controls.audit(conn, controls.Action(args.actor, "detach", {}, f"table {target}"), int(removed))
     print(f"detached {target}" if removed else f"{target} was not attached")

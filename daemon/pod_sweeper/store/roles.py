@@ -8,8 +8,13 @@ name through ``psycopg.sql.Identifier``.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
+import psycopg
 from psycopg import sql
 
+from pod_sweeper.core.errors import AttachError, MigrationError, first_line
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import load_attachments
 
@@ -72,3 +77,38 @@ async def runtime_grants(
         statements.append(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(attachment.schema), who))
         statements.append(sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(columns, attachment.identifier, who))
     return statements
+
+
+# Who each command must run as, for a refusal that says so (docs/dba.md, "Roles on a managed PostgreSQL").
+_NEEDS = {
+    "migrate": "the schema's owner: a role with CREATE on this database (or owning schema pod_sweeper); run it"
+    " with the owner's URL, not the runtime role's",
+    "attach": "the schema's owner, as a member of the role that owns the host table (as an administrator:"
+    " GRANT {owner} TO {me}): creating and dropping its triggers is the table owner's right",
+    "detach": "the schema's owner, as a member of the role that owns the host table (as an administrator:"
+    " GRANT {owner} TO {me}): dropping its triggers is the table owner's right",
+}
+
+
+@contextlib.asynccontextmanager
+async def explained_refusal(command: str, conn: Connection | None = None, target: object = None) -> AsyncIterator[None]:
+    """A permission refused inside becomes one line naming the role ``command`` needs (the host
+    table's owner read from the catalog, for attach and detach), with the server's own words."""
+    try:
+        yield
+    except psycopg.errors.InsufficientPrivilege as exc:
+        owner, me = "its owner", "the current user"
+        if conn is not None and target is not None:
+            with contextlib.suppress(psycopg.Error):
+                row = await (
+                    await conn.execute(
+                        "SELECT to_regclass(%s)::regclass IS NOT NULL AS found, current_user AS me,"
+                        " (SELECT relowner::regrole::text FROM pg_class WHERE oid = to_regclass(%s)) AS owner",
+                        (str(target), str(target)),
+                    )
+                ).fetchone()
+                if row is not None:
+                    owner, me = row["owner"] or owner, row["me"]
+        error = AttachError if command in ("attach", "detach") else MigrationError
+        needs = _NEEDS[command].format(owner=owner, me=me)
+        raise error(f"{command} was refused ({first_line(exc)}): it needs {needs}") from None
