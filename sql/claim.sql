@@ -7,6 +7,9 @@
 -- Each row comes back with what it was before (was, held_by): a lease that expired is the answer
 -- table's to judge (a row that crashed its daemon as many times as it has attempts goes dead; the daemon
 -- decides that, in tasks/answers.py, never here).
+-- With the replication guard (%(guard)s: the standbys it names; NULL: off, migration 0014), a row is
+-- claimed only when its mark vouches for its current enqueue and every named standby has flushed the
+-- WAL up to the mark; a standby that is not connected (or positions this role may not read) holds all.
 WITH disarm AS (
     -- This sweeper is awake and will claim again until nothing is claimable: retires need not NOTIFY
     -- (migration 0007). The claim right after arming passes false, or it would undo the arming.
@@ -16,6 +19,11 @@ WITH disarm AS (
     WHERE cluster IN (
         SELECT cluster FROM pod_sweeper.wakeup WHERE cluster = %(cluster)s AND armed AND %(disarm)s FOR UPDATE SKIP LOCKED
     )
+),
+standbys AS (
+    SELECT CASE WHEN count(DISTINCT application_name) = cardinality(%(guard)s::text[]) THEN min(flush_lsn) END AS flushed
+    FROM pg_stat_replication
+    WHERE %(guard)s::text[] IS NOT NULL AND application_name = ANY(%(guard)s::text[])
 ),
 due AS (
     SELECT id, status AS was, claimed_by AS held_by
@@ -40,6 +48,9 @@ due AS (
             AND h.pod_name = outbox.pod_name AND h.until > now()
             AND (h.pod_uid IS NULL OR h.pod_uid = outbox.pod_uid)
       )
+      AND (%(guard)s::text[] IS NULL
+           OR (outbox.guard_enqueued_at = outbox.enqueued_at
+               AND outbox.guard_lsn <= (SELECT flushed FROM standbys)))
     ORDER BY next_attempt_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED

@@ -130,3 +130,92 @@ async def attach_table_after_create(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         create_executions(conn)
     await attach_table(url)
+
+
+@pytest.fixture
+def primary_and_async_standby() -> Iterator[tuple[ThrowawayCluster, ThrowawayCluster]]:
+    """A primary and an asynchronous standby (no synchronous_standby_names), as a cross-region replica
+    or a read replica promoted for disaster recovery is."""
+    with ThrowawayCluster(extra_settings={"synchronous_commit": "on"}) as primary:
+        standby = primary.standby(name="dr")
+        try:
+            with psycopg.connect(primary.url(), autocommit=True) as conn:
+                wait_until(
+                    lambda: conn.execute(
+                        "SELECT 1 FROM pg_stat_replication WHERE application_name = 'dr' AND sync_state = 'async'"
+                    ).fetchone(),
+                    timeout=30,
+                    what="the asynchronous standby streaming",
+                )
+            yield primary, standby
+        finally:
+            standby.cleanup()
+
+
+def test_with_the_guard_no_pod_is_deleted_for_a_retire_a_failover_loses(
+    primary_and_async_standby: tuple[ThrowawayCluster, ThrowawayCluster], kube: Any, tmp_path: Path
+) -> None:
+    """POD_SWEEPER_REPLICATION_GUARD=dr: a retire the standby has flushed is swept; with the standby
+    stopped, a retire is held, unclaimed; the primary dies and the standby is promoted without it: its
+    pod was never deleted, and the promoted database shows its generation active, as the pod is."""
+    import asyncio
+
+    primary, standby = primary_and_async_standby
+    multi_host = (
+        f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} dbname=postgres user=postgres"
+        " target_session_attrs=read-write connect_timeout=2"
+    )
+    asyncio.run(_prepare(primary.url()))
+    asyncio.run(attach_table_after_create(primary.url()))
+    with psycopg.connect(primary.url(), autocommit=True, row_factory=dict_row) as conn:
+        seed_executions(conn, kube, 6)
+    port = free_port()
+    log = tmp_path / "daemon.log"
+    env = daemon_env(
+        multi_host,
+        kube.kubeconfig,
+        POD_SWEEPER_HTTP_PORT=str(port),
+        POD_SWEEPER_HTTP_HOST="127.0.0.1",
+        POD_SWEEPER_CONNECT_TIMEOUT="2",
+        POD_SWEEPER_REPLICATION_GUARD="dr",
+    )
+    proc = spawn_daemon(env, log)
+
+    def metric(name: str) -> float | None:
+        return sample(http_get(port, "/metrics")[1], name)
+
+    try:
+        wait_until(lambda: metric("pod_sweeper_ready") == 1, timeout=60, what="the daemon ready")
+        with psycopg.connect(primary.url(), autocommit=True, row_factory=dict_row) as conn:
+            conn.execute("UPDATE executions SET active = false WHERE sandbox_id IN ('s0', 's1')")
+            wait_until(lambda: kube.get_pod("sandboxes", "p1") is None, timeout=30, what="replicated retires swept")
+            assert kube.get_pod("sandboxes", "p0") is None
+            standby.stop("fast")  # the standby falls behind (a network cut, a slow region)
+            wait_until(
+                lambda: metric("pod_sweeper_replication_guard_holding") == 1, timeout=30, what="the guard holding"
+            )
+            conn.execute("UPDATE executions SET active = false WHERE sandbox_id = 's2'")
+            # The retire's row waits, unclaimed, while the primary cannot show the standby has it.
+            wait_until(
+                lambda: conn.execute(
+                    "SELECT guard_lsn IS NOT NULL AS marked FROM pod_sweeper.outbox WHERE sandbox_id = 's2'"
+                ).fetchone()["marked"],
+                timeout=30,
+                what="the row marked by a claim round",
+            )
+            row = conn.execute("SELECT status, attempts FROM pod_sweeper.outbox WHERE sandbox_id = 's2'").fetchone()
+            assert (row["status"], row["attempts"]) == ("pending", 0)
+        assert kube.get_pod("sandboxes", "p2") is not None
+        primary.stop("immediate")  # the primary is lost, and the retire with it
+        standby.start()
+        standby.promote()
+        with psycopg.connect(standby.url(), autocommit=True, row_factory=dict_row) as conn:
+            lost = conn.execute("SELECT active FROM executions WHERE sandbox_id = 's2'").fetchone()
+            assert lost["active"] is True  # the promoted database never saw the retire
+            assert conn.execute("SELECT 1 FROM pod_sweeper.outbox WHERE sandbox_id = 's2'").fetchone() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    assert kube.get_pod("sandboxes", "p2") is not None  # its generation is active: the pod stays
+    assert not [d for d in kube.deletes() if d.path.endswith("/p2")]
+    assert code == 0, log.read_text()[-3000:]

@@ -138,6 +138,18 @@ class Metrics:
             " declares it too old): it claims nothing",
             registry=r,
         )
+        self.guard_holding = Gauge(
+            "pod_sweeper_replication_guard_holding",
+            "1 while the replication guard holds every claim: a standby it names is not connected, or this role"
+            " may not read their positions (POD_SWEEPER_REPLICATION_GUARD; 0 when off)",
+            registry=r,
+        )
+        self.guard_lag = Gauge(
+            "pod_sweeper_replication_guard_lag_bytes",
+            "How far the slowest standby the replication guard names is behind in flushing WAL: a retire waits"
+            " about this long to be claimable (0 when off or unknown)",
+            registry=r,
+        )
         self.start_error = Gauge(
             "pod_sweeper_start_error",
             "1 while a start-up error a person must fix holds the replica (POD_SWEEPER_ON_START_ERROR=wait), by"

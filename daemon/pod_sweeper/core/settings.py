@@ -107,6 +107,14 @@ class Settings(BaseSettings):
         "`dry_run`. A namespace taken off the list has its `would_delete` rows reopened at the next start. "
         "Default unset: none.",
     )
+    replication_guard: Annotated[frozenset[str] | None, NoDecode] = Field(
+        default=None,
+        description="Comma-separated `application_name`s of standbys (as `pg_stat_replication` shows "
+        "them): a row is claimed only once the WAL of its retire is flushed on every one of them, so a "
+        "failover to one of them can never leave a pod deleted for a retire it lacks. For asynchronous "
+        "standbys; a named standby that is not connected holds every claim. The runtime role needs "
+        "`pg_read_all_stats` (or `pg_monitor`) to read their positions. Default unset: off.",
+    )
     kube_context: str | None = Field(
         default=None,
         description="Context to use from the kubeconfig. Default: the kubeconfig's current context.",
@@ -364,6 +372,15 @@ class Settings(BaseSettings):
             bad = [ns for ns in value if not isinstance(ns, str) or not re.fullmatch(_DNS_LABEL, ns) or len(ns) > 63]
             if bad:
                 raise ValueError(f"{', '.join(repr(ns) for ns in bad)}: not a Kubernetes namespace name")
+        return value
+
+    @field_validator("replication_guard", mode="before")
+    @classmethod
+    def _standby_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list | tuple | set | frozenset) and not value:
+            raise ValueError("names no standby; leave it unset to turn the guard off")
         return value
 
     @field_validator("failpoints")

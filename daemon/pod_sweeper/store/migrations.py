@@ -35,7 +35,7 @@ from pod_sweeper.store.db import Connection
 SCHEMA = "pod_sweeper"
 LEDGER = "schema_migrations"
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_READABLE_RE = re.compile(r"^-- readable from: (\d{4})\s*$", re.MULTILINE)
+_READABLE_RE = re.compile(r"^-- readable from: (\d{4})\b", re.MULTILINE)
 _STEP_RE = re.compile(r"^-- step: (alone|in a transaction)\s*$")
 
 

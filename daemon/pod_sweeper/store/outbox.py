@@ -101,16 +101,25 @@ async def claim(
     attachments: dict[int, Attachment],
     disarm: bool,
     decide: Decide,
+    guard: list[str] | None = None,
 ) -> ClaimedBatch:
     """Claim up to ``batch`` due rows of ``cluster`` (each one's attempt charged, its epoch bumped),
     re-check them, and record the rows ``decide`` ends at once (a generation active again, a re-check
     that could not be made, a lease that expired once too often), all in one short transaction. The claim
     also clears the wakeup flag (see :func:`arm`), except with ``disarm=False``: the claim right after
-    arming."""
+    arming. With ``guard`` (the standbys the replication guard names), only rows whose enqueue every one
+    of them has flushed (:func:`guard_mark` first)."""
     async with conn.transaction():
         cur = await conn.execute(
             queries.load("claim"),
-            {"owner": owner, "batch": batch, "lease_seconds": lease_seconds, "disarm": disarm, "cluster": cluster},
+            {
+                "owner": owner,
+                "batch": batch,
+                "lease_seconds": lease_seconds,
+                "disarm": disarm,
+                "cluster": cluster,
+                "guard": guard,
+            },
         )
         claims = [
             Claim(
@@ -136,6 +145,25 @@ async def claim(
             await record_results(conn, [final for _, final in decided], owner, cluster=cluster)
         ended = {c.id for c, _ in decided}
         return ClaimedBatch([c for c in claims if c.id not in ended], decided, checked.attachments)
+
+
+async def guard_mark(conn: Connection, *, cluster: str) -> int:
+    """The replication guard's mark of the cluster's open rows whose enqueue no mark vouches for yet
+    (migration 0014); how many were marked."""
+    return (await conn.execute(queries.load("guard_mark"), {"cluster": cluster})).rowcount
+
+
+@dataclass(frozen=True)
+class GuardLag:
+    """What the replication guard sees of the standbys it names."""
+
+    connected: int
+    lag_bytes: float | None  # None: one is missing, or their positions cannot be read
+
+
+async def guard_lag(conn: Connection, standbys: list[str]) -> GuardLag:
+    row = await (await conn.execute(queries.load("guard_lag"), {"standbys": standbys})).fetchone()
+    return GuardLag(int(row["connected"]), row["lag_bytes"]) if row else GuardLag(0, None)
 
 
 async def record_results(conn: Connection, finals: list[Final], replica: str, *, cluster: str) -> set[int]:

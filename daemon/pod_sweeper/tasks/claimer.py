@@ -153,6 +153,10 @@ class Claimer:
 
     async def _claim(self, want: int, *, disarm: bool) -> ClaimedBatch | None:
         """One claim of up to ``want`` rows; None when the breaker allows none."""
+        guard = sorted(self.settings.replication_guard) if self.settings.replication_guard else None
+        if guard is not None:  # its own short transaction, before the claim's: see sql/guard_mark.sql
+            async with self.pool.connection() as conn:
+                await outbox.guard_mark(conn, cluster=self.settings.cluster)
         async with self.pool.connection() as conn, self._breaker_section(conn):
             want = await self._breaker_budget(conn, want)
             if want == 0:
@@ -166,6 +170,7 @@ class Claimer:
                 attachments=self._attachments,
                 disarm=disarm,
                 decide=self._decide,
+                guard=guard,
             )
         self._attachments = batch.attachments
         return batch

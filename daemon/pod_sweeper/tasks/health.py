@@ -155,7 +155,12 @@ class HealthServer:
 
 
 async def refresh_gauges(
-    pool: AsyncConnectionPool[Connection], metrics: Metrics, health: Health, interval: float, cluster: str
+    pool: AsyncConnectionPool[Connection],
+    metrics: Metrics,
+    health: Health,
+    interval: float,
+    cluster: str,
+    guard: list[str] | None = None,
 ) -> None:
     """Every ``interval`` seconds, one query (the lag view) sets the database gauges; its success or
     failure is also the readiness probe's view of the database."""
@@ -166,6 +171,10 @@ async def refresh_gauges(
                 lag = await outbox.lag(conn)
                 by_cluster = await outbox.cluster_gauges(conn)
                 in_force = await controls.in_force(conn)
+                standbys = await outbox.guard_lag(conn, guard) if guard else None
+            if standbys is not None:
+                metrics.guard_holding.set(1 if standbys.lag_bytes is None else 0)
+                metrics.guard_lag.set(standbys.lag_bytes or 0)
             # The pauses of this replica's cluster, as they are now (one that ended is gone from the gauge).
             metrics.paused.clear()
             for control in in_force:

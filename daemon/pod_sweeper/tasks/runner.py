@@ -234,7 +234,12 @@ class Daemon:
                         _named(
                             "gauges",
                             refresh_gauges(
-                                pool, self.metrics, self.health, GAUGE_REFRESH_SECONDS, self.settings.cluster
+                                pool,
+                                self.metrics,
+                                self.health,
+                                GAUGE_REFRESH_SECONDS,
+                                self.settings.cluster,
+                                sorted(self.settings.replication_guard) if self.settings.replication_guard else None,
                             ),
                         ),
                         name="gauges",
