@@ -108,6 +108,7 @@ def test_alerts_use_exported_metrics() -> None:
         "PodSweeperKubeUnreachable",
         "PodSweeperNoProgress",
         "PodSweeperPausedLong",
+        "PodSweeperReplicationGuardHolding",
     }
     for rule in rules:
         for name in re.findall(r"pod_sweeper_[a-z_]+", rule["expr"]):
