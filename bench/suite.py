@@ -677,6 +677,7 @@ class Bench:
             "lease_seconds": 60,
             "disarm": True,
             "cluster": "east",
+            "guard": None,
         }
 
         def claim_times(conn: psycopg.Connection[Any], n: int) -> list[float]:

@@ -1,12 +1,13 @@
--- The breaker's view of one cluster, its row locked for the claim's transaction so that two replicas of
--- the cluster cannot spend the same budget: its state, the cluster's rows claimed right now by any
+-- The breaker's view of one cluster, read right after breaker_lock.sql locked its row for the claim's
+-- transaction (so that two replicas of the cluster cannot spend the same budget), in a snapshot taken
+-- after that lock was granted: its state, the cluster's rows claimed right now by any
 -- replica (deletes that may still happen), and the cluster's deletes recorded (all replicas') since the
 -- later of a minute ago and its last resume, per namespace. One row per namespace; namespace NULL when
 -- there were none; no row when the cluster has no breaker row (cluster_rows.sql makes it at start).
 -- Read in one snapshot, each row counts once: the record of its result moves it from claimed to the attempt
 -- history in one statement.
 WITH b AS (
-    SELECT tripped_at, reason, resumed_at FROM pod_sweeper.breaker WHERE cluster = %(cluster)s FOR UPDATE
+    SELECT tripped_at, reason, resumed_at FROM pod_sweeper.breaker WHERE cluster = %(cluster)s
 ),
 recent AS (
     SELECT o.pod_namespace, count(*) AS deletes

@@ -201,7 +201,11 @@ def test_migration_0011_gives_an_upgraded_runtime_role_what_the_claim_and_the_tr
         )
         conn.execute("INSERT INTO pod_sweeper.breaker (cluster) VALUES ('default') ON CONFLICT DO NOTHING")
         conn.execute(next(m for m in shipped() if m.version == 11).text)  # type: ignore[call-overload]
-    params = {"batch": 10, "owner": "r", "lease_seconds": 60, "disarm": False, "cluster": "default"}
+        # The rest of the chain, as the owner (this release's claim reads what 0014 added).
+        for migration in (m for m in shipped() if m.version > 11):
+            for text in [text for _, text in migration.steps] or [migration.text]:
+                conn.execute(text)  # type: ignore[call-overload]
+    params = {"batch": 10, "owner": "r", "lease_seconds": 60, "disarm": False, "cluster": "default", "guard": None}
     with psycopg.connect(as_role(empty_db_url, runtime), autocommit=True) as conn:
         conn.execute(queries.load("claim"), params)  # reads pod_sweeper.pauses and pod_sweeper.holds
         trip = {"cluster": "default", "reason": "a burst", "who": "r"}

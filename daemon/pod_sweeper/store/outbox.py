@@ -247,7 +247,10 @@ class BreakerWindow:
 
 async def breaker_window(conn: Connection, cluster: str) -> BreakerWindow:
     """Inside a transaction: read the cluster's breaker and lock its row until the transaction ends, so
-    that one replica at a time spends the cluster's budget."""
+    that one replica at a time spends the cluster's budget. The lock first, in a statement of its own:
+    the window's read then takes its snapshot after the lock was granted, so it sees every claim the
+    replica that held the lock committed (one statement read them as of before its wait)."""
+    await conn.execute(queries.load("breaker_lock"), {"cluster": cluster})
     rows = await (await conn.execute(queries.load("breaker_window"), {"cluster": cluster})).fetchall()
     tripped = rows[0]["reason"] or "tripped" if rows and rows[0]["tripped_at"] else None
     claimed = int(rows[0]["claimed"]) if rows else 0
