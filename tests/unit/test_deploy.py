@@ -65,7 +65,7 @@ def test_every_manifest_parses_and_is_namespaced() -> None:
 def test_role_grants_only_what_the_daemon_uses() -> None:
     role = manifests()["Role"]
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "delete"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # an Event on each deleted pod
     ]
     # The fake API server's access reviews answer from the same grants.
@@ -173,3 +173,23 @@ def test_the_migrate_job_is_safe_for_gitops_and_no_namespace_is_hard_coded_where
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_SWEEPER_NAMESPACES"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert "POD_SWEEPER_ON_START_ERROR" not in env  # the Deployment form exits: its pods crash-loop visibly
+
+
+def test_the_role_grants_exactly_what_check_asks_for_with_every_namespaced_feature_on() -> None:
+    """Least privilege both ways: every verb the Role grants is one the daemon uses (``check`` asks
+    for it), and every one ``check`` asks for in the namespace is granted (nodes, cluster-wide, are a
+    ClusterRole's, which deploy/ does not ship)."""
+    from pod_sweeper.cli.check import needs
+    from pod_sweeper.core.settings import Settings
+
+    everything = Settings(
+        database_url="host=x",
+        events=True,
+        reconcile_sandbox_label="sandbox",
+        reconcile_generation_label="generation",
+        reconcile_namespace="sandboxes",
+    )
+    asked = {(p.resource, p.verb) for p in needs(everything, ["sandboxes"]) if p.namespace is not None}
+    role = manifests()["Role"]
+    granted = {(resource, verb) for rule in role["rules"] for resource in rule["resources"] for verb in rule["verbs"]}
+    assert granted == asked
