@@ -193,3 +193,22 @@ def test_the_role_grants_exactly_what_check_asks_for_with_every_namespaced_featu
     role = manifests()["Role"]
     granted = {(resource, verb) for rule in role["rules"] for resource in rule["resources"] for verb in rule["verbs"]}
     assert granted == asked
+
+
+def _anchors(markdown: str) -> set[str]:
+    """The anchors a Markdown renderer gives the headings (GitHub's rule: lower case, punctuation
+    dropped, spaces to hyphens)."""
+    headings = re.findall(r"^#+ (.+)$", markdown, flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_alert_has_a_runbook_url_that_leads_to_its_own_heading() -> None:
+    rules = manifests()["PrometheusRule"]["spec"]["groups"][0]["rules"]
+    for rule in rules:
+        url = rule["annotations"].get("runbook_url")
+        assert url, rule["alert"]
+        path, _, anchor = url.partition("#")
+        target = ROOT / path
+        assert target.is_file(), url
+        assert anchor == rule["alert"].lower() and anchor in _anchors(target.read_text()), url
+        assert "runbook" not in rule["annotations"]  # runbook_url, as Alertmanager templates and Grafana expect
