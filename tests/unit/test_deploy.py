@@ -132,11 +132,20 @@ def test_systemd_unit() -> None:
     assert unit["SyslogLevelPrefix"] == ["yes"] and unit["StandardError"] == ["journal"]
 
 
-def test_example_environment_file_names_real_settings() -> None:
-    known = {f"POD_SWEEPER_{name.upper()}" for name in Settings.model_fields}
+def test_example_environment_file_names_real_settings_and_shows_each_default_as_it_is() -> None:
+    """The example sets only what an install must (the URL, the namespaces); the lines it shows
+    commented are the settings' defaults, read back through the settings: copying it changes nothing."""
+    known = {f"POD_SWEEPER_{name.upper()}": name for name in Settings.model_fields}
     lines = (ROOT / "systemd" / "pod-sweeper.env.example").read_text().splitlines()
     names = [line.split("=", 1)[0] for line in lines if line and not line.startswith("#")]
-    assert names and set(names) <= known
+    assert set(names) == {"POD_SWEEPER_DATABASE_URL", "POD_SWEEPER_NAMESPACES"}
+    shown = dict(line.removeprefix("# ").split("=", 1) for line in lines if re.match(r"# POD_SWEEPER_\w+=", line))
+    assert shown and set(shown) <= set(known)
+    for variable, value in shown.items():
+        field = known[variable]
+        parsed = getattr(Settings(database_url="host=x", **{field: value}), field)
+        assert parsed == Settings.model_fields[field].default, (variable, value)
+    assert "README" not in (ROOT / "systemd" / "pod-sweeper.env.example").read_text()
 
 
 def test_the_monitor_the_budget_and_the_job_fit_the_deployment() -> None:
