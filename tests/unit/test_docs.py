@@ -45,3 +45,17 @@ def test_dba_md_states_the_schema_as_the_migrations_build_it() -> None:
     assert columns is not None and f"`outbox_claimable ({columns[1]})" in dba
     assert "constraint wakeup.wakeup_pkey PRIMARY KEY (cluster)" in reference
     assert "a row per cluster" in dba and "single row" not in dba
+
+
+def test_the_licence_note_names_every_runtime_dependency_and_the_licence_file_exists() -> None:
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0] for requirement in project["dependencies"]}
+    note = (root / "docs" / "licenses.md").read_text()
+    rows = {
+        cell.strip() for line in note.splitlines() if line.startswith("| ") for cell in line.split("|")[1].split(",")
+    }
+    assert names <= rows, names - rows
+    assert "Apache License" in (root / "LICENSE").read_text() and project["license"] == {"text": "Apache-2.0"}
