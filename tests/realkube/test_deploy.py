@@ -186,7 +186,7 @@ def test_with_the_shipped_role_a_namespace_outside_it_waits_alone_and_the_replic
 
 
 def test_check_fails_where_the_role_lacks_what_an_enabled_feature_needs(
-    kube_apiserver: KubeApiServer, db_url: str, tmp_path: Path
+    kube_apiserver: KubeApiServer, execs: psycopg.Connection[Any], db_url: str, tmp_path: Path
 ) -> None:
     """A Role without ``create`` on events: ``check`` exits 1 naming it while Events are on, and passes
     with them off; reconciliation asks for ``list`` where it runs, and forcing stuck pods for ``get`` on
