@@ -221,3 +221,18 @@ def test_every_alert_has_a_runbook_url_that_leads_to_its_own_heading() -> None:
         assert target.is_file(), url
         assert anchor == rule["alert"].lower() and anchor in _anchors(target.read_text()), url
         assert "runbook" not in rule["annotations"]  # runbook_url, as Alertmanager templates and Grafana expect
+
+
+def test_every_path_the_shipped_files_cite_exists() -> None:
+    """The manifests, the unit and the env example cite docs, tests and queries by path: each must be
+    there (the alerts once cited a README section and a test folder that had moved)."""
+    cited = set()
+    for path in [*(ROOT / "deploy").rglob("*"), *(ROOT / "systemd").glob("*")]:
+        if path.is_file() and path.suffix not in (".json",):
+            text = path.read_text()
+            cited |= set(
+                re.findall(r"\b((?:docs|tests|sql|deploy|migrations|tools)/[A-Za-z0-9_./-]*[A-Za-z0-9_])", text)
+            )
+    assert cited
+    missing = sorted(c for c in cited if not (ROOT / c).exists())
+    assert missing == [], missing
