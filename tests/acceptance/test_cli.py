@@ -4,14 +4,29 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from helpers import add_execution, cli, create_executions, outbox, retire, with_dbname
+from helpers import (
+    add_execution,
+    cli,
+    create_executions,
+    daemon_env,
+    http_get,
+    outbox,
+    retire,
+    sample,
+    spawn_daemon,
+    stop_process,
+    wait_until,
+    with_dbname,
+)
 from pod_sweeper.store.migrations import shipped
+from pod_sweeper.testing.postgres import free_port
 
 
 def test_quick_start_migrate_attach_retire_status(empty_db_url: str) -> None:
@@ -166,7 +181,7 @@ def test_retry_and_prune_commands(pg: psycopg.Connection[Any], db_url: str) -> N
     assert [r["status"] for r in outbox(pg)] == ["pending", "pending"]
 
 
-def test_check_reports_each_check_and_a_missing_verb(db_url: str, kube: Any) -> None:
+def test_check_reports_each_check_and_a_missing_verb(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
     ok = cli("check", "--namespace", "sandboxes", url=db_url, POD_SWEEPER_KUBECONFIG=str(kube.kubeconfig))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     lines = ok.stdout.splitlines()
@@ -175,6 +190,7 @@ def test_check_reports_each_check_and_a_missing_verb(db_url: str, kube: Any) -> 
         "ok    retries",
         "ok    database",
         "ok    schema",
+        "ok    attached tables",
         "ok    wakeups",
         "ok    kubernetes",
         "ok    namespace scope",
@@ -263,3 +279,22 @@ def test_check_names_tables_attached_before_the_rejects_migration(pg: psycopg.Co
     assert "FAIL  triggers: public.t: attached before migration 0008" in stale.stdout
     assert cli("attach", "--table", "public.t", url=db_url).returncode == 0
     assert "triggers" not in cli("check", "--namespace", "x", url=db_url, POD_SWEEPER_KUBECONFIG="/nonexistent").stdout
+
+
+def test_an_install_without_an_attached_table_fails_check_and_the_daemon_says_so(
+    db_url: str, kube: Any, tmp_path: Path
+) -> None:
+    """Migrated, granted, running, and no table attached: every retire would be lost to the sweeper, so
+    `check` fails on it, and the daemon says so at start and in a gauge."""
+    checked = cli("check", "--namespace", "sandboxes", url=db_url, POD_SWEEPER_KUBECONFIG=str(kube.kubeconfig))
+    assert checked.returncode == 1
+    assert "FAIL  attached tables: none for cluster default: no retire reaches the outbox" in checked.stdout
+    port = free_port()
+    log = tmp_path / "run.log"
+    proc = spawn_daemon(daemon_env(db_url, kube.kubeconfig, POD_SWEEPER_HTTP_PORT=str(port)), log)
+    try:
+        wait_until(lambda: "no table is attached for cluster default" in log.read_text(), timeout=30)
+        wait_until(lambda: sample(http_get(port, "/metrics")[1], "pod_sweeper_ready") == 1, timeout=30)
+        assert sample(http_get(port, "/metrics")[1], "pod_sweeper_attached_tables") == 0
+    finally:
+        assert stop_process(proc) == 0, log.read_text()

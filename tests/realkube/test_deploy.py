@@ -75,7 +75,7 @@ def test_the_manifests_apply_and_the_token_can_do_exactly_what_the_docs_say(
     bare = kube_apiserver.token_kubeconfig(tmp_path / "bare.kubeconfig", bare_token, namespace=NS)
     granted = can_i_list(kube_apiserver, shipped) - can_i_list(kube_apiserver, bare)
     rules = documented_rules()
-    assert rules == {"pods": ["get", "list", "watch", "delete"], "events": ["create"]}, rules
+    assert rules == {"pods": ["get", "list", "delete"], "events": ["create"]}, rules
     assert granted == {f"{resource} [] [] [{' '.join(verbs)}]" for resource, verbs in rules.items()}
     for args in (("delete", "pods", "--namespace=default"), ("get", "secrets", f"--namespace={NS}")):
         answer = kube_apiserver.kubectl("auth", "can-i", *args, kubeconfig_path=shipped, check=False)
@@ -186,7 +186,7 @@ def test_with_the_shipped_role_a_namespace_outside_it_waits_alone_and_the_replic
 
 
 def test_check_fails_where_the_role_lacks_what_an_enabled_feature_needs(
-    kube_apiserver: KubeApiServer, db_url: str, tmp_path: Path
+    kube_apiserver: KubeApiServer, execs: psycopg.Connection[Any], db_url: str, tmp_path: Path
 ) -> None:
     """A Role without ``create`` on events: ``check`` exits 1 naming it while Events are on, and passes
     with them off; reconciliation asks for ``list`` where it runs, and forcing stuck pods for ``get`` on

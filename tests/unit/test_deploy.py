@@ -65,7 +65,7 @@ def test_every_manifest_parses_and_is_namespaced() -> None:
 def test_role_grants_only_what_the_daemon_uses() -> None:
     role = manifests()["Role"]
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "delete"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # an Event on each deleted pod
     ]
     # The fake API server's access reviews answer from the same grants.
@@ -132,11 +132,20 @@ def test_systemd_unit() -> None:
     assert unit["SyslogLevelPrefix"] == ["yes"] and unit["StandardError"] == ["journal"]
 
 
-def test_example_environment_file_names_real_settings() -> None:
-    known = {f"POD_SWEEPER_{name.upper()}" for name in Settings.model_fields}
+def test_example_environment_file_names_real_settings_and_shows_each_default_as_it_is() -> None:
+    """The example sets only what an install must (the URL, the namespaces); the lines it shows
+    commented are the settings' defaults, read back through the settings: copying it changes nothing."""
+    known = {f"POD_SWEEPER_{name.upper()}": name for name in Settings.model_fields}
     lines = (ROOT / "systemd" / "pod-sweeper.env.example").read_text().splitlines()
     names = [line.split("=", 1)[0] for line in lines if line and not line.startswith("#")]
-    assert names and set(names) <= known
+    assert set(names) == {"POD_SWEEPER_DATABASE_URL", "POD_SWEEPER_NAMESPACES"}
+    shown = dict(line.removeprefix("# ").split("=", 1) for line in lines if re.match(r"# POD_SWEEPER_\w+=", line))
+    assert shown and set(shown) <= set(known)
+    for variable, value in shown.items():
+        field = known[variable]
+        parsed = getattr(Settings(database_url="host=x", **{field: value}), field)
+        assert parsed == Settings.model_fields[field].default, (variable, value)
+    assert "README" not in (ROOT / "systemd" / "pod-sweeper.env.example").read_text()
 
 
 def test_the_monitor_the_budget_and_the_job_fit_the_deployment() -> None:
@@ -173,3 +182,57 @@ def test_the_migrate_job_is_safe_for_gitops_and_no_namespace_is_hard_coded_where
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_SWEEPER_NAMESPACES"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert "POD_SWEEPER_ON_START_ERROR" not in env  # the Deployment form exits: its pods crash-loop visibly
+
+
+def test_the_role_grants_exactly_what_check_asks_for_with_every_namespaced_feature_on() -> None:
+    """Least privilege both ways: every verb the Role grants is one the daemon uses (``check`` asks
+    for it), and every one ``check`` asks for in the namespace is granted (nodes, cluster-wide, are a
+    ClusterRole's, which deploy/ does not ship)."""
+    from pod_sweeper.cli.check import needs
+    from pod_sweeper.core.settings import Settings
+
+    everything = Settings(
+        database_url="host=x",
+        events=True,
+        reconcile_sandbox_label="sandbox",
+        reconcile_generation_label="generation",
+        reconcile_namespace="sandboxes",
+    )
+    asked = {(p.resource, p.verb) for p in needs(everything, ["sandboxes"]) if p.namespace is not None}
+    role = manifests()["Role"]
+    granted = {(resource, verb) for rule in role["rules"] for resource in rule["resources"] for verb in rule["verbs"]}
+    assert granted == asked
+
+
+def _anchors(markdown: str) -> set[str]:
+    """The anchors a Markdown renderer gives the headings (GitHub's rule: lower case, punctuation
+    dropped, spaces to hyphens)."""
+    headings = re.findall(r"^#+ (.+)$", markdown, flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_alert_has_a_runbook_url_that_leads_to_its_own_heading() -> None:
+    rules = manifests()["PrometheusRule"]["spec"]["groups"][0]["rules"]
+    for rule in rules:
+        url = rule["annotations"].get("runbook_url")
+        assert url, rule["alert"]
+        path, _, anchor = url.partition("#")
+        target = ROOT / path
+        assert target.is_file(), url
+        assert anchor == rule["alert"].lower() and anchor in _anchors(target.read_text()), url
+        assert "runbook" not in rule["annotations"]  # runbook_url, as Alertmanager templates and Grafana expect
+
+
+def test_every_path_the_shipped_files_cite_exists() -> None:
+    """The manifests, the unit and the env example cite docs, tests and queries by path: each must be
+    there (the alerts once cited a README section and a test folder that had moved)."""
+    cited = set()
+    for path in [*(ROOT / "deploy").rglob("*"), *(ROOT / "systemd").glob("*")]:
+        if path.is_file() and path.suffix not in (".json",):
+            text = path.read_text()
+            cited |= set(
+                re.findall(r"\b((?:docs|tests|sql|deploy|migrations|tools)/[A-Za-z0-9_./-]*[A-Za-z0-9_])", text)
+            )
+    assert cited
+    missing = sorted(c for c in cited if not (ROOT / c).exists())
+    assert missing == [], missing

@@ -3,6 +3,7 @@ themselves describe, and every test docs/design.md cites as a proof exists."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pod_sweeper.cli.main import settings_markdown
@@ -31,3 +32,30 @@ def test_every_test_the_design_cites_exists() -> None:
     }
     stems = {path.stem for path in (root / "tests").rglob("test_*.py")}
     assert sorted(names - defined - stems) == []
+
+
+def test_dba_md_states_the_schema_as_the_migrations_build_it() -> None:
+    """The facts docs/dba.md gives about the claim index and the wakeup table, held to the reference
+    schema the migration tier checks the chain against."""
+    root = Path(__file__).resolve().parents[2]
+    reference = (root / "tests" / "migration" / "reference_schema.txt").read_text()
+    dba = (root / "docs" / "dba.md").read_text()
+    [claim_index] = [line for line in reference.splitlines() if "INDEX outbox_claimable " in line]
+    columns = re.search(r"USING btree \(([^)]*)\)", claim_index)
+    assert columns is not None and f"`outbox_claimable ({columns[1]})" in dba
+    assert "constraint wakeup.wakeup_pkey PRIMARY KEY (cluster)" in reference
+    assert "a row per cluster" in dba and "single row" not in dba
+
+
+def test_the_licence_note_names_every_runtime_dependency_and_the_licence_file_exists() -> None:
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0] for requirement in project["dependencies"]}
+    note = (root / "docs" / "licenses.md").read_text()
+    rows = {
+        cell.strip() for line in note.splitlines() if line.startswith("| ") for cell in line.split("|")[1].split(",")
+    }
+    assert names <= rows, names - rows
+    assert "Apache License" in (root / "LICENSE").read_text() and project["license"] == {"text": "Apache-2.0"}

@@ -121,6 +121,14 @@ async def run_checks(settings: Settings, namespaces: list[str]) -> list[Check]:
             version = await migrations.check_schema(conn)
             checks.append(Check(True, "schema", f"at version {version}"))
             schema_ok = True
+            tables = await attach.feeding(conn, cluster=settings.cluster)
+            detail = (
+                ", ".join(tables)
+                if tables
+                else f"none for cluster {settings.cluster}: no retire reaches the outbox, nothing is swept;"
+                " run `pod-sweeper attach --table SCHEMA.TABLE` as the schema's owner"
+            )
+            checks.append(Check(bool(tables), "attached tables", detail))
             stale = await attach.stale_triggers(conn)
             if stale:
                 names = ", ".join(str(t) for t in stale)

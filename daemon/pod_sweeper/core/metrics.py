@@ -150,6 +150,11 @@ class Metrics:
             " about this long to be claimable (0 when off or unknown)",
             registry=r,
         )
+        self.attached_tables = Gauge(
+            "pod_sweeper_attached_tables",
+            "Attached tables that can enqueue rows of the replica's cluster (0: nothing will ever be swept)",
+            registry=r,
+        )
         self.start_error = Gauge(
             "pod_sweeper_start_error",
             "1 while a start-up error a person must fix holds the replica (POD_SWEEPER_ON_START_ERROR=wait), by"

@@ -270,7 +270,8 @@ class Settings(BaseSettings):
     max_deletes_per_minute: Annotated[int, Field(ge=0)] = Field(
         default=1000,
         description="Blast-radius breaker: deletes allowed per minute in one namespace and in total, "
-        "counted across all replicas; a burst beyond it stops all deletes until `pod-sweeper resume`. "
+        "counted across all replicas of a cluster; a burst beyond it stops that cluster's deletes until "
+        "`pod-sweeper resume --cluster NAME` (other clusters go on). "
         "0 turns it off. Default 1000: far above steady churn, far below 'a bad migration retired "
         "everything'.",
     )

@@ -232,3 +232,9 @@ async def detach(conn: Connection, target: Target) -> bool:
                 await conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(trigger, target.identifier()))
         await conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(_function_name(row["id"])))
     return True
+
+
+async def feeding(conn: Connection, *, cluster: str) -> list[str]:
+    """The attached tables that can enqueue rows of ``cluster`` (none: nothing will ever be swept)."""
+    rows = await (await conn.execute(queries.load("attached_for_cluster"), {"cluster": cluster})).fetchall()
+    return [r["name"] for r in rows]

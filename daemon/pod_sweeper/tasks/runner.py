@@ -36,7 +36,7 @@ from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import KubeClient, load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
-from pod_sweeper.store import controls, db, migrations, outbox
+from pod_sweeper.store import attach, controls, db, migrations, outbox
 from pod_sweeper.store.recheck import load_attachments
 from pod_sweeper.tasks.confirmer import Confirmer
 from pod_sweeper.tasks.gates import SchemaGate
@@ -185,6 +185,7 @@ class Daemon:
             async with pool.connection() as conn:
                 await outbox.cluster_rows(conn, cluster=self.settings.cluster, owner=self.settings.replica_id)
                 attachments = await load_attachments(conn)
+                await self._count_attached(conn, at_start=True)
                 if not self.settings.dry_run:
                     shadow = sorted(self.settings.dry_run_namespaces or ())
                     reopened = await outbox.reopen_dry_run(conn, cluster=self.settings.cluster, keep=shadow)
@@ -282,6 +283,7 @@ class Daemon:
                     gate.observe(str(exc))
                     self.health.schema_error = str(exc)
                     return
+                await self._count_attached(conn)
             if not gate.open:
                 logger.info("the schema is one this replica may run on again (version {v}): claiming", v=version)
             gate.observe(None)
@@ -297,6 +299,18 @@ class Daemon:
             seen = version
 
         await periodic.every(lambda: SCHEMA_WATCH_SECONDS, "schema watch", look, expected=(psycopg.Error,))
+
+    async def _count_attached(self, conn: db.Connection, *, at_start: bool = False) -> None:
+        """How many attached tables feed this replica's cluster, in a gauge; none is said at start, as an
+        install half done (docs/operations.md: every install path ends with `attach`)."""
+        tables = await attach.feeding(conn, cluster=self.settings.cluster)
+        self.metrics.attached_tables.set(len(tables))
+        if at_start and not tables:
+            logger.error(
+                "no table is attached for cluster {cluster}: no retire reaches the outbox and nothing will be"
+                " swept; run `pod-sweeper attach --table SCHEMA.TABLE` as the schema's owner",
+                cluster=self.settings.cluster,
+            )
 
     async def _kube_configuration(self) -> client.Configuration:
         return load_configuration(

@@ -50,7 +50,7 @@ _NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 _PROPAGATION = {"Foreground", "Background", "Orphan"}
 # What deploy/role.yaml grants in a namespace, resource -> verbs (tests/unit/test_deploy.py holds the
 # two equal): the access reviews answer from it.
-GRANTED: dict[str, tuple[str, ...]] = {"pods": ("get", "list", "watch", "delete"), "events": ("create",)}
+GRANTED: dict[str, tuple[str, ...]] = {"pods": ("get", "list", "delete"), "events": ("create",)}
 
 
 def _now() -> datetime:
