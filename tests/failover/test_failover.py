@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from helpers import (
@@ -31,24 +32,32 @@ from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
 pytestmark = pytest.mark.versions
 
 
-@pytest.fixture
-def primary_and_standby() -> Iterator[tuple[ThrowawayCluster, ThrowawayCluster]]:
+def _primary_and_standby(name: str, *, synchronous: bool) -> Iterator[tuple[ThrowawayCluster, ThrowawayCluster]]:
+    """A primary and a streaming standby called ``name``, synchronous or not, once it streams so."""
     with ThrowawayCluster(extra_settings={"synchronous_commit": "on"}) as primary:
-        standby = primary.standby(name="standby")
+        standby = primary.standby(name=name)
         try:
             with psycopg.connect(primary.url(), autocommit=True) as conn:
-                conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'standby'")
-                conn.execute("SELECT pg_reload_conf()")
+                if synchronous:
+                    conn.execute(sql.SQL("ALTER SYSTEM SET synchronous_standby_names = {}").format(sql.Literal(name)))
+                    conn.execute("SELECT pg_reload_conf()")
+                state = "sync" if synchronous else "async"
                 wait_until(
                     lambda: conn.execute(
-                        "SELECT 1 FROM pg_stat_replication WHERE application_name = 'standby' AND sync_state = 'sync'"
+                        "SELECT 1 FROM pg_stat_replication WHERE application_name = %s AND sync_state = %s",
+                        (name, state),
                     ).fetchone(),
                     timeout=30,
-                    what="the standby to be synchronous",
+                    what=f"the standby streaming, {state}",
                 )
             yield primary, standby
         finally:
             standby.cleanup()
+
+
+@pytest.fixture
+def primary_and_standby() -> Iterator[tuple[ThrowawayCluster, ThrowawayCluster]]:
+    yield from _primary_and_standby("standby", synchronous=True)
 
 
 async def _prepare(url: str) -> None:
@@ -136,20 +145,7 @@ async def attach_table_after_create(url: str) -> None:
 def primary_and_async_standby() -> Iterator[tuple[ThrowawayCluster, ThrowawayCluster]]:
     """A primary and an asynchronous standby (no synchronous_standby_names), as a cross-region replica
     or a read replica promoted for disaster recovery is."""
-    with ThrowawayCluster(extra_settings={"synchronous_commit": "on"}) as primary:
-        standby = primary.standby(name="dr")
-        try:
-            with psycopg.connect(primary.url(), autocommit=True) as conn:
-                wait_until(
-                    lambda: conn.execute(
-                        "SELECT 1 FROM pg_stat_replication WHERE application_name = 'dr' AND sync_state = 'async'"
-                    ).fetchone(),
-                    timeout=30,
-                    what="the asynchronous standby streaming",
-                )
-            yield primary, standby
-        finally:
-            standby.cleanup()
+    yield from _primary_and_standby("dr", synchronous=False)
 
 
 def test_with_the_guard_no_pod_is_deleted_for_a_retire_a_failover_loses(
