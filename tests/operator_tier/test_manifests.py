@@ -66,3 +66,16 @@ def test_the_sidecar_component_adds_a_native_sidecar_that_cannot_fail_its_pod() 
     # The Deployment form keeps its readiness probe: there the sweeper is a pod of its own.
     deployment = yaml.safe_load((ROOT / "deploy" / "deployment.yaml").read_text())
     assert deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_the_lines_a_hosts_chart_adds_are_the_components_sidecar() -> None:
+    """docs/operations.md shows the container a host's own Helm chart adds: the component's, but for
+    the image (a value of the host's chart)."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text[text.index("**The sidecar in a host's own chart.**") :]
+    block = section[section.index("```yaml\n") + len("```yaml\n") : section.index("\n```", section.index("```yaml"))]
+    [documented] = yaml.safe_load(block)["initContainers"]
+    patch = yaml.safe_load((ROOT / "deploy" / "sidecar" / "component" / "sidecar.yaml").read_text())
+    [component] = patch["spec"]["template"]["spec"]["initContainers"]
+    assert documented["image"] == "{{ .Values.podSweeper.image }}"
+    assert {**documented, "image": component["image"]} == component

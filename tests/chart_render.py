@@ -1,0 +1,61 @@
+"""Running the Helm that ``tools/kube/build`` builds, for the chart's tests in the realkube and cluster
+tiers: its caches and configuration in a temporary folder (never the user's), its output returned."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "deploy" / "chart"
+# What Helm adds to every object for its own bookkeeping (and the selector's instance label, which
+# lets two releases share a namespace); the kustomize base has none of them. Nothing else may differ.
+HELM_LABELS = (
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
+_HOME = tempfile.mkdtemp(prefix="pod-sweeper-helm-")
+
+
+def helm(bindir: Path, *args: str, kubeconfig: Path | None = None, check: bool = True, timeout: float = 300) -> Any:
+    """``helm *args`` (a CompletedProcess); with ``check``, a failure raises with Helm's own lines."""
+    helm_binary = bindir / "helm"
+    assert helm_binary.is_file(), f"{bindir} has no helm: run tools/kube/build"
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": f"{_HOME}/cache",
+        "HELM_CONFIG_HOME": f"{_HOME}/config",
+        "HELM_DATA_HOME": f"{_HOME}/data",
+    }
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = str(kubeconfig)
+    done = subprocess.run(
+        [str(helm_binary), *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def objects(rendered: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def without_helm_labels(obj: Any) -> Any:
+    """``obj`` with Helm's bookkeeping labels removed wherever labels or selectors are."""
+    if isinstance(obj, dict):
+        return {k: without_helm_labels(v) for k, v in obj.items() if k not in HELM_LABELS}
+    if isinstance(obj, list):
+        return [without_helm_labels(v) for v in obj]
+    return obj
+
+
+def by_identity(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d for d in docs}
