@@ -109,8 +109,21 @@ def _remove(path: Path) -> None:
 
 
 def build_wheels(folder: Path) -> Path:
-    """The checkout's wheel and its dependencies' (what the Containerfile installs from): ``folder``."""
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(folder), str(ROOT)], timeout=600)
+    """The wheels the Containerfile installs from, built as docs/operations.md says: the dependencies
+    from deploy/requirements.lock with their hashes required, then the checkout's own wheel."""
+    lock = ROOT / "deploy" / "requirements.lock"
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(folder)]
+    _run([*pip, "--require-hashes", "--only-binary", ":all:", "-r", str(lock)], timeout=600)
+    _run([*pip, "--no-deps", str(ROOT)], timeout=600)
+    return folder
+
+
+def image_context(folder: Path) -> Path:
+    """A build context holding what deploy/Containerfile copies (what .containerignore lets through)."""
+    build_wheels(folder / "build" / "wheels")
+    (folder / "deploy").mkdir(parents=True, exist_ok=True)
+    for name in ("requirements.lock", "sbom.py"):
+        shutil.copy(ROOT / "deploy" / name, folder / "deploy" / name)
     return folder
 
 

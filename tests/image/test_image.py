@@ -6,7 +6,9 @@ restart, and a SIGTERM ends it with exit 0 within the shutdown timeout, its clai
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import time
 import uuid
 from pathlib import Path
@@ -49,6 +51,62 @@ def test_the_image_is_not_root_read_only_labelled_and_holds_the_daemon_alone(pod
     assert uid.strip() == "10001" and compilers.strip() == ""  # no compiler, no pip on PATH
     assert look[1].strip() == "[]"  # no pip, no test dependency in the environment
     assert look[2].strip() == ""  # no wheel or pip cache left behind
+
+
+def locked() -> dict[str, str]:
+    """deploy/requirements.lock's pins: normalized name -> version."""
+    pins = re.findall(r"^([A-Za-z0-9._-]+)==(\S+) \\$", (DEPLOY / "requirements.lock").read_text(), re.M)
+    return {normalized(name): version for name, version in pins}
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_image_holds_exactly_the_lock_and_its_bill_of_materials_says_so(podman: Podman, image: str) -> None:
+    strict = ("run", "--rm", "--read-only", "--read-only-tmpfs=false", "--network=none")
+    bom = json.loads(podman(*strict, "--entrypoint=/bin/cat", image, "/opt/pod-sweeper/sbom.cdx.json").stdout)
+    listed = podman(
+        *strict, "--entrypoint=/opt/pod-sweeper/bin/python", image, "-c",
+        "import importlib.metadata as m, json;"
+        " print(json.dumps(sorted([d.metadata['Name'], d.version] for d in m.distributions())))",
+    ).stdout  # fmt: skip
+    installed = {normalized(name): version for name, version in json.loads(listed)}
+    # The environment is the lock and pod-sweeper, nothing more and nothing less.
+    assert installed == {**locked(), "pod-sweeper": __version__}
+    # The bill of materials: CycloneDX, dated by SOURCE_DATE_EPOCH, one component per distribution.
+    assert (bom["bomFormat"], bom["specVersion"], bom["version"]) == ("CycloneDX", "1.6", 1)
+    assert re.fullmatch(r"urn:uuid:[0-9a-f-]{36}", bom["serialNumber"])
+    assert bom["metadata"]["timestamp"] == "2025-12-01T00:00:00Z"
+    root = bom["metadata"]["component"]
+    assert (root["name"], root["version"], root["purl"]) == (
+        "pod-sweeper",
+        __version__,
+        f"pkg:pypi/pod-sweeper@{__version__}",
+    )
+    components = {normalized(c["name"]): c for c in bom["components"]}
+    assert {name: c["version"] for name, c in components.items()} == locked()
+    for name, component in components.items():
+        assert component["type"] == "library" and component["purl"] == f"pkg:pypi/{name}@{component['version']}"
+        assert component["licenses"], f"{name} declares no licence"  # each one, for a licence review
+        for licence in component["licenses"]:
+            assert licence.get("expression") or licence["license"].get("id") or licence["license"].get("name")
+    # Their licences as docs/licenses.md states them for a review.
+    documented = dict(
+        re.findall(r"^\| `([a-z0-9-]+)` \| ([^|]+?) \|", (DEPLOY.parent / "docs" / "licenses.md").read_text(), re.M)
+    )
+    for name, component in components.items():
+        declared = {
+            lic.get("expression") or (lic["license"].get("id") or lic["license"]["name"]).replace(" ", "-")
+            for lic in component["licenses"]
+        }
+        assert documented.get(name) in declared, (name, declared, documented.get(name))
+    # Dependencies name only components of this bill.
+    refs = {root["bom-ref"]} | {c["bom-ref"] for c in bom["components"]}
+    for dependency in bom["dependencies"]:
+        assert dependency["ref"] in refs and set(dependency["dependsOn"]) <= refs
+    mine = next(d for d in bom["dependencies"] if d["ref"] == root["bom-ref"])
+    assert {ref.split("/")[1].split("@")[0] for ref in mine["dependsOn"]} >= {"psycopg", "kubernetes", "loguru"}
 
 
 def _kubelet_writes(folder: Path, files: dict[str, str], generation: int) -> None:

@@ -236,3 +236,22 @@ def test_every_path_the_shipped_files_cite_exists() -> None:
     assert cited
     missing = sorted(c for c in cited if not (ROOT / c).exists())
     assert missing == [], missing
+
+
+def test_the_documented_build_names_the_base_by_digest_and_installs_from_the_lock() -> None:
+    """docs/operations.md's build command pins the Containerfile's base (the same image) by digest, and
+    builds the wheels from the lock with hashes required, as tests/containers.build_wheels does."""
+    containerfile = (ROOT / "deploy" / "Containerfile").read_text()
+    [base] = re.findall(r"^ARG BASE=(\S+)$", containerfile, re.M)
+    ops = (ROOT / "docs" / "operations.md").read_text()
+    section = ops[ops.index("### The image\n") : ops.index("### Install as a sidecar or a Deployment")]
+    [pinned] = re.findall(r"--build-arg BASE=(\S+)", section)
+    assert re.fullmatch(re.escape(base) + r"@sha256:[0-9a-f]{64}", pinned), pinned
+    assert (
+        "pip wheel --require-hashes --only-binary :all: --wheel-dir build/wheels -r deploy/requirements.lock" in section
+    )
+    assert "--require-hashes -r /build/requirements.lock" in containerfile
+    ignored = (ROOT / ".containerignore").read_text().split()
+    copied = re.findall(r"^COPY (?!--from)(.+) \S+$", containerfile, re.M)
+    for path in " ".join(copied).split():
+        assert f"!{path}" in ignored, path  # everything the build copies is let through, nothing else

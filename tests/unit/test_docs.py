@@ -59,3 +59,29 @@ def test_the_licence_note_names_every_runtime_dependency_and_the_licence_file_ex
     }
     assert names <= rows, names - rows
     assert "Apache License" in (root / "LICENSE").read_text() and project["license"] == {"text": "Apache-2.0"}
+
+
+def test_the_lock_pins_every_dependency_with_hashes_and_the_licence_note_lists_each_one() -> None:
+    """deploy/requirements.lock (tools/lock) pins each runtime dependency of pyproject.toml at a version
+    it accepts, every pin carries SHA-256 hashes, and docs/licenses.md lists exactly the locked
+    distributions (a new one in the image needs its licence stated for a review)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "deploy" / "requirements.lock").read_text()
+    entries = re.split(r"\n(?=[a-z0-9])", text.split("\n", 3)[3].strip()) if text.count("\n") > 3 else []
+    pins = {}
+    for entry in entries:
+        head, *hashes = [part.strip(" \\\n") for part in entry.split("--hash=")]
+        name, version = head.split("==")
+        assert hashes and all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), name
+        pins[name] = version
+    assert pins
+    for requirement in tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]:
+        wanted = Requirement(requirement)
+        name = re.sub(r"[-_.]+", "-", wanted.name).lower()
+        assert name in pins and wanted.specifier.contains(pins[name]), (requirement, pins.get(name))
+    note = (root / "docs" / "licenses.md").read_text()
+    assert set(re.findall(r"^\| `([a-z0-9-]+)` \|", note, re.M)) == set(pins)
