@@ -205,6 +205,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+@pytest.fixture
+def fast_confirmation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A terminating pod is looked at again half a second after its grace, and every second after that
+    (the cluster and node tiers)."""
+    monkeypatch.setattr("pod_sweeper.tasks.answers.CONFIRM_MARGIN_SECONDS", 0.5)
+    monkeypatch.setattr("pod_sweeper.tasks.confirmer.RECHECK_SECONDS", 1.0)
+
+
 @pytest.fixture(scope="session")
 def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
     """podman with a storage of the session's own (the image and systemd tiers); skipped locally when the
