@@ -17,8 +17,6 @@ from helpers import DaemonThread, daemon_settings, record_pod, retire, row_for, 
 from pod_sweeper.testing.kubecluster import KubeCluster
 from pod_sweeper.testing.kubenode import RealNode
 
-MISSING_HANDLER = "pod-sweeper-test-missing"  # a handler containerd has no runtime for
-
 
 def refusals(cluster: KubeCluster, namespace: str, name: str) -> list[dict[str, Any]]:
     return [
@@ -33,18 +31,15 @@ def test_a_sandbox_the_runtime_cannot_create_stays_pending_and_goes_after_its_re
 ) -> None:
     cluster = kube_cluster
     ns = cluster.namespace(f"stranded-{uuid.uuid4().hex[:6]}")
-    runtime_class = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                     "metadata": {"name": MISSING_HANDLER}, "handler": MISSING_HANDLER}  # fmt: skip
-    status, answer = cluster.request("POST", "/apis/node.k8s.io/v1/runtimeclasses", runtime_class)
-    assert status in (201, 409), answer
-    pod = real_node.pod(ns, "stranded", runtime_class=MISSING_HANDLER)
+    refused = real_node.refusing_runtime_class()
+    pod = real_node.pod(ns, "stranded", runtime_class=refused)
     # The kubelet asks the runtime again and again; each time it refuses.
     wait_until(
-        lambda: sum(e.get("count") or 1 for e in refusals(cluster, ns, "stranded")) >= 2,
-        timeout=90, interval=0.5, what="the kubelet's second refused sandbox",
+        lambda: real_node.refusals(ns, "stranded") >= 2, timeout=90, interval=0.5,
+        what="the kubelet's second refused sandbox",
     )  # fmt: skip
     [event] = refusals(cluster, ns, "stranded")
-    assert MISSING_HANDLER in event["message"], event["message"]
+    assert refused in event["message"], event["message"]
     stranded = cluster.get_pod(ns, "stranded")
     assert stranded is not None and stranded["status"]["phase"] == "Pending"
     assert not stranded["metadata"].get("deletionTimestamp")

@@ -42,9 +42,15 @@ from pod_sweeper.testing.kubecluster import KubeCluster
 from pod_sweeper.testing.postgres import free_port
 
 TAINT = "pod-sweeper.test/real-node"
+# A RuntimeClass whose handler containerd has no runtime for: the kubelet asks the runtime for the
+# sandbox again and again, and it refuses every time (the seed's stranded create).
+REFUSED_RUNTIME_CLASS = "pod-sweeper-test-missing"
 PAUSE_IMAGE = "localhost/pod-sweeper/pause:1"
 BRIDGE = "psweep0"
 SUBNET = "10.245.0.0/24"
+GATEWAY = "10.245.0.1"  # the host on the bridge: where pods reach what runs on the machine's loopback
+SERVICES_CHAIN = "PSWEEP-SERVICES"
+KUBERNETES_SERVICE = ("10.96.0.1", 443)  # the `kubernetes` Service's ClusterIP, first of the service range
 NEEDS = ("containerd", "ctr", "runc", "iptables", "ip")
 CNI_BIN = Path("/usr/lib/cni")
 # What the kubelet (and the bridge plugin) set on the host and ``stop`` sets back.
@@ -188,6 +194,50 @@ def pause_image_archive(binary: Path, reference: str, folder: Path) -> Path:
     return archive
 
 
+class Forward:
+    """A TCP forwarder from ``GATEWAY`` (the bridge) to a port on the machine's loopback, one thread pair
+    per connection: how a pod on the bridge reaches the API server and PostgreSQL, which listen on
+    127.0.0.1 only (what kube-proxy's userspace mode did for a Service)."""
+
+    def __init__(self, target_port: int) -> None:
+        import socket
+        import threading
+
+        self.target_port = target_port
+        self._server = socket.create_server((GATEWAY, 0))
+        self.port: int = self._server.getsockname()[1]
+        self._threads: list[threading.Thread] = []
+        self._stopped = threading.Event()
+        threading.Thread(target=self._accept, name=f"forward-{target_port}", daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._server.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
+            except OSError:
+                continue
+            upstream.settimeout(None)
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: Any, sink: Any) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(1)  # SHUT_WR: the other side sees the end of this direction
+
+    def close(self) -> None:
+        self._stopped.set()
+        with contextlib.suppress(OSError):
+            self._server.close()
+
+
 @dataclass
 class RealNode:
     """containerd and a kubelet on this machine, registered as node ``name`` of ``cluster``."""
@@ -198,6 +248,7 @@ class RealNode:
     started_in: float | None = None
     before: HostState | None = None
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _forwards: list[Forward] = field(default_factory=list)
 
     @property
     def socket(self) -> Path:
@@ -213,6 +264,7 @@ class RealNode:
         self.before = HostState.read()
         began = time.monotonic()
         try:
+            self._bridge()
             self._start_containerd(timeout)
             self.import_image(pause_image_archive(self.cluster.bindir / "pause", PAUSE_IMAGE, self.folder))
             self._start_kubelet(timeout)
@@ -221,6 +273,32 @@ class RealNode:
             raise
         self.started_in = time.monotonic() - began
         return self
+
+    # --- the pods' network -----------------------------------------------------------------------
+
+    def _bridge(self) -> None:
+        """The bridge the CNI plugin will use, made first so that the host's end (``GATEWAY``) exists for
+        the forwarders before any pod does; and the nat chain that routes Service IPs to them."""
+        _run("ip", "link", "add", "name", BRIDGE, "type", "bridge")
+        _run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
+        _run("ip", "link", "set", BRIDGE, "up")
+        _run("iptables", "-w", "-t", "nat", "-N", SERVICES_CHAIN)
+        _run("iptables", "-w", "-t", "nat", "-A", "PREROUTING", "-i", BRIDGE, "-j", SERVICES_CHAIN)
+        # The `kubernetes` Service: what a pod's in-cluster configuration connects to.
+        self.route_service(*KUBERNETES_SERVICE, int(self.cluster.url.rsplit(":", 1)[1]))
+
+    def forward(self, target_port: int) -> tuple[str, int]:
+        """A port on the bridge's host address that reaches ``target_port`` on loopback: (host, port)."""
+        forward = Forward(target_port)
+        self._forwards.append(forward)
+        return GATEWAY, forward.port
+
+    def route_service(self, cluster_ip: str, port: int, target_port: int) -> None:
+        """Pods' connections to ``cluster_ip:port`` reach ``target_port`` on the machine's loopback."""
+        host, forwarded = self.forward(target_port)
+        rule = ["-d", f"{cluster_ip}/32", "-p", "tcp", "--dport", str(port)]
+        _run("iptables", "-w", "-t", "nat", "-A", SERVICES_CHAIN, *rule, "-j", "DNAT",
+             "--to-destination", f"{host}:{forwarded}")  # fmt: skip
 
     # --- containerd -----------------------------------------------------------------------------
 
@@ -238,6 +316,7 @@ class RealNode:
                             "type": "bridge",
                             "bridge": BRIDGE,
                             "isGateway": True,
+                            "isDefaultGateway": True,  # the pods reach Service IPs through the host
                             "ipMasq": False,
                             "ipam": {
                                 "type": "host-local",
@@ -275,17 +354,18 @@ state = "{self.folder / "run" / "containerd"}"
 """
         )
         self._spawn("containerd", ["containerd", f"--config={config}"])
-        self._wait(lambda: self.socket.exists() and self._ctr("version", check=False) != "", timeout, "containerd")
+        self._wait(lambda: self.socket.exists() and self.ctr("version", check=False) != "", timeout, "containerd")
 
-    def _ctr(self, *args: str, check: bool = True) -> str:
+    def ctr(self, *args: str, check: bool = True) -> str:
+        """``ctr`` against this node's containerd, in the kubelet's namespace (k8s.io): its output."""
         return _run("ctr", f"--address={self.socket}", "--namespace=k8s.io", *args, check=check)
 
     def import_image(self, archive: Path) -> None:
         """An image archive (OCI or docker format, e.g. ``podman save``'s) into the node's containerd."""
-        self._ctr("images", "import", "--no-unpack=false", str(archive))
+        self.ctr("images", "import", str(archive))
 
     def images(self) -> list[str]:
-        return [line.split()[0] for line in self._ctr("images", "list").splitlines()[1:] if line.strip()]
+        return [line.split()[0] for line in self.ctr("images", "list").splitlines()[1:] if line.strip()]
 
     # --- kubelet --------------------------------------------------------------------------------
 
@@ -398,6 +478,34 @@ state = "{self.folder / "run" / "containerd"}"
             raise RealNodeError(f"POST pod {namespace}/{name}: {status} {pod}")
         return dict(pod)
 
+    def refusing_runtime_class(self) -> str:
+        """The RuntimeClass the runtime refuses (created once); its name, for ``pod(runtime_class=)``."""
+        body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                "metadata": {"name": REFUSED_RUNTIME_CLASS}, "handler": REFUSED_RUNTIME_CLASS}  # fmt: skip
+        status, answer = self.cluster.request("POST", "/apis/node.k8s.io/v1/runtimeclasses", body)
+        if status not in (201, 409):
+            raise RealNodeError(f"POST RuntimeClass: {status} {answer}")
+        return REFUSED_RUNTIME_CLASS
+
+    def refusals(self, namespace: str, name: str) -> int:
+        """How many times the kubelet has reported the pod's sandbox refused (FailedCreatePodSandBox)."""
+        events = self.cluster.events(namespace)
+        return sum(
+            e.get("count") or 1
+            for e in events
+            if e["reason"] == "FailedCreatePodSandBox" and e["involvedObject"]["name"] == name
+        )
+
+    def rss_bytes(self) -> dict[str, int]:
+        """Resident memory of the kubelet and containerd."""
+        sizes = {}
+        for name, proc in self._procs.items():
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        sizes[name] = int(line.split()[1]) * 1024
+        return sizes
+
     def container_log(self, pod: dict[str, Any], container: str = "main") -> str:
         """What the container wrote, from the kubelet's log files (empty once they are removed)."""
         meta = pod["metadata"]
@@ -427,7 +535,7 @@ state = "{self.folder / "run" / "containerd"}"
     def _tasks(self) -> list[str]:
         """The node's running processes (containers and sandboxes); a stopped sandbox's record stays in
         containerd until the kubelet's garbage collection, which a stop need not wait for."""
-        return [t for t in self._ctr("tasks", "list", "-q", check=False).split() if t]
+        return [t for t in self.ctr("tasks", "list", "-q", check=False).split() if t]
 
     def stop(self) -> None:
         """Drain, stop the kubelet and containerd, and put the machine back as ``start`` found it."""
@@ -435,8 +543,8 @@ state = "{self.folder / "run" / "containerd"}"
             self._drain(60)
         self._terminate("kubelet")
         if "containerd" in self._procs and self._procs["containerd"].poll() is None:
-            for task in self._ctr("tasks", "list", "-q", check=False).split():
-                self._ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
+            for task in self.ctr("tasks", "list", "-q", check=False).split():
+                self.ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
         self._terminate("containerd")
         self._kill_shims()
         if self.before is not None:
@@ -461,25 +569,49 @@ state = "{self.folder / "run" / "containerd"}"
                 ):
                     os.kill(int(proc.name), signal.SIGKILL)
 
+    def _ours(self, mount: str) -> bool:
+        """A mount this node made: under its folder, containerd's state, or a CNI network namespace."""
+        return mount.startswith((f"{self.folder}/", "/run/containerd/", "/var/run/netns/cni-", "/run/netns/cni-"))
+
     def _restore(self, before: HostState) -> None:
+        """Put back what this node changed, and only that: other programs (podman, another test run) may
+        change the machine meanwhile, and what they made is theirs. Each kind is taken by the marks of
+        the kubelet, containerd and this node: mounts in their places, the bridge and its veths, the
+        kubelet's KUBE-* chains, kubepods cgroups, the kubelet's and containerd's folders."""
         now = HostState.read()
-        for mount in sorted(now.mounts - before.mounts, key=len, reverse=True):
+        for mount in sorted((m for m in now.mounts - before.mounts if self._ours(m)), key=len, reverse=True):
             _run("umount", "-l", mount, check=False)
         for name, value in before.sysctls.items():
-            Path("/proc/sys", name.replace(".", "/")).write_text(value)
-        for binary, table, chain in sorted(now.chains - before.chains):
-            rules = _run(binary, "-w", "-t", table, "-S", check=False).splitlines()
-            for rule in rules:
-                if f"-j {chain}" in rule.split(" -m comment")[0] or rule.endswith(f"-j {chain}"):
-                    _run(binary, "-w", "-t", table, *("-D" + rule[2:]).split(), check=False)
+            if now.sysctls.get(name) != value:
+                Path("/proc/sys", name.replace(".", "/")).write_text(value)
+        for forward in self._forwards:
+            forward.close()
+        for binary, table, chain in sorted(
+            c for c in now.chains - before.chains if c[2].startswith(("KUBE-", SERVICES_CHAIN))
+        ):
+            for rule in _run(binary, "-w", "-t", table, "-S", check=False).splitlines():
+                if rule.startswith("-A ") and f" -j {chain}" in f"{rule} ":
+                    _run(binary, "-w", "-t", table, "-D", *rule.split()[1:], check=False)
             _run(binary, "-w", "-t", table, "-F", chain, check=False)
             _run(binary, "-w", "-t", table, "-X", chain, check=False)
-        for link in sorted(now.links - before.links):
-            _run("ip", "link", "delete", link, check=False)
-        for path in sorted(now.paths - before.paths, key=len, reverse=True):
-            for netns in Path(path).glob("cni-*") if path.endswith("netns") else []:
+        if BRIDGE in now.links - before.links:
+            for line in _run("ip", "-o", "link", "show", "master", BRIDGE, check=False).splitlines():
+                _run("ip", "link", "delete", line.split(":")[1].strip().split("@")[0], check=False)
+            _run("ip", "link", "delete", BRIDGE, check=False)
+        for netns in [*Path("/var/run/netns").glob("cni-*"), *Path("/run/netns").glob("cni-*")]:
+            if str(netns) not in before.mounts:
                 _run("umount", "-l", str(netns), check=False)
-            shutil.rmtree(path, ignore_errors=True)
+                netns.unlink(missing_ok=True)
+        cni_cache = Path("/var/lib/cni")
+        for cached in [*cni_cache.glob("results/psweep-*"), *cni_cache.glob("cache/results/psweep-*")]:
+            cached.unlink(missing_ok=True)
+        for path in sorted(now.paths - before.paths, key=len, reverse=True):
+            if path in ("/var/run/netns", "/var/lib/cni"):  # shared with other CNI users: only when empty
+                for folder in sorted(Path(path).glob("**/"), key=lambda p: len(str(p)), reverse=True):
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
+            else:
+                shutil.rmtree(path, ignore_errors=True)
         for group in sorted(now.cgroups - before.cgroups, key=len, reverse=True):
             for sub in sorted(Path(group).glob("**/"), key=lambda p: len(str(p)), reverse=True):
                 with contextlib.suppress(OSError):
