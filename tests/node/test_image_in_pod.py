@@ -182,24 +182,35 @@ def test_the_deployment_migrates_sweeps_and_stops_cleanly_in_real_pods(
     print(f"\nretired pod gone {gone:.2f} s after the commit; a replica: RSS {rss / 2**20:.0f} MB (limit 256 MB),")
     print(f"CPU {cpu:.1f} s over its first {age:.0f} s (start-up and the sweep included)")
 
-    # A replica's pod deleted: the kubelet's SIGTERM, and a clean stop within the grace period.
+    # A replica's pod deleted: the kubelet's SIGTERM, and a clean stop within the grace period. A
+    # finalizer of the test's keeps the pod object once the kubelet is done, so its final status (the
+    # container's exit code) can be read; then it is released.
     name = replica["metadata"]["name"]
+    where = f"/api/v1/namespaces/{NS}/pods/{name}"
+    keep = {"metadata": {"finalizers": ["pod-sweeper.test/keep"]}}
+    assert cluster.request("PATCH", where, keep, content_type="application/merge-patch+json")[0] == 200
     deleted = time.monotonic()
-    cluster.request("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}")
+    cluster.request("DELETE", where)
     log = ""
 
-    def stopped() -> bool:
+    def terminated() -> dict[str, Any] | None:
         nonlocal log
         log = real_node.container_log(replica, "pod-sweeper") or log
-        return "stopped cleanly" in log
+        pod = cluster.get_pod(NS, name)
+        [status] = pod["status"]["containerStatuses"] if pod else [{"state": {}}]
+        return status["state"].get("terminated")
 
-    wait_until(stopped, timeout=45, interval=0.05, what="the replica's clean stop in its log")
-    wait_until(lambda: cluster.get_pod(NS, name) is None, timeout=45, what="the replica's pod gone")
+    ended_state = wait_until(terminated, timeout=60, interval=0.05, what="the replica's container terminated")
     ended = time.monotonic() - deleted
+    released = {"metadata": {"finalizers": None}}
+    assert cluster.request("PATCH", where, released, content_type="application/merge-patch+json")[0] == 200
+    wait_until(lambda: cluster.get_pod(NS, name) is None, timeout=45, what="the replica's pod gone")
     lines = [json.loads(x.split(" ", 3)[3]) for x in log.splitlines() if x.count(" ") >= 3 and "{" in x]
     assert any("SIGTERM" in line.get("msg", "") for line in lines), log[-2000:]
-    assert ended < 45  # terminationGracePeriodSeconds
-    print(f"a replica deleted: stopped cleanly, its pod gone {ended:.1f} s after the DELETE")
+    assert any(line.get("msg") == "stopped cleanly" for line in lines), log[-2000:]
+    assert (ended_state["exitCode"], ended_state["reason"]) == (0, "Completed"), ended_state
+    assert ended < 45  # terminationGracePeriodSeconds: it stopped by itself, nothing was killed
+    print(f"a replica deleted: exit 0 ({ended_state['reason']}) {ended:.1f} s after the DELETE, stopped cleanly")
     delete_and_wait(cluster, "deployments", "pod-sweeper", "app.kubernetes.io/name%3Dpod-sweeper")
 
 
