@@ -45,6 +45,7 @@ from pod_sweeper.tasks.runner import Daemon
 from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
 from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
 from pod_sweeper.testing.kubecluster import KubeCluster
+from pod_sweeper.testing.kubenode import RealNode, missing_requirements
 from pod_sweeper.testing.postgres import ThrowawayCluster, find_bindir
 from pod_sweeper.testing.reference import executions_ddl
 
@@ -501,6 +502,51 @@ class Bench:
                 cluster_rss_mb=round(sum(cluster.rss_bytes().values()) / 2**20),
             )
 
+    def real_node(self, latencies: int) -> None:
+        """On a real node (containerd and a kubelet, ``pod_sweeper.testing.kubenode``) joined to the whole
+        cluster: its start-up (containerd started to node Ready), and retire-to-gone of Pending pods whose
+        sandbox the runtime refuses (a RuntimeClass without a handler) and of Running pods (grace 1 s),
+        from the commit to the pod's DELETED event: the real kubelet's end of each pod included."""
+        try:
+            bindir = find_kube_bindir()
+        except KubeApiServerError as exc:
+            print(f"  no real-node figures: {exc}", file=sys.stderr)
+            return
+        missing = missing_requirements() + ([] if (bindir / "kubelet").is_file() else ["tools/kube/build's kubelet"])
+        if missing:
+            print(f"  no real-node figures: a real node needs {', '.join(missing)}", file=sys.stderr)
+            return
+        with KubeCluster(bindir) as cluster, RealNode(cluster) as node:
+            assert node.started_in is not None
+            cluster.namespace(NS)
+            refused = node.refusing_runtime_class()
+            for kind, runtime_class in (("pending", refused), ("running", None)):
+                pods = [
+                    node.pod(NS, f"node-{kind}-{i}", runtime_class=runtime_class, grace=1) for i in range(latencies)
+                ]
+                deadline = time.monotonic() + 120
+                for pod in pods:
+                    name = pod["metadata"]["name"]
+                    while not (node.refusals(NS, name) if runtime_class else cluster.phase(NS, name) == "Running"):
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"pod {name} never reached where the step wants it")
+                        time.sleep(0.1)
+                url = self.fresh_db()
+                self._record(url, [(p["metadata"]["name"], p["metadata"]["uid"]) for p in pods], retire=False)
+                gone = self._single_retires(
+                    url,
+                    {f"s{i}": p["metadata"]["name"] for i, p in enumerate(pods)},
+                    self._deletions(cluster),
+                    kubeconfig=cluster.admin_kubeconfig,
+                )
+                self.results.update(self._percentiles(f"node_{kind}_gone", gone))
+            rss = node.rss_bytes()
+            self.results.update(
+                node_ready_s=round(node.started_in, 2),
+                node_kubelet_rss_mb=round(rss.get("kubelet", 0) / 2**20),
+                node_containerd_rss_mb=round(rss.get("containerd", 0) / 2**20),
+            )
+
     @staticmethod
     def _wait_for_pod(cluster: KubeCluster, name: str, phase: str, refuses: bool) -> None:
         """Until the emulated kubelet has the pod where a test wants it (an IP and ``phase``)."""
@@ -793,13 +839,14 @@ def main() -> int:
                     50 if quick else 200, 120.0, 40.0 if quick else 50.0, 1_000 if quick else 5_000
                 ),
             ),
+            ("real node", lambda: bench.real_node(10 if quick else 50)),
             ("claim scaling", lambda: bench.claim_scaling(1_000_000 if quick else 10_000_000)),
             ("memory", lambda: bench.rss(4_000 if quick else 200_000)),
         ]
         if quick and not args.only:
             # Two minutes of sustained sweeping alone would double the quick run: the whole cluster's
             # figures come with the full run, or with --only "whole cluster".
-            steps = [(label, step) for label, step in steps if label != "whole cluster"]
+            steps = [(label, step) for label, step in steps if label not in ("whole cluster", "real node")]
         if args.only:
             wanted = {w.strip() for w in args.only.split(",")}
             # The ratios need their ceilings: a drain brings the client and SQL ceilings along.

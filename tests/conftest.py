@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 from psycopg import sql
 
-from containers import Podman, missing_tools
+from containers import BASE, ROOT, Podman, debian_root, image_context, missing_tools
 from helpers import USED_KUBE, run, settings_for, with_dbname
 from pod_sweeper.store import db, migrations
 from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
@@ -205,6 +206,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+@pytest.fixture
+def fast_confirmation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A terminating pod is looked at again half a second after its grace, and every second after that
+    (the cluster and node tiers)."""
+    monkeypatch.setattr("pod_sweeper.tasks.answers.CONFIRM_MARGIN_SECONDS", 0.5)
+    monkeypatch.setattr("pod_sweeper.tasks.confirmer.RECHECK_SECONDS", 1.0)
+
+
 @pytest.fixture(scope="session")
 def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
     """podman with a storage of the session's own (the image and systemd tiers); skipped locally when the
@@ -218,3 +227,23 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
     engine = Podman(tmp_path_factory.mktemp("podman"))
     yield engine
     engine.remove_everything()
+
+
+IMAGE = "localhost/pod-sweeper:test"
+SOURCE_DATE_EPOCH = 1764547200  # 2025-12-01T00:00:00Z: the bill of materials' date
+
+
+@pytest.fixture(scope="session")
+def image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The image, built as a user builds it: the locked wheels and the checkout's in build/wheels, then
+    podman build (the bill of materials dated by SOURCE_DATE_EPOCH, as the docs' command does)."""
+    podman.import_root(debian_root("debian-slim"), BASE)
+    context = image_context(tmp_path_factory.mktemp("context"))
+    started = time.monotonic()
+    podman(
+        "build", "--pull=never", "-f", str(ROOT / "deploy" / "Containerfile"),
+        "--build-arg", f"SOURCE_DATE_EPOCH={SOURCE_DATE_EPOCH}", "-t", IMAGE, str(context),
+    )  # fmt: skip
+    size = podman.inspect(IMAGE)["Size"]
+    print(f"\nimage {IMAGE}: built in {time.monotonic() - started:.0f} s, {size / 1e6:.0f} MB")
+    return IMAGE

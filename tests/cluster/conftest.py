@@ -13,10 +13,3 @@ from helpers import mark_tier
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mark_tier(items, Path(__file__).parent, pytest.mark.cluster)
-
-
-@pytest.fixture
-def fast_confirmation(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A terminating pod is looked at again half a second after its grace, and every second after that."""
-    monkeypatch.setattr("pod_sweeper.tasks.answers.CONFIRM_MARGIN_SECONDS", 0.5)
-    monkeypatch.setattr("pod_sweeper.tasks.confirmer.RECHECK_SECONDS", 1.0)

@@ -74,13 +74,17 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 def make_pki(folder: Path) -> None:
-    """A CA, the server's certificate (127.0.0.1 and localhost), client certificates for the admin and the
-    plain user, and the service-account signing key pair, all in ``folder``."""
+    """A CA, the server's certificate (127.0.0.1, localhost and the `kubernetes` Service), client
+    certificates for the admin and the plain user, and the service-account signing key pair, all in
+    ``folder``."""
     if shutil.which("openssl") is None:
         raise KubeApiServerError("openssl is not on PATH (Debian's package openssl)")
     curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
     _openssl("req", "-x509", *curve, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=ca", cwd=folder)
-    (folder / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    # Also the names a pod uses for the `kubernetes` Service (its ClusterIP, the first of the service
+    # range), which a real node's pods reach through ``kubenode``'s service route.
+    names = "IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes.default.svc,DNS:kubernetes.default"
+    (folder / "server.ext").write_text(f"subjectAltName={names}\nextendedKeyUsage=serverAuth\n")
     (folder / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
     for name, subject, ext in (
         ("server", "/CN=kube-apiserver", "server.ext"),

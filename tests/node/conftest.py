@@ -1,0 +1,44 @@
+"""The real-node tier: containerd and a kubelet on this machine (``pod_sweeper.testing.kubenode``), joined
+to the whole cluster's control plane beside kwok's nodes, for what only a kubelet shows. It needs root,
+Debian's containerd, runc and CNI plugins (.ci/run installs them) and the kubelet tools/kube/build
+builds; skipped locally without them, failed under CI. One node at a time (two kubelets would share
+the machine's cgroups), per module; each stop is checked to leave the machine as it was."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers import mark_tier
+from pod_sweeper.testing.kubecluster import KubeCluster
+from pod_sweeper.testing.kubenode import HostState, RealNode, missing_requirements
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_tier(items, Path(__file__).parent, pytest.mark.node)
+
+
+def can_run_a_node(cluster: KubeCluster) -> None:
+    missing = missing_requirements()
+    if not (cluster.bindir / "kubelet").is_file():
+        missing.append("the kubelet (run tools/kube/build)")
+    if missing:
+        why = f"a real node needs {', '.join(missing)}"
+        if os.environ.get("CI"):
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def real_node(kube_cluster: KubeCluster) -> Iterator[RealNode]:
+    """A real node for the module; at its stop, the machine as it was before it started."""
+    can_run_a_node(kube_cluster)
+    node = RealNode(kube_cluster)
+    with node:
+        print(f"\nreal node {node.name}: Ready {node.started_in:.1f} s after containerd started")
+        yield node
+    assert node.before is not None
+    assert node.before.differences(HostState.read()) == {}, "the real node left the machine changed"

@@ -1,0 +1,39 @@
+"""The real node itself: it joins the whole cluster, runs a pod on its bridge network with the runtime
+and the kubelet doing everything a node does, and when it stops the machine is as it found it: the
+kernel settings, iptables chains, cgroups, links, mounts and folders it changed while it ran."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from helpers import wait_until
+from node.conftest import can_run_a_node
+from pod_sweeper.testing.kubecluster import KubeCluster
+from pod_sweeper.testing.kubenode import BRIDGE, HostState, RealNode
+
+
+def test_a_node_runs_a_pod_and_leaves_the_machine_as_it_found_it(kube_cluster: KubeCluster) -> None:
+    can_run_a_node(kube_cluster)
+    cluster = kube_cluster
+    ns = cluster.namespace(f"node-{uuid.uuid4().hex[:6]}")
+    before = HostState.read()
+    node = RealNode(cluster, name="real-node-host-check")
+    with node:
+        started = time.monotonic()
+        node.pod(ns, "networked")
+        cluster.wait_phase(ns, "networked", "Running", timeout=60)
+        first_pod = time.monotonic() - started
+        pod = cluster.get_pod(ns, "networked")
+        assert pod is not None and pod["status"]["podIP"].startswith("10.245.0.")  # the bridge's network
+        during = HostState.read()
+        changed = before.differences(during)
+        # It did change the machine (so the comparison below can fail): its bridge, at least.
+        assert BRIDGE in changed["links"], changed
+        print(f"\nnode Ready {node.started_in:.1f} s after containerd started; a pod Running {first_pod:.1f} s after")
+        print(f"while it ran, the machine differed in: {sorted(changed)}")
+        cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/networked")
+        wait_until(lambda: cluster.get_pod(ns, "networked") is None, timeout=30, what="the kubelet's end of it")
+    assert before.differences(HostState.read()) == {}
+    status, _ = cluster.request("GET", f"/api/v1/nodes/{node.name}")
+    assert status == 404  # the node object is gone with it
