@@ -136,7 +136,7 @@ ROWS: dict[str, Row] = {
 def design_table(column: int = 1) -> list[str]:
     """A column of design.md's answer table (1: what happened, 2: the result), one cell per row."""
     text = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
-    section = text.split("## What an answer means for a row", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## What an answer means for a row", 1)[1].split("\n#", 1)[0]  # to the next heading
     rows = [line for line in section.splitlines() if line.startswith("| ")]
     return [row.split("|")[column].strip().replace("`", "") for row in rows[1:]]  # rows[0]: the header
 
