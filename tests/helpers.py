@@ -178,16 +178,6 @@ def spawn_daemon(env: dict[str, str], log: Any) -> Any:
         )
 
 
-def mark_tier(items: list[Any], folder: Any, *markers: Any) -> None:
-    """Give every collected test under ``folder`` the ``markers`` (each tier's conftest calls this)."""
-    from pathlib import Path
-
-    for item in items:
-        if Path(folder) in Path(item.path).parents:
-            for marker in markers:
-                item.add_marker(marker)
-
-
 def threading_event_wait(seconds: float) -> None:
     """A poll interval that is a wait on an event, not a bare sleep in the test body."""
     import threading
