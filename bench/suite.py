@@ -468,16 +468,7 @@ class Bench:
                 pods = [cluster.pod(NS, f"{kind}-{i}", refuses=refuses, grace=1) for i in range(latencies)]
                 for pod in pods:
                     self._wait_for_pod(cluster, pod["metadata"]["name"], phase, refuses)
-                url = self.fresh_db()
-                self._record(url, [(p["metadata"]["name"], p["metadata"]["uid"]) for p in pods], retire=False)
-                gone = self._single_retires(
-                    url,
-                    {f"s{i}": p["metadata"]["name"] for i, p in enumerate(pods)},
-                    self._deletions(cluster),
-                    kubeconfig=account,
-                    rate_limit_qps=50.0,
-                )
-                self.results.update(self._percentiles(f"cluster_{kind}_gone", gone))
+                self._retire_to_gone(cluster, pods, f"cluster_{kind}_gone", kubeconfig=account, rate_limit_qps=50.0)
             self._sustained(cluster, account, sustained_seconds, rate)
             kube_client = KubeClient(load_configuration(account, None, pool_size=16))
             try:
@@ -531,21 +522,22 @@ class Bench:
                         if time.monotonic() > deadline:
                             raise RuntimeError(f"pod {name} never reached where the step wants it")
                         time.sleep(0.1)
-                url = self.fresh_db()
-                self._record(url, [(p["metadata"]["name"], p["metadata"]["uid"]) for p in pods], retire=False)
-                gone = self._single_retires(
-                    url,
-                    {f"s{i}": p["metadata"]["name"] for i, p in enumerate(pods)},
-                    self._deletions(cluster),
-                    kubeconfig=cluster.admin_kubeconfig,
-                )
-                self.results.update(self._percentiles(f"node_{kind}_gone", gone))
+                self._retire_to_gone(cluster, pods, f"node_{kind}_gone", kubeconfig=cluster.admin_kubeconfig)
             rss = node.rss_bytes()
             self.results.update(
                 node_ready_s=round(node.started_in, 2),
                 node_kubelet_rss_mb=round(rss.get("kubelet", 0) / 2**20),
                 node_containerd_rss_mb=round(rss.get("containerd", 0) / 2**20),
             )
+
+    def _retire_to_gone(self, cluster: KubeCluster, pods: list[dict[str, Any]], key: str, **overrides: Any) -> None:
+        """``pods`` recorded in a fresh database and retired one at a time under an idle daemon: the
+        percentiles, under ``key``, of the commit to each pod's DELETED event."""
+        url = self.fresh_db()
+        self._record(url, [(p["metadata"]["name"], p["metadata"]["uid"]) for p in pods], retire=False)
+        names = {f"s{i}": p["metadata"]["name"] for i, p in enumerate(pods)}
+        gone = self._single_retires(url, names, self._deletions(cluster), **overrides)
+        self.results.update(self._percentiles(key, gone))
 
     @staticmethod
     def _wait_for_pod(cluster: KubeCluster, name: str, phase: str, refuses: bool) -> None:
