@@ -38,7 +38,7 @@ from pod_sweeper.core.settings import DEFAULT_CLUSTER, Settings
 from pod_sweeper.core.states import Result
 from pod_sweeper.kube.api import KubeClient, load_configuration
 from pod_sweeper.store import attach, db, migrations, outbox
-from pod_sweeper.store.outbox import Final
+from pod_sweeper.store.outbox import Verdict
 from pod_sweeper.store.recheck import load_attachments
 from pod_sweeper.tasks import answers
 from pod_sweeper.tasks.runner import Daemon
@@ -298,7 +298,7 @@ class Bench:
                     )
                     await outbox.record_results(
                         conn,
-                        [Final(c.id, c.epoch, Result.DELETED, http_status=200) for c in result.to_send],
+                        [Verdict(c.id, c.epoch, Result.DELETED, http_status=200) for c in result.to_send],
                         "bench",
                         cluster=DEFAULT_CLUSTER,
                     )

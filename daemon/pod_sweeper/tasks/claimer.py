@@ -39,7 +39,7 @@ from pod_sweeper.tasks.answers import Policy
 from pod_sweeper.tasks.gates import AuthGate, BreakerGate, SchemaGate, breaker_budget, trip_reason
 from pod_sweeper.tasks.outage import OutageWatch
 from pod_sweeper.tasks.pipeline import Pipeline
-from pod_sweeper.tasks.report import log_final
+from pod_sweeper.tasks.report import log_verdict
 
 # The shortest sleep between claims when rows are due but all locked by other replicas.
 MIN_CLAIM_PAUSE = 0.05
@@ -86,7 +86,7 @@ class Claimer:
         self.wake_source = source
         self.wake.set()
 
-    def _decide(self, claim: Claim, recheck: Recheck) -> outbox.Final | None:
+    def _decide(self, claim: Claim, recheck: Recheck) -> outbox.Verdict | None:
         return answers.at_claim(claim, recheck, self.policy)
 
     async def run(self) -> None:
@@ -178,9 +178,9 @@ class Claimer:
     def _count(self, batch: ClaimedBatch) -> None:
         """The metrics and the log of a claim: rows taken, and those the claim itself ended."""
         self.metrics.claimed.inc(batch.taken)
-        for claim, final in batch.decided:
-            self.metrics.recorded(final.result)
-            log_final(claim, final)
+        for claim, verdict in batch.decided:
+            self.metrics.recorded(verdict.result)
+            log_verdict(claim, verdict)
 
     async def _wait_out_the_gates(self) -> None:
         """Claim nothing while the API server cannot be reached (until the outage watch opens its gate),

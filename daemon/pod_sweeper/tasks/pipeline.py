@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from pod_sweeper.store.outbox import Claim, Final
+from pod_sweeper.store.outbox import Claim, Verdict
 
 
 @dataclass
@@ -27,7 +27,7 @@ class Pipeline:
         self.capacity = capacity
         self.queue: asyncio.Queue[Work] = asyncio.Queue()  # claimed, not yet taken by a worker
         self.inflight: dict[int, Claim] = {}  # every row held, queued or at the API or recorded-not-written
-        self.results: list[Final] = []  # how rows ended, not yet written
+        self.results: list[Verdict] = []  # how rows ended, not yet written
         self.results_ready = asyncio.Event()  # results wait to be written
         self.settled = asyncio.Event()  # a result came in (the shutdown drain waits on it)
         self.room = asyncio.Event()  # rows were let go: the claimer may claim again
@@ -41,15 +41,15 @@ class Pipeline:
             self.inflight[claim.id] = claim
             self.queue.put_nowait(Work(claim, lease_deadline))
 
-    def record(self, final: Final) -> None:
-        self.results.append(final)
+    def record(self, verdict: Verdict) -> None:
+        self.results.append(verdict)
         self.results_ready.set()
         self.settled.set()
 
-    def release(self, finals: list[Final]) -> None:
+    def release(self, verdicts: list[Verdict]) -> None:
         """Written: the rows are no longer held."""
-        for final in finals:
-            self.inflight.pop(final.id, None)
+        for verdict in verdicts:
+            self.inflight.pop(verdict.id, None)
         self.room.set()
 
     def awaiting_answers(self) -> list[Claim]:

@@ -88,16 +88,16 @@ class Recorder:
                 owned = await outbox.record_results(conn, batch, self.replica, cluster=self.cluster)
                 failpoints.hit("during_record")
             del pipeline.results[: len(batch)]
-            for final in batch:
-                if final.id in owned:
-                    self.metrics.recorded(final.result)
+            for verdict in batch:
+                if verdict.id in owned:
+                    self.metrics.recorded(verdict.result)
                 else:
                     self.metrics.fenced.inc()
                     logger.warning(
-                        "row {id}: lease lost before its result was recorded; another replica owns it", id=final.id
+                        "row {id}: lease lost before its result was recorded; another replica owns it", id=verdict.id
                     )
             pipeline.release(batch)
-            if any(final.status is Status.PENDING for final in batch):
+            if any(verdict.status is Status.PENDING for verdict in batch):
                 # A retry's due time is likely earlier than what the claimer is sleeping towards (the
                 # lease it held): wake it so it plans its sleep again.
                 self.wake_claimer("retry")
