@@ -102,9 +102,8 @@ class Claimer:
             room = pipeline.free
             # Claim when the workers may run dry, or a whole batch fits: claiming whatever room each
             # record freed made claims of about 5 rows in a drain, a claim and a re-check per 5 rows.
-            if room <= 0 or (pipeline.queue.qsize() > settings.concurrency and room < settings.batch_size):
-                pipeline.room.clear()
-                await pipeline.room.wait()
+            if room <= 0 or (pipeline.queued > settings.concurrency and room < settings.batch_size):
+                await pipeline.wait_for_room()
                 continue
             want = min(settings.batch_size, room)
             self.wake.clear()  # before the claim: a NOTIFY during it must wake the next sleep

@@ -82,14 +82,13 @@ class Sender:
 
     async def worker(self) -> None:
         loop = asyncio.get_running_loop()
-        queue = self.pipeline.queue
+        pipeline = self.pipeline
         while True:
-            chunk = [await queue.get()]
+            chunk = [await pipeline.next_work()]
             # With a deep queue, a worker takes a few rows per hand-off to its thread, which sends them
             # one after another: the asyncio-to-thread round trip per row was a good part of the
             # daemon's own CPU per row (bench/README.md). A shallow queue (a single retire) goes alone.
-            for _ in range(min(MAX_CHUNK - 1, queue.qsize() // self.settings.concurrency)):
-                chunk.append(queue.get_nowait())
+            chunk += pipeline.more_work(min(MAX_CHUNK - 1, pipeline.queued // self.settings.concurrency))
             sendable: list[Work] = []
             for work in chunk:
                 if (why := self._unsendable(work.claim)) is not None:

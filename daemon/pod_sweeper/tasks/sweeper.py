@@ -16,7 +16,6 @@ them gracefully: no new claims, in-flight deletes get until a deadline, the rest
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 import psycopg
@@ -102,7 +101,7 @@ class SweeperStatus:
     @property
     def held(self) -> int:
         """Rows this replica holds right now (claimed and not yet recorded)."""
-        return len(self._pipeline.inflight)
+        return self._pipeline.held
 
 
 class Sweeper:
@@ -201,14 +200,11 @@ class Sweeper:
         (counting what cannot be sent), and stop the tasks."""
         pipeline = self.pipeline
         self._stopping.set()
-        pipeline.room.set()
-        while not pipeline.queue.empty():  # claimed but not started: back to pending at once
-            pipeline.record(answers.held(pipeline.queue.get_nowait().claim))
-        # Each result sets `settled`; wait until every row in flight has one, or the deadline.
+        for claim in pipeline.stop_claiming():  # claimed but not started: back to pending at once
+            pipeline.record(answers.held(claim))
+        # Each verdict settles a row; wait until every row in flight has one, or the deadline.
         while pipeline.awaiting_answers() and time.monotonic() < deadline:
-            pipeline.settled.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(pipeline.settled.wait(), deadline - time.monotonic())
+            await pipeline.wait_settled(deadline - time.monotonic())
         others = [task for task in self._tasks if task.get_name() not in ("recorder", "events")]
         for task in others:
             task.cancel()
@@ -223,7 +219,7 @@ class Sweeper:
         except (psycopg.Error, TimeoutError) as exc:
             logger.error(
                 "could not record {n} result(s) at shutdown; their leases will expire: {error}",
-                n=len(pipeline.results),
+                n=pipeline.unwritten,
                 error=first_line(exc),
             )
         events = next((task for task in self._tasks if task.get_name() == "events"), None)
