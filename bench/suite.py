@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/pgqueuer_peer.
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.settings import DEFAULT_CLUSTER, Settings
 from pod_sweeper.core.states import Result
-from pod_sweeper.kube.api import KubeClient, load_configuration
+from pod_sweeper.kube.api import KubeClient
+from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.store import attach, db, migrations, outbox
 from pod_sweeper.store.outbox import Verdict
 from pod_sweeper.store.recheck import load_attachments

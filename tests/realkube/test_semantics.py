@@ -20,7 +20,8 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import KubeForbidden
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.states import Result
-from pod_sweeper.kube.api import DeleteAnswer, KubeClient, load_configuration
+from pod_sweeper.kube.api import DeleteAnswer, KubeClient
+from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.store import db
 from pod_sweeper.store.outbox import Claim
 from pod_sweeper.tasks import answers, confirmer

@@ -34,7 +34,8 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable, SchemaError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import KubeClient, load_configuration
+from pod_sweeper.kube.api import KubeClient
+from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import attach, controls, db, migrations, outbox
 from pod_sweeper.store.recheck import load_attachments
