@@ -295,7 +295,7 @@ class Bench:
                         lease_seconds=60,
                         attachments=attachments,
                         disarm=True,
-                        decide=lambda c, checked: answers.at_claim(c, checked, policy),
+                        at_claim=lambda c, checked: answers.at_claim(c, checked, policy),
                     )
                     await outbox.record_results(
                         conn,

@@ -31,22 +31,10 @@ due AS (
     WHERE status IN ('pending', 'claimed')
       AND cluster = %(cluster)s
       AND next_attempt_at <= now()
-      -- An on-call's controls (migration 0011): a row in a paused scope, or of a held pod, is not
-      -- claimed, so it is neither sent nor charged. The whole cluster's pause is checked once per
-      -- statement (it names no row); a namespace's pause and a pod's hold, per row.
+      -- An on-call's controls: a row that a pause or a hold keeps back (pod_sweeper.keeping, the one
+      -- statement of that rule, migration 0015) is not claimed, so it is neither sent nor charged.
       AND NOT EXISTS (
-          SELECT 1 FROM pod_sweeper.pauses AS p
-          WHERE p.cluster = %(cluster)s AND p.pod_namespace = '' AND p.until > now()
-      )
-      AND NOT EXISTS (
-          SELECT 1 FROM pod_sweeper.pauses AS p
-          WHERE p.cluster = %(cluster)s AND p.pod_namespace = outbox.pod_namespace AND p.until > now()
-      )
-      AND NOT EXISTS (
-          SELECT 1 FROM pod_sweeper.holds AS h
-          WHERE h.cluster = %(cluster)s AND h.pod_namespace = outbox.pod_namespace
-            AND h.pod_name = outbox.pod_name AND h.until > now()
-            AND (h.pod_uid IS NULL OR h.pod_uid = outbox.pod_uid)
+          SELECT 1 FROM pod_sweeper.keeping(outbox.cluster, outbox.pod_namespace, outbox.pod_name, outbox.pod_uid)
       )
       AND (%(guard)s::text[] IS NULL
            OR (outbox.guard_enqueued_at = outbox.enqueued_at

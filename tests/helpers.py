@@ -70,7 +70,7 @@ async def claim(
         lease_seconds=lease_seconds,
         attachments=await load_attachments(conn),
         disarm=disarm,
-        decide=lambda c, checked: answers.at_claim(c, checked, policy),
+        at_claim=lambda c, checked: answers.at_claim(c, checked, policy),
     )
 
 

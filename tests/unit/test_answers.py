@@ -128,7 +128,7 @@ ROWS: dict[str, Row] = {
         lambda c: answers.unsendable(c, "a name no pod can have"), Result.DEAD
     ),
     "(not sent) a gate holds it back, its lease ran short, or the stop": Row(
-        lambda c: answers.held(c, error="the breaker"), Result.HANDED_BACK, charged=False
+        lambda c: answers.handed_back(c, error="the breaker"), Result.HANDED_BACK, charged=False
     ),
 }
 

@@ -24,13 +24,13 @@ def deleted(claim: Claim) -> Verdict:
 def test_rows_held_are_taken_in_order_and_more_work_never_waits() -> None:
     async def body() -> None:
         pipeline = Pipeline(capacity=5)
-        pipeline.hold(claims(3), lease_deadline=100.0)
-        assert (pipeline.free, pipeline.queued, pipeline.held) == (2, 3, 3)
+        pipeline.add(claims(3), lease_deadline=100.0)
+        assert (pipeline.free, pipeline.queued, pipeline.in_hand) == (2, 3, 3)
         first = await pipeline.next_work()
         assert first.claim.id == 1 and first.lease_deadline == 100.0
         assert [w.claim.id for w in pipeline.more_work(5)] == [2, 3]  # what there is, at once
         assert pipeline.more_work(5) == []
-        assert pipeline.held == 3  # taken is not let go: the rows are still at the API
+        assert pipeline.in_hand == 3  # taken is not let go: the rows are still at the API
 
     asyncio.run(body())
 
@@ -39,7 +39,7 @@ def test_a_batch_leaves_only_once_written_and_a_failed_write_keeps_it() -> None:
     async def body() -> None:
         pipeline = Pipeline(capacity=10)
         held = claims(5)
-        pipeline.hold(held, 0.0)
+        pipeline.add(held, 0.0)
         for claim in held:
             pipeline.record(deleted(claim))
         assert pipeline.awaiting_answers() == []
@@ -48,17 +48,17 @@ def test_a_batch_leaves_only_once_written_and_a_failed_write_keeps_it() -> None:
 
         async def write(batch: list[Verdict]) -> None:
             if not database_up:
-                assert pipeline.held == 5  # nothing let go before the write returns
+                assert pipeline.in_hand == 5  # nothing let go before the write returns
                 raise OSError("database gone")
             written.append([v.id for v in batch])
 
         with pytest.raises(OSError):
             await pipeline.write_results(write, batch=2)
-        assert (pipeline.unwritten, pipeline.held) == (5, 5)  # kept for the retry
+        assert (pipeline.unwritten, pipeline.in_hand) == (5, 5)  # kept for the retry
         database_up = True
         await pipeline.write_results(write, batch=2)
         assert written == [[1, 2], [3, 4], [5]]
-        assert (pipeline.unwritten, pipeline.held, pipeline.free) == (0, 0, 10)
+        assert (pipeline.unwritten, pipeline.in_hand, pipeline.free) == (0, 0, 10)
 
     asyncio.run(body())
 
@@ -67,7 +67,7 @@ def test_two_writers_at_once_write_each_verdict_once() -> None:
     async def body() -> None:
         pipeline = Pipeline(capacity=100)
         held = claims(50)
-        pipeline.hold(held, 0.0)
+        pipeline.add(held, 0.0)
         for claim in held:
             pipeline.record(deleted(claim))
         written: list[int] = []
@@ -85,7 +85,7 @@ def test_two_writers_at_once_write_each_verdict_once() -> None:
 def test_the_drain_takes_back_what_no_worker_took_and_waits_for_the_rest() -> None:
     async def body() -> None:
         pipeline = Pipeline(capacity=3)
-        pipeline.hold(claims(3), 0.0)
+        pipeline.add(claims(3), 0.0)
         at_api = await pipeline.next_work()
         waiting_for_room = asyncio.create_task(pipeline.wait_for_room())
         await asyncio.sleep(0)

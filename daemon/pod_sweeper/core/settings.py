@@ -281,7 +281,7 @@ class Settings(BaseSettings):
         default=1000,
         description="Blast-radius breaker: deletes allowed per minute in one namespace and in total, "
         "counted across all replicas of a cluster; a burst beyond it stops that cluster's deletes until "
-        "`pod-sweeper resume --cluster NAME` (other clusters go on). "
+        "`pod-sweeper reset-breaker --cluster NAME` (other clusters go on). "
         "0 turns it off. Default 1000: far above steady churn, far below 'a bad migration retired "
         "everything'.",
     )

@@ -1,7 +1,7 @@
 """The outbox's state transitions, each one short transaction: the claim (with the re-check), the record
 of how rows ended (done, retry, dead, hand-back), and when the next row falls due; and the small reads
 and signals of the daemon's tasks. What a row's round means is decided elsewhere (``tasks.answers``,
-handed to ``claim`` as its ``decide``): here it is only written, as the ``Verdict`` says. Every function
+handed to ``claim`` as its ``at_claim``): here it is only written, as the ``Verdict`` says. Every function
 that touches one cluster's rows takes the cluster as a required keyword: none falls back to a default.
 
 No transaction here outlives its statements: a claim commits before any API call is made, and every
@@ -75,7 +75,7 @@ class Verdict:
 @dataclass(frozen=True)
 class ClaimedBatch:
     """What one claim took: the rows whose DELETE is to be sent, and the rows whose round the claim
-    itself ended (as ``decide`` said; recorded in the claim's own transaction)."""
+    itself ended (as ``at_claim`` said; recorded in the claim's own transaction)."""
 
     to_send: list[Claim]
     decided: list[tuple[Claim, Verdict]]
@@ -88,7 +88,7 @@ class ClaimedBatch:
 
 
 # What the claim itself decides of a claimed row, given the re-check: its Verdict, or None to send it.
-Decide = Callable[[Claim, Recheck], "Verdict | None"]
+AtClaim = Callable[[Claim, Recheck], "Verdict | None"]
 
 
 async def claim(
@@ -100,11 +100,11 @@ async def claim(
     lease_seconds: float,
     attachments: dict[int, Attachment],
     disarm: bool,
-    decide: Decide,
+    at_claim: AtClaim,
     guard: list[str] | None = None,
 ) -> ClaimedBatch:
     """Claim up to ``batch`` due rows of ``cluster`` (each one's attempt charged, its epoch bumped),
-    re-check them, and record the rows ``decide`` ends at once (a generation active again, a re-check
+    re-check them, and record the rows ``at_claim`` ends at once (a generation active again, a re-check
     that could not be made, a lease that expired once too often), all in one short transaction. The claim
     also clears the wakeup flag (see :func:`arm`), except with ``disarm=False``: the claim right after
     arming. With ``guard`` (the standbys the replication guard names), only rows whose enqueue every one
@@ -140,7 +140,7 @@ async def claim(
         if not claims:
             return ClaimedBatch([], [], attachments)
         checked = await recheck(conn, claims, attachments)
-        decided = [(c, verdict) for c in claims if (verdict := decide(c, checked)) is not None]
+        decided = [(c, verdict) for c in claims if (verdict := at_claim(c, checked)) is not None]
         if decided:
             await record_results(conn, [verdict for _, verdict in decided], owner, cluster=cluster)
         ended = {c.id for c, _ in decided}

@@ -107,15 +107,15 @@ def decide(
     if isinstance(result, KubeUnauthorized | KubeForbidden):
         # The daemon's fault (its credentials; its RBAC there), not the row's: back, uncharged.
         assert refusal is not None, "a 401 or 403 is the gate's to take first"
-        return held(claim, delay=refusal.delay, error=refusal.error, http_status=status, attempt=attempt)
+        return handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=status, attempt=attempt)
     if isinstance(result, KubeRejected):  # any other 4xx: the request itself is wrong
         return Verdict(claim.id, claim.epoch, Result.DEAD, error=str(result), http_status=status, attempt=attempt)
     if isinstance(result, KubeRetryable):
         if status == 429:  # the server's load, not the row: wait as long as asked, charge nothing
             delay = policy.backoff.delay(max(claim.attempts, 1), at_least=result.retry_after)
-            return held(claim, delay=delay, error=str(result), http_status=429, attempt=attempt)
+            return handed_back(claim, delay=delay, error=str(result), http_status=429, attempt=attempt)
         if unreachable is not None and needs_probe(result):  # the outage gate holds every row
-            return held(claim, error=unreachable, http_status=status, attempt=attempt)
+            return handed_back(claim, error=unreachable, http_status=status, attempt=attempt)
         return _charged(claim, str(result), status, attempt, policy)
     # A bug or an answer nobody foresaw: uncertain, so the row is kept for another round.
     return _charged(claim, f"{type(result).__name__}: {result}"[:500], status, attempt, policy)
@@ -151,7 +151,7 @@ def unsendable(claim: Claim, why: str) -> Verdict:
     return Verdict(claim.id, claim.epoch, Result.DEAD, error=why)
 
 
-def held(
+def handed_back(
     claim: Claim,
     *,
     delay: float = 0.0,

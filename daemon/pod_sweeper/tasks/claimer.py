@@ -86,7 +86,7 @@ class Claimer:
         self.wake_source = source
         self.wake.set()
 
-    def _decide(self, claim: Claim, recheck: Recheck) -> outbox.Verdict | None:
+    def _at_claim(self, claim: Claim, recheck: Recheck) -> outbox.Verdict | None:
         return answers.at_claim(claim, recheck, self.policy)
 
     async def run(self) -> None:
@@ -128,7 +128,7 @@ class Claimer:
             self._count(batch)
             if batch.to_send:
                 failpoints.hit("after_claim")
-            pipeline.hold(batch.to_send, started + settings.lease_seconds)
+            pipeline.add(batch.to_send, started + settings.lease_seconds)
             if batch.taken:
                 arm_retry = ARM_RETRY_MIN
             if batch.taken >= want:
@@ -168,7 +168,7 @@ class Claimer:
                 lease_seconds=self.settings.lease_seconds,
                 attachments=self._attachments,
                 disarm=disarm,
-                decide=self._decide,
+                at_claim=self._at_claim,
                 guard=guard,
             )
         self._attachments = batch.attachments

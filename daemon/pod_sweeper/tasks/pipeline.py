@@ -1,7 +1,7 @@
 """The rows a replica holds between their claim and the record of how they ended, and the one place
 that decides what may be done with them.
 
-The claimer puts claimed rows in (``hold``) when there is room (``free``, ``wait_for_room``); workers
+The claimer puts claimed rows in (``add``) when there is room (``free``, ``wait_for_room``); workers
 take them (``next_work``, ``more_work``) and put each row's verdict back (``record``); the recorder
 writes the verdicts (``write_results``), which lets their rows go. ``capacity`` bounds what is held:
 ``concurrency`` rows in flight plus one claim batch waiting, so the workers never wait for a claim round
@@ -55,7 +55,7 @@ class Pipeline:
         self._room.clear()
         await self._room.wait()
 
-    def hold(self, claims: list[Claim], lease_deadline: float) -> None:
+    def add(self, claims: list[Claim], lease_deadline: float) -> None:
         for claim in claims:
             self._inflight[claim.id] = claim
             self._queue.put_nowait(Work(claim, lease_deadline))
@@ -105,7 +105,7 @@ class Pipeline:
     # --- the shutdown drain and the status ----------------------------------------------------------
 
     @property
-    def held(self) -> int:
+    def in_hand(self) -> int:
         """Rows held right now (claimed and not yet written)."""
         return len(self._inflight)
 

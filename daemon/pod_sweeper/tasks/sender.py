@@ -96,14 +96,14 @@ class Sender:
                     continue
                 await self.bucket.acquire()
                 if not self._may_send(work):
-                    self.pipeline.record(self._held_back(work.claim))
+                    self.pipeline.record(self._handed_back(work.claim))
                     continue
                 sendable.append(work)
             if sendable:
                 sent = await loop.run_in_executor(self._executor, self._send, sendable)
                 for work, request in zip(sendable, sent, strict=True):
                     if request is None:  # not sent after all (see _send)
-                        self.pipeline.record(self._held_back(work.claim))
+                        self.pipeline.record(self._handed_back(work.claim))
                     else:
                         await self._settle(work.claim, request)
 
@@ -117,13 +117,13 @@ class Sender:
             self.metrics.unsendable.labels(kind).inc()
         return why
 
-    def _held_back(self, claim: Claim) -> Verdict:
+    def _handed_back(self, claim: Claim) -> Verdict:
         """A row not sent after all: back uncharged, after its namespace's gate when that is what holds
         it (else at once: the lease ran short, the API server cannot be reached, a 401, the breaker,
         the stop)."""
-        if (refusal := self.namespaces.held(claim.pod_namespace)) is not None:
-            return answers.held(claim, delay=refusal.delay, error=refusal.error, http_status=403)
-        return answers.held(claim, error=self.outage.reason or self.auth.error or self.breaker.reason)
+        if (refusal := self.namespaces.refusal(claim.pod_namespace)) is not None:
+            return answers.handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=403)
+        return answers.handed_back(claim, error=self.outage.reason or self.auth.error or self.breaker.reason)
 
     @staticmethod
     def _lease_left(work: Work) -> float:

@@ -48,13 +48,12 @@ class SweeperStatus:
     def __init__(
         self,
         claimer: Claimer,
-        pipeline: Pipeline,
         auth: AuthGate,
         namespaces: NamespaceGates,
         breaker: BreakerGate,
         events: EventRecorder | None,
     ) -> None:
-        self._claimer, self._pipeline, self._auth, self._namespaces = claimer, pipeline, auth, namespaces
+        self._claimer, self._auth, self._namespaces = claimer, auth, namespaces
         self._breaker, self._events = breaker, events
 
     @property
@@ -97,11 +96,6 @@ class SweeperStatus:
     def events_queued(self) -> int:
         """Events waiting to be sent (0 with Events off)."""
         return self._events.queue.qsize() if self._events is not None else 0
-
-    @property
-    def held(self) -> int:
-        """Rows this replica holds right now (claimed and not yet recorded)."""
-        return self._pipeline.held
 
 
 class Sweeper:
@@ -170,7 +164,7 @@ class Sweeper:
             stopping=stopping,
             wake_claimer=self.claimer.notify,
         )
-        self.status = SweeperStatus(self.claimer, pipeline, auth, namespaces, breaker, self.events)
+        self.status = SweeperStatus(self.claimer, auth, namespaces, breaker, self.events)
         self._tasks: list[asyncio.Task[None]] = []  # claimer, recorder and workers, once run() starts
 
     def notify(self, source: str) -> None:
@@ -201,7 +195,7 @@ class Sweeper:
         pipeline = self.pipeline
         self._stopping.set()
         for claim in pipeline.stop_claiming():  # claimed but not started: back to pending at once
-            pipeline.record(answers.held(claim))
+            pipeline.record(answers.handed_back(claim))
         # Each verdict settles a row; wait until every row in flight has one, or the deadline.
         while pipeline.awaiting_answers() and time.monotonic() < deadline:
             await pipeline.wait_settled(deadline - time.monotonic())
@@ -213,7 +207,7 @@ class Sweeper:
         # warnings. So each is cancelled once here, and waited for (briefly) before anything else.
         await asyncio.wait(others, timeout=2.0)
         for claim in pipeline.awaiting_answers():  # still at the API after the deadline
-            pipeline.record(answers.held(claim))
+            pipeline.record(answers.handed_back(claim))
         try:
             await asyncio.wait_for(self.recorder.flush(), max(1.0, deadline - time.monotonic()))
         except (psycopg.Error, TimeoutError) as exc:
