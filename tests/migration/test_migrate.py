@@ -198,6 +198,8 @@ def test_claim_query_uses_the_partial_index_at_100k_done_rows(pg: psycopg.Connec
         assert "outbox_claimable" in plan, plan
         # (the one-row wakeup flag is read with a sequential scan, as it should be)
         assert "Seq Scan on outbox" not in plan, plan
+        # pod_sweeper.keeping, the kept-back rule, is inlined: its pauses and holds are read by index.
+        assert "Function Scan on keeping" not in plan and "pauses_pkey" in plan and "holds_pkey" in plan, plan
     mark = "\n".join(
         r["QUERY PLAN"]
         for r in pg.execute(
@@ -309,5 +311,7 @@ def test_every_shipped_migration_records_what_it_declares_readable(empty_db_url:
     with psycopg.connect(empty_db_url) as conn:
         recorded = dict(conn.execute("SELECT version, readable_from FROM pod_sweeper.schema_migrations").fetchall())
     assert recorded == {m.version: m.readable_from for m in migrations.shipped()}
-    # 0014 (two nullable columns older replicas never touch) is the first expand step.
-    assert {m.version: m.readable_from for m in migrations.shipped() if m.readable_from != m.version} == {14: 13}
+    # 0014 (two nullable columns older replicas never touch) is the first expand step; 0015 (a new
+    # function) the second.
+    expand = {m.version: m.readable_from for m in migrations.shipped() if m.readable_from != m.version}
+    assert expand == {14: 13, 15: 14}
