@@ -41,8 +41,8 @@ from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.store import attach, db, migrations, outbox
 from pod_sweeper.store.outbox import Verdict
 from pod_sweeper.store.recheck import load_attachments
-from pod_sweeper.tasks import answers
-from pod_sweeper.tasks.runner import Daemon
+from pod_sweeper.tasks.process.runner import Daemon
+from pod_sweeper.tasks.rules import answers
 from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
 from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
 from pod_sweeper.testing.kubecluster import KubeCluster

@@ -6,7 +6,7 @@
 -- Every claim bumps claim_epoch (the fence for the record of its result) and is charged as an attempt.
 -- Each row comes back with what it was before (was, held_by): a lease that expired is the answer
 -- table's to judge (a row that crashed its daemon as many times as it has attempts goes dead; the daemon
--- decides that, in tasks/answers.py, never here).
+-- decides that, in tasks/rules/answers.py, never here).
 -- With the replication guard (%(guard)s: the standbys it names; NULL: off, migration 0014), a row is
 -- claimed only when its mark vouches for its current enqueue and every named standby has flushed the
 -- WAL up to the mark; a standby that is not connected (or positions this role may not read) holds all.

@@ -19,8 +19,8 @@ from pod_sweeper.core.settings import DEFAULT_CLUSTER, Settings
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.store import db, quarantine, status
-from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.reconciler import Reconciler
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.loops.reconciler import Reconciler
 
 pytestmark = pytest.mark.versions
 

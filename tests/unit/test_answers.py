@@ -25,9 +25,9 @@ from pod_sweeper.core.states import Outcome, Result, Status, exhausted
 from pod_sweeper.kube.api import DeleteAnswer
 from pod_sweeper.store.outbox import Claim, Verdict
 from pod_sweeper.store.recheck import Recheck
-from pod_sweeper.tasks import answers
-from pod_sweeper.tasks.answers import CONFIRM_MARGIN_SECONDS, Policy, Sent, answer_label, decide, needs_probe
-from pod_sweeper.tasks.gates import Refusal
+from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules.answers import CONFIRM_MARGIN_SECONDS, Policy, Sent, answer_label, decide, needs_probe
+from pod_sweeper.tasks.rules.gates import Refusal
 
 MAX = 10
 BACKOFF = Backoff(1.0, 300.0, rng=random.Random(7))

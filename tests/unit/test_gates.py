@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.store.outbox import BreakerWindow
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates, OutageGate, breaker_budget, trip_reason
+from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, NamespaceGates, OutageGate, breaker_budget, trip_reason
 
 
 class Clock:

@@ -1,5 +1,5 @@
-"""Each package's docstring names its modules as they are: a module renamed or removed without its
-package's docstring following fails here (tasks/ once named three modules renamed long before)."""
+"""Each package's docstring names its modules as they are: a module renamed, moved or removed without
+its package's docstring following fails here (tasks/ once named three modules renamed long before)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,23 @@ import ast
 import re
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "daemon" / "pod_sweeper"
+import pytest
+
+TASKS = Path(__file__).resolve().parents[2] / "daemon" / "pod_sweeper" / "tasks"
 
 
-def test_the_tasks_docstring_names_every_module_and_only_modules() -> None:
-    folder = PACKAGE / "tasks"
+def named(folder: Path) -> set[str]:
     docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
-    named = set(re.findall(r"``(\w+)``", docstring))
-    modules = {path.stem for path in folder.glob("*.py")} - {"__init__"}
-    assert named == modules
+    return set(re.findall(r"``(\w+)``", docstring))
+
+
+def test_the_tasks_docstring_names_its_groups() -> None:
+    groups = {path.name for path in TASKS.iterdir() if (path / "__init__.py").is_file()}
+    assert named(TASKS) == groups
+    assert not [path.name for path in TASKS.glob("*.py") if path.name != "__init__.py"]  # every module in a group
+
+
+@pytest.mark.parametrize("group", ["sweep", "loops", "rules", "process"])
+def test_each_groups_docstring_names_every_module_and_only_modules(group: str) -> None:
+    modules = {path.stem for path in (TASKS / group).glob("*.py")} - {"__init__"}
+    assert named(TASKS / group) == modules

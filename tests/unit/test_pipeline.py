@@ -10,7 +10,7 @@ import pytest
 
 from pod_sweeper.core.states import Result
 from pod_sweeper.store.outbox import Claim, Verdict
-from pod_sweeper.tasks.pipeline import Pipeline
+from pod_sweeper.tasks.sweep.pipeline import Pipeline
 
 
 def claims(n: int, start: int = 1) -> list[Claim]:

@@ -33,7 +33,7 @@ from pod_sweeper.core.settings import (
 from pod_sweeper.core.text import printable
 from pod_sweeper.store import attach, backfill, controls, migrations, outbox, queries, roles, status
 from pod_sweeper.store.db import connection
-from pod_sweeper.tasks import runner, startup
+from pod_sweeper.tasks.process import runner, startup
 
 Handler = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]
 

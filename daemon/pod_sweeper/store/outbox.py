@@ -221,7 +221,7 @@ async def prune_batch(conn: Connection, *, retention_seconds: float, batch: int)
 
 async def prune(conn: Connection, *, retention_seconds: float, batch: int = 1000) -> int | None:
     """Batches until no expired done row is left (``pod-sweeper prune``); the number deleted, None if
-    another replica prunes. (The daemon's pass takes a connection per batch: see tasks/runner.py.)"""
+    another replica prunes. (The daemon's pass takes a connection per batch: see tasks/process/runner.py.)"""
     total = 0
     while True:
         deleted = await prune_batch(conn, retention_seconds=retention_seconds, batch=batch)

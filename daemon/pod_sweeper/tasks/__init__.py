@@ -1,11 +1,8 @@
-"""The daemon: the process and its named long-lived tasks, any one of which dying stops the rest.
+"""The daemon: the process and its named long-lived tasks, any one of which dying stops the rest. Four
+groups, importing one way (``process`` > ``sweep`` > ``loops`` > ``rules``, held by import-linter):
 
-- The pipeline (one row's way from claim to record): the ``sweeper`` builds it, the ``claimer`` claims
-  rows into the ``pipeline``, the workers of the ``sender`` send one DELETE each, the ``recorder`` writes
-  the results; ``answers`` decides what each answer means for its row (pure functions), ``gates`` hold
-  the auth, namespace, outage, breaker and schema gates, ``report`` is a round's log line.
-- The process: the ``runner`` starts and stops it all, ``startup`` decides what a start-up error a person
-  must fix does, ``health`` serves the probes and the metrics, ``sdnotify`` speaks to systemd.
-- The side loops: the ``listener`` (LISTEN/NOTIFY), the ``outage`` watch, the ``confirmer`` of
-  terminating pods, the ``reconciler`` and the ``events`` sender.
+- ``sweep``: the pipeline, one row's way from its claim to the record of how it ended;
+- ``loops``: the side loops beside it (wakeups, the outage watch, confirmation, reconciliation, Events);
+- ``rules``: what an answer means for a row, and the gates, as pure functions and small objects;
+- ``process``: the process itself: start, stop, probes, start-up errors, systemd.
 """

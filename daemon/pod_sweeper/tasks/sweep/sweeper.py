@@ -30,15 +30,15 @@ from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment
-from pod_sweeper.tasks import answers
-from pod_sweeper.tasks.answers import Policy
-from pod_sweeper.tasks.claimer import Claimer
-from pod_sweeper.tasks.events import EventRecorder
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates, SchemaGate
-from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.pipeline import Pipeline
-from pod_sweeper.tasks.recorder import Recorder
-from pod_sweeper.tasks.sender import Sender
+from pod_sweeper.tasks.loops.events import EventRecorder
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules.answers import Policy
+from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, NamespaceGates, SchemaGate
+from pod_sweeper.tasks.sweep.claimer import Claimer
+from pod_sweeper.tasks.sweep.pipeline import Pipeline
+from pod_sweeper.tasks.sweep.recorder import Recorder
+from pod_sweeper.tasks.sweep.sender import Sender
 
 
 class SweeperStatus:

@@ -33,13 +33,13 @@ from pod_sweeper.core.states import Result
 from pod_sweeper.kube.api import DeleteAnswer, KubeClient
 from pod_sweeper.kube.scope import NamespaceScope, invalid_name
 from pod_sweeper.store.outbox import Claim, Verdict
-from pod_sweeper.tasks import answers
-from pod_sweeper.tasks.answers import Policy, Sent
-from pod_sweeper.tasks.events import EventRecorder
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates, Refusal
-from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.pipeline import Pipeline, Work
-from pod_sweeper.tasks.report import log_verdict
+from pod_sweeper.tasks.loops.events import EventRecorder
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules.answers import Policy, Sent
+from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, NamespaceGates, Refusal
+from pod_sweeper.tasks.sweep.pipeline import Pipeline, Work
+from pod_sweeper.tasks.sweep.report import log_verdict
 
 # A DELETE is not sent with less than this much of the lease left; the row is handed back instead.
 MIN_REQUEST_SECONDS = 1.0

@@ -24,7 +24,7 @@ from pod_sweeper.core.states import Status
 from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.outbox import Verdict
-from pod_sweeper.tasks.pipeline import Pipeline
+from pod_sweeper.tasks.sweep.pipeline import Pipeline
 
 RECORD_BATCH = 500
 # With fewer results than RECORD_GATHER waiting, the recorder waits RECORD_LINGER seconds for more

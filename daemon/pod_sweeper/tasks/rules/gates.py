@@ -199,7 +199,7 @@ class BreakerGate:
 
 class SchemaGate:
     """Whether this release may run on the schema the database has now, as the schema watch last read
-    it (tasks/runner.py): a newer release's migration that declares this one too old, or a schema gone
+    it (tasks/process/runner.py): a newer release's migration that declares this one too old, or a schema gone
     behind, closes it. Closed, the claimer claims nothing and readiness says why. Owns
     ``pod_sweeper_schema_incompatible``."""
 

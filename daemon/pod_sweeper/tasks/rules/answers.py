@@ -24,7 +24,7 @@ from pod_sweeper.core.states import Result, exhausted
 from pod_sweeper.kube.api import DeleteAnswer
 from pod_sweeper.store.outbox import Attempt, Claim, Verdict
 from pod_sweeper.store.recheck import Recheck
-from pod_sweeper.tasks.gates import Refusal
+from pod_sweeper.tasks.rules.gates import Refusal
 
 # A terminating pod is looked at again this long after its grace period ends.
 CONFIRM_MARGIN_SECONDS = 5.0

@@ -34,12 +34,12 @@ from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.outbox import Claim, ClaimedBatch
 from pod_sweeper.store.recheck import Attachment, Recheck
-from pod_sweeper.tasks import answers
-from pod_sweeper.tasks.answers import Policy
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate, SchemaGate, breaker_budget, trip_reason
-from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.pipeline import Pipeline
-from pod_sweeper.tasks.report import log_verdict
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules.answers import Policy
+from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, SchemaGate, breaker_budget, trip_reason
+from pod_sweeper.tasks.sweep.pipeline import Pipeline
+from pod_sweeper.tasks.sweep.report import log_verdict
 
 # The shortest sleep between claims when rows are due but all locked by other replicas.
 MIN_CLAIM_PAUSE = 0.05
