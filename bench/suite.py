@@ -36,12 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/pgqueuer_peer.
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.settings import DEFAULT_CLUSTER, Settings
 from pod_sweeper.core.states import Result
-from pod_sweeper.kube.api import KubeClient, load_configuration
+from pod_sweeper.kube.api import KubeClient
+from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.store import attach, db, migrations, outbox
-from pod_sweeper.store.outbox import Final
+from pod_sweeper.store.outbox import Verdict
 from pod_sweeper.store.recheck import load_attachments
-from pod_sweeper.tasks import answers
-from pod_sweeper.tasks.runner import Daemon
+from pod_sweeper.tasks.process.runner import Daemon
+from pod_sweeper.tasks.rules import answers
 from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
 from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
 from pod_sweeper.testing.kubecluster import KubeCluster
@@ -294,11 +295,11 @@ class Bench:
                         lease_seconds=60,
                         attachments=attachments,
                         disarm=True,
-                        decide=lambda c, checked: answers.at_claim(c, checked, policy),
+                        at_claim=lambda c, checked: answers.at_claim(c, checked, policy),
                     )
                     await outbox.record_results(
                         conn,
-                        [Final(c.id, c.epoch, Result.DELETED, http_status=200) for c in result.to_send],
+                        [Verdict(c.id, c.epoch, Result.DELETED, http_status=200) for c in result.to_send],
                         "bench",
                         cluster=DEFAULT_CLUSTER,
                     )
@@ -468,16 +469,7 @@ class Bench:
                 pods = [cluster.pod(NS, f"{kind}-{i}", refuses=refuses, grace=1) for i in range(latencies)]
                 for pod in pods:
                     self._wait_for_pod(cluster, pod["metadata"]["name"], phase, refuses)
-                url = self.fresh_db()
-                self._record(url, [(p["metadata"]["name"], p["metadata"]["uid"]) for p in pods], retire=False)
-                gone = self._single_retires(
-                    url,
-                    {f"s{i}": p["metadata"]["name"] for i, p in enumerate(pods)},
-                    self._deletions(cluster),
-                    kubeconfig=account,
-                    rate_limit_qps=50.0,
-                )
-                self.results.update(self._percentiles(f"cluster_{kind}_gone", gone))
+                self._retire_to_gone(cluster, pods, f"cluster_{kind}_gone", kubeconfig=account, rate_limit_qps=50.0)
             self._sustained(cluster, account, sustained_seconds, rate)
             kube_client = KubeClient(load_configuration(account, None, pool_size=16))
             try:
@@ -531,21 +523,22 @@ class Bench:
                         if time.monotonic() > deadline:
                             raise RuntimeError(f"pod {name} never reached where the step wants it")
                         time.sleep(0.1)
-                url = self.fresh_db()
-                self._record(url, [(p["metadata"]["name"], p["metadata"]["uid"]) for p in pods], retire=False)
-                gone = self._single_retires(
-                    url,
-                    {f"s{i}": p["metadata"]["name"] for i, p in enumerate(pods)},
-                    self._deletions(cluster),
-                    kubeconfig=cluster.admin_kubeconfig,
-                )
-                self.results.update(self._percentiles(f"node_{kind}_gone", gone))
+                self._retire_to_gone(cluster, pods, f"node_{kind}_gone", kubeconfig=cluster.admin_kubeconfig)
             rss = node.rss_bytes()
             self.results.update(
                 node_ready_s=round(node.started_in, 2),
                 node_kubelet_rss_mb=round(rss.get("kubelet", 0) / 2**20),
                 node_containerd_rss_mb=round(rss.get("containerd", 0) / 2**20),
             )
+
+    def _retire_to_gone(self, cluster: KubeCluster, pods: list[dict[str, Any]], key: str, **overrides: Any) -> None:
+        """``pods`` recorded in a fresh database and retired one at a time under an idle daemon: the
+        percentiles, under ``key``, of the commit to each pod's DELETED event."""
+        url = self.fresh_db()
+        self._record(url, [(p["metadata"]["name"], p["metadata"]["uid"]) for p in pods], retire=False)
+        names = {f"s{i}": p["metadata"]["name"] for i, p in enumerate(pods)}
+        gone = self._single_retires(url, names, self._deletions(cluster), **overrides)
+        self.results.update(self._percentiles(key, gone))
 
     @staticmethod
     def _wait_for_pod(cluster: KubeCluster, name: str, phase: str, refuses: bool) -> None:

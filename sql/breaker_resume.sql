@@ -1,4 +1,4 @@
--- `pod-sweeper resume`: close the breaker of one cluster (or, with all_clusters, of every tripped one);
+-- `pod-sweeper reset-breaker`: close the breaker of one cluster (or, with all_clusters, of every tripped one);
 -- that cluster's delete count starts again from now. Returns each breaker touched and when it had
 -- tripped (NULL: it was not tripped); the subquery reads the rows as they were before this update.
 UPDATE pod_sweeper.breaker AS b

@@ -6,7 +6,7 @@
 -- Every claim bumps claim_epoch (the fence for the record of its result) and is charged as an attempt.
 -- Each row comes back with what it was before (was, held_by): a lease that expired is the answer
 -- table's to judge (a row that crashed its daemon as many times as it has attempts goes dead; the daemon
--- decides that, in tasks/answers.py, never here).
+-- decides that, in tasks/rules/answers.py, never here).
 -- With the replication guard (%(guard)s: the standbys it names; NULL: off, migration 0014), a row is
 -- claimed only when its mark vouches for its current enqueue and every named standby has flushed the
 -- WAL up to the mark; a standby that is not connected (or positions this role may not read) holds all.
@@ -31,22 +31,10 @@ due AS (
     WHERE status IN ('pending', 'claimed')
       AND cluster = %(cluster)s
       AND next_attempt_at <= now()
-      -- An on-call's controls (migration 0011): a row in a paused scope, or of a held pod, is not
-      -- claimed, so it is neither sent nor charged. The whole cluster's pause is checked once per
-      -- statement (it names no row); a namespace's pause and a pod's hold, per row.
+      -- An on-call's controls: a row that a pause or a hold keeps back (pod_sweeper.keeping, the one
+      -- statement of that rule, migration 0015) is not claimed, so it is neither sent nor charged.
       AND NOT EXISTS (
-          SELECT 1 FROM pod_sweeper.pauses AS p
-          WHERE p.cluster = %(cluster)s AND p.pod_namespace = '' AND p.until > now()
-      )
-      AND NOT EXISTS (
-          SELECT 1 FROM pod_sweeper.pauses AS p
-          WHERE p.cluster = %(cluster)s AND p.pod_namespace = outbox.pod_namespace AND p.until > now()
-      )
-      AND NOT EXISTS (
-          SELECT 1 FROM pod_sweeper.holds AS h
-          WHERE h.cluster = %(cluster)s AND h.pod_namespace = outbox.pod_namespace
-            AND h.pod_name = outbox.pod_name AND h.until > now()
-            AND (h.pod_uid IS NULL OR h.pod_uid = outbox.pod_uid)
+          SELECT 1 FROM pod_sweeper.keeping(outbox.cluster, outbox.pod_namespace, outbox.pod_name, outbox.pod_uid)
       )
       AND (%(guard)s::text[] IS NULL
            OR (outbox.guard_enqueued_at = outbox.enqueued_at

@@ -2,15 +2,14 @@
 -- same enqueue function the triggers call, so the same rule applies: a UID whose row is open or
 -- finished is left to that row, one that ended skipped_active is reopened. Returns how many rows
 -- were new or reopened.
--- A held pod (migration 0011) is never enqueued: its suspect stays quarantined, and a pass after the
+-- A held pod (pod_sweeper.keeping, migration 0015) is never enqueued: its suspect stays quarantined, and a pass after the
 -- hold ends confirms it again.
 WITH confirmed AS (
     DELETE FROM pod_sweeper.suspects AS s
     WHERE s.cluster = %(cluster)s AND s.pod_uid = ANY(%(uids)s::uuid[])
       AND NOT EXISTS (
-          SELECT 1 FROM pod_sweeper.holds AS h
-          WHERE h.cluster = s.cluster AND h.pod_namespace = s.pod_namespace AND h.pod_name = s.pod_name
-            AND h.until > now() AND (h.pod_uid IS NULL OR h.pod_uid = s.pod_uid)
+          SELECT 1 FROM pod_sweeper.keeping(s.cluster, s.pod_namespace, s.pod_name, s.pod_uid) AS k
+          WHERE k.kind = 'hold'  -- a pause only delays the claim: its suspects still become rows
       )
     RETURNING *
 ), fresh AS (

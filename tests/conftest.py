@@ -12,6 +12,7 @@ import itertools
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -60,8 +61,40 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"PostgreSQL: a Docker engine if one answers, else {server_version(bindir)} from {bindir}", kube]
 
 
+# Each folder of tests/ is a tier; every test in it carries the tier's markers (``-m`` selects by them),
+# so a new file cannot miss its tier. pyproject.toml describes each marker.
+TIERS: dict[str, tuple[str, ...]] = {
+    "unit": ("unit",),  # pure Python
+    "integration": ("integration",),  # real PostgreSQL and the fake API server
+    "conformance": ("integration",),  # the fake and the real API server held to the same answers
+    "acceptance": ("acceptance",),  # the real CLI as a subprocess, real signals
+    "operator_tier": ("acceptance",),  # promtool, Prometheus and the manifests, as an operator meets them
+    "migration": ("migration",),  # the migration chain against the reference schema
+    "chaos": ("chaos",),
+    "pooler": ("pooler", "versions"),  # through a real PgBouncer; on every PostgreSQL major
+    "failover": ("failover", "slow"),  # clusters of its own: a primary and a streaming standby
+    "tls": ("tls", "slow"),  # a PostgreSQL of its own that accepts TLS only
+    "realkube": ("realkube",),  # the kube-apiserver and etcd tools/kube/build builds
+    "cluster": ("cluster",),  # that, with the controller manager, the scheduler and kwok's nodes
+    "node": ("node",),  # a real node (containerd and a kubelet) joined to the whole cluster
+    "image": ("image",),  # deploy/Containerfile built unchanged and run as in a pod
+    "systemd_unit": ("systemd",),  # the shipped unit under systemd as PID 1
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def tier_of(path: Path) -> tuple[str, ...]:
+    """The markers of the tier a test file is in (its first folder under tests/); none outside one."""
+    parts = path.resolve().relative_to(TESTS).parts
+    return TIERS.get(parts[0], ()) if len(parts) > 1 else ()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Stop once, before any test runs, when tests need PostgreSQL and none can be had here."""
+    """Mark each test with its tier's markers; then stop once, before any test runs, when tests need
+    PostgreSQL and none can be had here."""
+    for item in items:
+        for name in tier_of(Path(item.path)):
+            item.add_marker(getattr(pytest.mark, name))
     needs_server = any("pg_server_url" in getattr(item, "fixturenames", ()) for item in items)
     if not needs_server or os.environ.get(SERVER_ENV) or docker_server() is not None:
         return
@@ -210,8 +243,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def fast_confirmation(monkeypatch: pytest.MonkeyPatch) -> None:
     """A terminating pod is looked at again half a second after its grace, and every second after that
     (the cluster and node tiers)."""
-    monkeypatch.setattr("pod_sweeper.tasks.answers.CONFIRM_MARGIN_SECONDS", 0.5)
-    monkeypatch.setattr("pod_sweeper.tasks.confirmer.RECHECK_SECONDS", 1.0)
+    monkeypatch.setattr("pod_sweeper.tasks.rules.answers.CONFIRM_MARGIN_SECONDS", 0.5)
+    monkeypatch.setattr("pod_sweeper.tasks.loops.confirmer.RECHECK_SECONDS", 1.0)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from pod_sweeper.store import attach, db
 from pod_sweeper.store import outbox as transitions
 from pod_sweeper.store.outbox import ClaimedBatch
 from pod_sweeper.store.recheck import load_attachments
-from pod_sweeper.tasks import answers
+from pod_sweeper.tasks.rules import answers
 from pod_sweeper.testing.kubeapiserver import KubeApiServer
 from pod_sweeper.testing.reference import executions_ddl
 
@@ -70,7 +70,7 @@ async def claim(
         lease_seconds=lease_seconds,
         attachments=await load_attachments(conn),
         disarm=disarm,
-        decide=lambda c, checked: answers.at_claim(c, checked, policy),
+        at_claim=lambda c, checked: answers.at_claim(c, checked, policy),
     )
 
 
@@ -178,16 +178,6 @@ def spawn_daemon(env: dict[str, str], log: Any) -> Any:
         )
 
 
-def mark_tier(items: list[Any], folder: Any, *markers: Any) -> None:
-    """Give every collected test under ``folder`` the ``markers`` (each tier's conftest calls this)."""
-    from pathlib import Path
-
-    for item in items:
-        if Path(folder) in Path(item.path).parents:
-            for marker in markers:
-                item.add_marker(marker)
-
-
 def threading_event_wait(seconds: float) -> None:
     """A poll interval that is a wait on an event, not a bare sleep in the test body."""
     import threading
@@ -217,7 +207,7 @@ def daemon_env(url: str, kubeconfig: Any, **overrides: str) -> dict[str, str]:
 
 
 class DaemonThread:
-    """The real daemon (``pod_sweeper.tasks.runner.Daemon``) on its own thread and event loop, for tests that
+    """The real daemon (``pod_sweeper.tasks.process.runner.Daemon``) on its own thread and event loop, for tests that
     need to look inside it; tests of signals and exit codes run the CLI as a subprocess instead."""
 
     def __init__(self, settings: Settings) -> None:
@@ -232,7 +222,7 @@ class DaemonThread:
     def _main(self) -> None:
         import asyncio
 
-        from pod_sweeper.tasks.runner import Daemon
+        from pod_sweeper.tasks.process.runner import Daemon
 
         async def body() -> int:
             self.loop = asyncio.get_running_loop()

@@ -41,7 +41,7 @@ HAVING min(enqueued_at) < now() - interval '15 minutes'
 UNION ALL
 SELECT 'PodSweeperBreakerTripped',
        format('cluster %s: the blast-radius breaker tripped %s s ago (%s); no pod of it is deleted until'
-              ' `pod-sweeper resume --cluster %s`', cluster, round(extract(epoch FROM now() - tripped_at)),
+              ' `pod-sweeper reset-breaker --cluster %s`', cluster, round(extract(epoch FROM now() - tripped_at)),
               reason, cluster)
 FROM pod_sweeper.breaker WHERE tripped_at IS NOT NULL
 UNION ALL

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from chaos.harness import Workload
-from helpers import attach_table, create_executions, mark_tier, run
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_tier(items, Path(__file__).parent, pytest.mark.chaos)
+from helpers import attach_table, create_executions, run
 
 
 @pytest.fixture

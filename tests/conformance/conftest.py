@@ -9,11 +9,7 @@ from pathlib import Path
 import pytest
 
 from conformance.apiserver import ApiServer, fake_api_server, real_api_server
-from helpers import mark_tier, real_kube
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_tier(items, Path(__file__).parent, pytest.mark.integration)
+from helpers import real_kube
 
 
 @pytest.fixture(params=["fake", "real"])

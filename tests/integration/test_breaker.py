@@ -123,7 +123,7 @@ def test_a_breaker_tripped_before_clusters_had_their_own_stays_tripped_for_each_
         for row in breakers.values():
             assert row["tripped_at"] is not None and row["tripped_by"] == "r1"
             assert row["reason"] == "too many (tripped before migration 0010, when one breaker held every cluster)"
-        resumed = cli("resume", "--cluster", "east", url=empty_db_url)
+        resumed = cli("reset-breaker", "--cluster", "east", url=empty_db_url)
         assert resumed.returncode == 0 and "deletes resume in cluster east" in resumed.stdout
         assert "still tripped: cluster default" in resumed.stderr
         left = {r["cluster"]: r["tripped_at"] for r in conn.execute("SELECT * FROM pod_sweeper.breaker").fetchall()}

@@ -171,7 +171,7 @@ def test_one_clusters_burst_trips_its_own_breaker_and_never_stops_another(
         assert [r["detail"].split(":")[0] for r in fired if r["alert"] == "PodSweeperBreakerTripped"] == [
             "cluster east"
         ]
-        resumed = cli("resume", "--cluster", "east", url=db_url)
+        resumed = cli("resume", "--cluster", "east", url=db_url)  # the old name of reset-breaker still works
         assert resumed.returncode == 0 and "deletes resume in cluster east" in resumed.stdout, resumed.stderr
         wait_until(lambda: runs.execute(deleted, ("east",)).fetchone()["n"] > held, timeout=15, what="east resumes")
 

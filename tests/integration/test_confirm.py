@@ -11,8 +11,8 @@ import pytest
 from helpers import DaemonThread, row_for, run, settings_for, wait_until
 from pod_sweeper.cli import status_text
 from pod_sweeper.store import db, status
-from pod_sweeper.tasks import confirmer
-from pod_sweeper.tasks.confirmer import RECHECK_SECONDS
+from pod_sweeper.tasks.loops import confirmer
+from pod_sweeper.tasks.loops.confirmer import RECHECK_SECONDS
 
 
 def add_scheduled(conn: psycopg.Connection[Any], kube: Any, sid: str, node: str, grace: int = 1) -> str:

@@ -221,10 +221,10 @@ def test_a_breaker_trip_and_a_resume_are_in_the_trail(pg: psycopg.Connection[Any
             await outbox.trip_breaker(conn, "east", "again", "r1")  # already tripped: no second row
 
     run(trip())
-    resumed = cli("resume", "--cluster", "east", "--actor", "di", url=db_url)
+    resumed = cli("reset-breaker", "--cluster", "east", "--actor", "di", url=db_url)
     assert resumed.returncode == 0, resumed.stderr
     trail = [(r["actor"], r["command"], r["scope"], r["affected"]) for r in audit(pg)]
-    assert trail == [("r1", "breaker trip", "cluster east", 0), ("di", "resume", "cluster east", 1)]
+    assert trail == [("r1", "breaker trip", "cluster east", 0), ("di", "reset-breaker", "cluster east", 1)]
     assert audit(pg)[0]["arguments"] == {"reason": "61 deletes in a minute"}
     listed = cli("sql", "audit", url=db_url)
     assert listed.returncode == 0 and "FROM pod_sweeper.audit" in listed.stdout
@@ -453,3 +453,37 @@ def test_pause_wait_returns_once_the_rows_claimed_before_it_are_no_longer_in_fli
     lines = waited.stdout.splitlines()
     assert lines[1].startswith("1 row(s) claimed before the pause may still be sent, until ")
     assert lines[-1] == "no row of the scope is in flight"
+
+
+def test_keeping_is_the_one_statement_of_which_controls_keep_a_row_back(pg: psycopg.Connection[Any]) -> None:
+    """pod_sweeper.keeping (migration 0015), which the claim, the next-due query, reconciliation and
+    `explain` all read: a pause of the cluster or of the pod's namespace, a hold of its name (with no
+    UID or with this one), in force, in its cluster; nothing else."""
+    uid, other = uuid.uuid4(), uuid.uuid4()
+    pg.execute(
+        "INSERT INTO pod_sweeper.pauses (cluster, pod_namespace, reason, actor, until) VALUES"
+        " ('default', '', 'incident', 'bo', now() + interval '1 hour'),"
+        " ('default', 'other', 'x', 'bo', now() + interval '1 hour'),"
+        " ('east', 'ns', 'x', 'bo', now() + interval '1 hour'),"
+        " ('west', 'ns', 'ended', 'bo', now() - interval '1 second')"
+    )
+    pg.execute(
+        "INSERT INTO pod_sweeper.holds (cluster, pod_namespace, pod_name, pod_uid, reason, actor, until) VALUES"
+        " ('default', 'ns', 'p', %s, 'forensics', 'ana', now() + interval '2 hours'),"
+        " ('default', 'ns', 'q', NULL, 'any pod by that name', 'ana', now() + interval '2 hours')",
+        (uid,),
+    )
+
+    def keeping(cluster: str, namespace: str, name: str, pod_uid: uuid.UUID) -> list[tuple[str, str, str | None]]:
+        rows = pg.execute(
+            "SELECT kind, pod_namespace, pod_name FROM pod_sweeper.keeping(%s, %s, %s, %s) ORDER BY until",
+            (cluster, namespace, name, pod_uid),
+        ).fetchall()
+        return [(r["kind"], r["pod_namespace"], r["pod_name"]) for r in rows]
+
+    assert keeping("default", "ns", "p", uid) == [("pause", "", None), ("hold", "ns", "p")]  # both named
+    assert keeping("default", "ns", "p", other) == [("pause", "", None)]  # the hold names another pod
+    assert keeping("default", "ns", "q", other) == [("pause", "", None), ("hold", "ns", "q")]  # no UID: any
+    assert keeping("east", "ns", "p", uid) == [("pause", "ns", None)]  # its namespace's pause, its cluster's
+    assert keeping("east", "other", "p", uid) == []  # another cluster's pause of `other` does not count
+    assert keeping("west", "ns", "p", uid) == []  # a pause that has ended keeps nothing

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from helpers import DaemonThread, add_execution, daemon_settings, retire, row_for, seed_executions, wait_until
-from pod_sweeper.tasks import events
+from pod_sweeper.tasks.loops import events
 
 
 def done(conn: psycopg.Connection[Any], n: int) -> bool:

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from pod_sweeper.core.errors import ConfigError
-from pod_sweeper.kube.api import KubeClient, ThrottledRefresh, load_configuration
+from pod_sweeper.kube.api import KubeClient
+from pod_sweeper.kube.config import ThrottledRefresh, load_configuration
 
 
 def test_explicit_kubeconfig_talks_to_the_server(kube: Any) -> None:

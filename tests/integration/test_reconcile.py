@@ -16,10 +16,11 @@ from helpers import DaemonThread, outbox, run, settings_for, wait_until
 from pod_sweeper.cli import status_text
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import DEFAULT_CLUSTER, Settings
-from pod_sweeper.kube.api import KubeClient, load_configuration
+from pod_sweeper.kube.api import KubeClient
+from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.store import db, quarantine, status
-from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.reconciler import Reconciler
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.loops.reconciler import Reconciler
 
 pytestmark = pytest.mark.versions
 

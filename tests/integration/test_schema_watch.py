@@ -11,7 +11,7 @@ import pytest
 
 from helpers import DaemonThread, add_execution, daemon_settings, retire, row_for, wait_until
 from pod_sweeper.store import migrations
-from pod_sweeper.tasks import runner
+from pod_sweeper.tasks.process import runner
 
 
 def test_a_running_replica_sweeps_on_beside_a_compatible_next_schema_and_stops_claiming_on_an_incompatible_one(

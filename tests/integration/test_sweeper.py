@@ -25,7 +25,7 @@ from helpers import (
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.states import Result
 from pod_sweeper.store import db, outbox
-from pod_sweeper.store.outbox import Final
+from pod_sweeper.store.outbox import Verdict
 
 pytestmark = pytest.mark.versions
 
@@ -360,11 +360,11 @@ def test_stale_replica_cannot_overwrite_the_new_owners_outcome(
             assert fresh.epoch == stale.epoch + 1 and fresh.attempts == 2
             assert fresh.lease_expired_from == "frozen" and stale.lease_expired_from is None
             took = await outbox.record_results(
-                conn, [Final(fresh.id, fresh.epoch, Result.ABSENT, http_status=404)], "alive", cluster=DEFAULT_CLUSTER
+                conn, [Verdict(fresh.id, fresh.epoch, Result.ABSENT, http_status=404)], "alive", cluster=DEFAULT_CLUSTER
             )
             refused = await outbox.record_results(
                 conn,
-                [Final(stale.id, stale.epoch, Result.DEAD, error="woke up late")],
+                [Verdict(stale.id, stale.epoch, Result.DEAD, error="woke up late")],
                 "frozen",
                 cluster=DEFAULT_CLUSTER,
             )

@@ -8,17 +8,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from helpers import mark_tier
 from pod_sweeper.testing.kubecluster import KubeCluster
 from pod_sweeper.testing.kubenode import HostState, RealNode, missing_requirements
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_tier(items, Path(__file__).parent, pytest.mark.node)
 
 
 def can_run_a_node(cluster: KubeCluster) -> None:

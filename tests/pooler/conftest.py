@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from helpers import mark_tier
 from pooler.bouncer import PgBouncer, find_pgbouncer
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_tier(items, Path(__file__).parent, pytest.mark.pooler, pytest.mark.versions)
 
 
 @pytest.fixture

@@ -107,7 +107,7 @@ def test_one_clusters_burst_trips_its_breaker_alone_on_the_real_servers(
         assert 10 <= held <= 20
         left = len(core_api(east.admin_kubeconfig).list_namespaced_pod(namespace).items)
         assert left == 60 - held
-        resumed = cli("resume", "--cluster", "east", url=db_url)
+        resumed = cli("reset-breaker", "--cluster", "east", url=db_url)
         assert resumed.returncode == 0, resumed.stderr
         wait_until(lambda: pg.execute(deleted, ("east",)).fetchone()["n"] > held, timeout=30, what="east resumes")
     assert core_api(west.admin_kubeconfig).list_namespaced_pod(namespace).items == []

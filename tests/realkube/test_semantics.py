@@ -20,12 +20,14 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import KubeForbidden
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.states import Result
-from pod_sweeper.kube.api import DeleteAnswer, KubeClient, load_configuration
+from pod_sweeper.kube.api import DeleteAnswer, KubeClient
+from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.store import db
 from pod_sweeper.store.outbox import Claim
-from pod_sweeper.tasks import answers, confirmer
-from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.reconciler import Reconciler
+from pod_sweeper.tasks.loops import confirmer
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.loops.reconciler import Reconciler
+from pod_sweeper.tasks.rules import answers
 from pod_sweeper.testing.kubeapiserver import USER, KubeApiServer
 
 SANDBOX, GENERATION = "example.com/sandbox", "example.com/generation"
@@ -83,7 +85,7 @@ def test_a_pod_on_a_node_without_kubelet_is_confirmed_stuck_then_forced_once_its
     pod = core.create_namespaced_pod(ns, manifest("bound", scheduled=True, node=node, terminationGracePeriodSeconds=1))
     record(execs, ns, pod, "s")
     monkeypatch.setattr(confirmer, "RECHECK_SECONDS", 0.5)  # still terminating: looked at again soon
-    monkeypatch.setattr("pod_sweeper.tasks.answers.CONFIRM_MARGIN_SECONDS", 0.5)
+    monkeypatch.setattr("pod_sweeper.tasks.rules.answers.CONFIRM_MARGIN_SECONDS", 0.5)
     settings = daemon_settings(
         db_url, kube_apiserver.admin_kubeconfig, stuck_terminating_seconds=1.0, force_stuck=True, poll_interval=1.0
     )

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from containers import HOST, ROOT, Machine, Podman, build_wheels, debian_root
-from helpers import mark_tier
 from pod_sweeper.testing.kubecluster import KubeCluster
 
 IMAGE = "localhost/pod-sweeper-test/systemd:bookworm"
@@ -19,10 +17,6 @@ NS = "sandboxes"
 # What a Debian machine that runs pod-sweeper has: systemd, and Debian's Python for the virtualenv.
 # (libnss-systemd, which systemd recommends, names its dynamic users to `ps` and `id`.)
 PACKAGES = ("systemd", "systemd-sysv", "libnss-systemd", "dbus", "python3", "python3-venv", "procps", "util-linux")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_tier(items, Path(__file__).parent, pytest.mark.systemd)
 
 
 _MACHINES: list[Machine] = []

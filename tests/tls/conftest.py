@@ -13,15 +13,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from helpers import mark_tier
 from pod_sweeper.testing.postgres import ThrowawayCluster
 
 KEY_PASSPHRASE = "k3y-passphrase"
 APP_PASSWORD = "app-pw-1"
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_tier(items, Path(__file__).parent, pytest.mark.tls, pytest.mark.slow)
 
 
 def _openssl(*args: str, cwd: Path) -> None:

@@ -23,11 +23,11 @@ from pod_sweeper.core.errors import (
 )
 from pod_sweeper.core.states import Outcome, Result, Status, exhausted
 from pod_sweeper.kube.api import DeleteAnswer
-from pod_sweeper.store.outbox import Claim, Final
+from pod_sweeper.store.outbox import Claim, Verdict
 from pod_sweeper.store.recheck import Recheck
-from pod_sweeper.tasks import answers
-from pod_sweeper.tasks.answers import CONFIRM_MARGIN_SECONDS, Policy, Sent, answer_label, decide, needs_probe
-from pod_sweeper.tasks.gates import Refusal
+from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules.answers import CONFIRM_MARGIN_SECONDS, Policy, Sent, answer_label, decide, needs_probe
+from pod_sweeper.tasks.rules.gates import Refusal
 
 MAX = 10
 BACKOFF = Backoff(1.0, 300.0, rng=random.Random(7))
@@ -45,32 +45,32 @@ def sent(result: DeleteAnswer | Exception) -> Sent:
     return Sent(datetime.now(UTC), 0.0, 0.01, result)
 
 
-def after(result: DeleteAnswer | Exception, **kwargs: object) -> Callable[[Claim], Final]:
+def after(result: DeleteAnswer | Exception, **kwargs: object) -> Callable[[Claim], Verdict]:
     """The row's end after its DELETE came back with ``result``."""
     return lambda c: decide(c, sent(result), POLICY, **kwargs)  # type: ignore[arg-type]
 
 
-def refused(status: int) -> Callable[[Claim], Final]:
+def refused(status: int) -> Callable[[Claim], Verdict]:
     error = (KubeUnauthorized if status == 401 else KubeForbidden)(str(status), status=status, reason="Refused")
     return after(error, refusal=Refusal(4.0, "refused"))
 
 
-def at_the_claim(recheck: Recheck, **claim_kw: object) -> Callable[[Claim], Final]:
-    def end(c: Claim) -> Final:
+def at_the_claim(recheck: Recheck, **claim_kw: object) -> Callable[[Claim], Verdict]:
+    def end(c: Claim) -> Verdict:
         if claim_kw:
             c = claim(c.attempts, **claim_kw)  # type: ignore[arg-type]
-        final = answers.at_claim(c, recheck, POLICY)
-        assert final is not None
-        return final
+        verdict = answers.at_claim(c, recheck, POLICY)
+        assert verdict is not None
+        return verdict
 
     return end
 
 
 @dataclass(frozen=True)
 class Row:
-    """One row of the table: how the row ends (``final``), and what that must be."""
+    """One row of the table: how the row ends (``verdict``), and what that must be."""
 
-    final: Callable[[Claim], Final]
+    verdict: Callable[[Claim], Verdict]
     result: Result
     charged: bool = True
     dead_when_used_up: bool = False  # with its attempts used up the row goes dead instead
@@ -128,7 +128,7 @@ ROWS: dict[str, Row] = {
         lambda c: answers.unsendable(c, "a name no pod can have"), Result.DEAD
     ),
     "(not sent) a gate holds it back, its lease ran short, or the stop": Row(
-        lambda c: answers.held(c, error="the breaker"), Result.HANDED_BACK, charged=False
+        lambda c: answers.handed_back(c, error="the breaker"), Result.HANDED_BACK, charged=False
     ),
 }
 
@@ -148,15 +148,15 @@ def test_every_row_of_the_design_table_has_a_case_and_every_case_a_row() -> None
 @pytest.mark.parametrize("what", list(ROWS))
 def test_each_row_of_the_answer_table(what: str) -> None:
     row = ROWS[what]
-    final = row.final(claim(attempts=3))
-    assert (final.result, final.charged) == (row.result, row.charged)
-    assert (final.id, final.epoch) == (7, 2)
-    assert final.status is row.result.status
-    assert final.outcome == (Outcome(row.result.value) if row.result.status is Status.DONE else None)
-    used_up = row.final(claim(attempts=MAX))
+    verdict = row.verdict(claim(attempts=3))
+    assert (verdict.result, verdict.charged) == (row.result, row.charged)
+    assert (verdict.id, verdict.epoch) == (7, 2)
+    assert verdict.status is row.result.status
+    assert verdict.outcome == (Outcome(row.result.value) if row.result.status is Status.DONE else None)
+    used_up = row.verdict(claim(attempts=MAX))
     assert used_up.result is (Result.DEAD if row.dead_when_used_up else row.result)
     if row.result is Result.DEAD or used_up.result is Result.DEAD:
-        assert (final if row.result is Result.DEAD else used_up).error  # a dead row says why
+        assert (verdict if row.result is Result.DEAD else used_up).error  # a dead row says why
 
 
 def test_the_result_gives_the_status_and_outcome_the_record_writes() -> None:

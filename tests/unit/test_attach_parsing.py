@@ -7,19 +7,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pod_sweeper.core.errors import ConfigError
-from pod_sweeper.store.attach import ROLES, Target, parse_mapping, parse_table
+from pod_sweeper.store.attach import ROLES, HostTable, parse_mapping, parse_table
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("public.executions", Target("public", "executions")),
-        ("Public.Executions", Target("public", "executions")),
-        ('"App"."My.Table"', Target("App", "My.Table")),
-        ('app."we""ird"', Target("app", 'we"ird')),
+        ("public.executions", HostTable("public", "executions")),
+        ("Public.Executions", HostTable("public", "executions")),
+        ('"App"."My.Table"', HostTable("App", "My.Table")),
+        ('app."we""ird"', HostTable("app", 'we"ird')),
     ],
 )
-def test_parse_table(text: str, expected: Target) -> None:
+def test_parse_table(text: str, expected: HostTable) -> None:
     assert parse_table(text) == expected
 
 
@@ -34,7 +34,7 @@ def test_any_quoted_name_round_trips(schema: str, table: str) -> None:
     def quote(name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 
-    assert parse_table(f"{quote(schema)}.{quote(table)}") == Target(schema, table)
+    assert parse_table(f"{quote(schema)}.{quote(table)}") == HostTable(schema, table)
 
 
 def test_parse_mapping_defaults_and_overrides() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pod_sweeper.cli.explain_text import keeping, next_step, no_row_story
+from pod_sweeper.cli.explain_text import next_step, no_row_story
 from pod_sweeper.store.explain import Target
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
@@ -117,12 +117,10 @@ def test_a_hold_or_a_pause_says_what_keeps_a_pending_row() -> None:
         "reason": "incident",
         "until": until,
     }
-    assert keeping(pending, [{**hold, "pod_uid": "u2"}]) == []  # another pod by that name
-    assert keeping(pending, [{**hold, "cluster": "east"}, {**pause, "pod_namespace": "other"}]) == []
-    assert keeping(pending, [hold, pause]) == [hold, pause]  # both keep it: both are named
+    # (Which controls keep a row is pod_sweeper.keeping's to say: tests/integration/test_controls.py.)
     said = next_step(pending, breaker_tripped=False, kept=[pause])
     assert said.startswith("paused (the whole cluster of cluster default) by bo until")
     assert said.endswith("`pod-sweeper unpause --cluster default`")
     assert "`pod-sweeper release ns/p --cluster default`" in next_step(pending, breaker_tripped=False, kept=[hold])
-    both = next_step(pending, breaker_tripped=False, kept=keeping(pending, [hold, pause]))
+    both = next_step(pending, breaker_tripped=False, kept=[hold, pause])
     assert "held by ana" in both and "; and paused (the whole cluster" in both

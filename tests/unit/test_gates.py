@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.store.outbox import BreakerWindow
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates, OutageGate, breaker_budget, trip_reason
+from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, NamespaceGates, OutageGate, breaker_budget, trip_reason
 
 
 class Clock:
@@ -56,7 +56,7 @@ def test_the_breaker_budget() -> None:
 def test_the_trip_reason_names_the_count_the_busiest_namespace_and_the_way_out() -> None:
     reason = trip_reason(1000, BreakerWindow(None, {"a": 400, "b": 600}, 0), "east")
     assert reason.startswith("cluster east: 1000 deletes within a minute reached POD_SWEEPER_MAX_DELETES_PER_MINUTE")
-    assert "(most in namespace b: 600)" in reason and "`pod-sweeper resume --cluster east`" in reason
+    assert "(most in namespace b: 600)" in reason and "`pod-sweeper reset-breaker --cluster east`" in reason
 
 
 def test_the_outage_gate_stays_closed_until_a_probe_is_answered_probing_less_often_each_time() -> None:
@@ -86,9 +86,9 @@ def test_a_refused_namespace_waits_alone_longer_each_time_up_to_the_maximum() ->
         refusal = gates.refused("a", "403 Forbidden")
         delays.append(refusal.delay)
         assert gates.wait("a") == pytest.approx(refusal.delay) and gates.wait("b") == 0  # the others go on
-        held = gates.held("a")
+        held = gates.refusal("a")
         assert held is not None and held.error == refusal.error and held.delay == pytest.approx(refusal.delay)
-        assert gates.held("b") is None
+        assert gates.refusal("b") is None
         assert gauge.labels("a")._value.get() == 1
         clock.now += delays[-1]
     assert all(1.0 <= d <= 8.0 for d in delays) and max(delays) > 4.0  # grows, capped at backoff_max

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pod_sweeper.kube.api import ThrottledRefresh
+from pod_sweeper.kube.config import ThrottledRefresh
 
 
 class _Configuration:
@@ -53,7 +53,7 @@ def _kubelet_writes(folder: Any, token: str, generation: int) -> None:
 
 
 def test_the_token_file_is_read_again_when_the_kubelet_rewrites_it_and_only_then(tmp_path: Any) -> None:
-    from pod_sweeper.kube.api import TokenFile
+    from pod_sweeper.kube.config import TokenFile
 
     class Configuration:
         api_key: dict[str, str] = {}

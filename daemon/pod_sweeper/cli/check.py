@@ -16,7 +16,8 @@ from pod_sweeper.core.backoff import describe_duration, retry_span
 from pod_sweeper.core.errors import PodSweeperError
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.text import printable
-from pod_sweeper.kube.api import KubeClient, load_configuration
+from pod_sweeper.kube.api import KubeClient
+from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import attach, db, migrations, outbox
 

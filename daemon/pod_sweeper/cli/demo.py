@@ -30,7 +30,7 @@ from pod_sweeper.cli.status_text import render_table
 from pod_sweeper.core.logs import setup_logging
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import attach, db, migrations, status
-from pod_sweeper.tasks.runner import Daemon
+from pod_sweeper.tasks.process.runner import Daemon
 from pod_sweeper.testing.fakekube import FakeKube
 from pod_sweeper.testing.postgres import provide_server
 from pod_sweeper.testing.reference import executions_ddl

@@ -32,22 +32,6 @@ def _age(at: datetime, now: datetime) -> str:
     return f"{amount} {word}"
 
 
-def keeping(row: dict[str, Any], controls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every hold and pause (``status_controls`` rows, in force) that keeps this row from being claimed:
-    each must end (or be ended) before the row goes on, so explain names them all."""
-    kept = []
-    for control in controls:
-        if control["cluster"] != row.get("cluster", DEFAULT_CLUSTER):
-            continue
-        if control["kind"] == "hold":
-            same_pod = (control["pod_namespace"], control["pod_name"]) == (row["pod_namespace"], row["pod_name"])
-            if same_pod and (control["pod_uid"] is None or str(control["pod_uid"]) == str(row["pod_uid"])):
-                kept.append(control)
-        elif control["pod_namespace"] in ("", row["pod_namespace"]):
-            kept.append(control)
-    return kept
-
-
 def _kept_by(control: dict[str, Any]) -> str:
     until = f"{control['until']:%Y-%m-%d %H:%M:%S}"
     if control["kind"] == "hold":
@@ -71,7 +55,7 @@ def next_step(row: dict[str, Any], *, breaker_tripped: bool, kept: Sequence[dict
     if status == "pending":
         held = (
             f" (held back: the blast-radius breaker of cluster {row.get('cluster', DEFAULT_CLUSTER)} is tripped;"
-            f" `pod-sweeper resume --cluster {row.get('cluster', DEFAULT_CLUSTER)}` after a look)"
+            f" `pod-sweeper reset-breaker --cluster {row.get('cluster', DEFAULT_CLUSTER)}` after a look)"
             if breaker_tripped
             else ""
         )
@@ -133,7 +117,7 @@ def next_steps(story: Story) -> list[str]:
     tripped = {b["cluster"] for b in story.breakers}
     if story.outbox:
         return [
-            f"row {r['id']}: " + next_step(r, breaker_tripped=r["cluster"] in tripped, kept=keeping(r, story.controls))
+            f"row {r['id']}: " + next_step(r, breaker_tripped=r["cluster"] in tripped, kept=r.get("kept", []))
             for r in story.outbox
         ]
     return [no_row_story(story.executions, story.suspects)]

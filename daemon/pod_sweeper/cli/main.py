@@ -33,7 +33,7 @@ from pod_sweeper.core.settings import (
 from pod_sweeper.core.text import printable
 from pod_sweeper.store import attach, backfill, controls, migrations, outbox, queries, roles, status
 from pod_sweeper.store.db import connection
-from pod_sweeper.tasks import runner, startup
+from pod_sweeper.tasks.process import runner, startup
 
 Handler = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -239,30 +239,35 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def cmd_resume(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_reset_breaker(settings: Settings, args: argparse.Namespace) -> int:
+    """Close a cluster's tripped blast-radius breaker (the breaker trips by itself; a person resets it)."""
     cluster = args.cluster or settings.cluster
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
         scope = "every cluster" if args.all_clusters else f"cluster {cluster}"
         async with conn.transaction():
             touched = await outbox.resume_breakers(
-                conn, cluster=cluster, all_clusters=args.all_clusters, who=f"{args.actor} (resume)"
+                conn, cluster=cluster, all_clusters=args.all_clusters, who=f"{args.actor} (reset-breaker)"
             )
             resumed = sorted(name for name, was_tripped in touched.items() if was_tripped)
-            await controls.audit(conn, controls.Action(args.actor, "resume", {"resumed": resumed}, scope), len(resumed))
+            await controls.audit(
+                conn, controls.Action(args.actor, "reset-breaker", {"resumed": resumed}, scope), len(resumed)
+            )
         still = [b["cluster"] for b in await status.breakers(conn) if b["tripped_at"] is not None]
         for name in resumed:  # the cluster's replicas sleep until their poll: wake them now
             await outbox.notify(conn, cluster=name)
     if resumed:
         print(f"breaker closed, deletes resume in cluster {', '.join(resumed)}")
     elif cluster not in touched and not args.all_clusters:
-        print(f"cluster {cluster} has no breaker yet (no replica of it has started): nothing to resume")
+        print(f"cluster {cluster} has no breaker yet (no replica of it has started): nothing to reset")
     else:
         print(
             f"the breaker of cluster {cluster} was not tripped" if not args.all_clusters else "no breaker was tripped"
         )
     if still:
-        print(f"still tripped: cluster {', '.join(still)} (`pod-sweeper resume --cluster NAME`)", file=sys.stderr)
+        print(
+            f"still tripped: cluster {', '.join(still)} (`pod-sweeper reset-breaker --cluster NAME`)", file=sys.stderr
+        )
     return EXIT_OK
 
 
@@ -366,14 +371,18 @@ def build_parser() -> argparse.ArgumentParser:
     controls_cli.add_actor(p)
     p.set_defaults(handler=cmd_backfill)
 
-    p = commands.add_parser("resume", help="close a cluster's blast-radius breaker after a trip")
+    # The breaker trips by itself and a person resets it; `resume`, its name before, still works (it read
+    # as the end of a pause, which it is not: that is `unpause`).
+    p = commands.add_parser(
+        "reset-breaker", aliases=["resume"], help="close a cluster's tripped blast-radius breaker after a look"
+    )
     which = p.add_mutually_exclusive_group()
     which.add_argument(
         "--cluster", metavar="NAME", help="the cluster whose breaker to close (default: POD_SWEEPER_CLUSTER)"
     )
     which.add_argument("--all-clusters", action="store_true", help="close every tripped breaker")
     controls_cli.add_actor(p)
-    p.set_defaults(handler=cmd_resume)
+    p.set_defaults(handler=cmd_reset_breaker)
 
     controls_cli.add_parsers(commands)
 

@@ -150,7 +150,7 @@ def _render_text(status: dict[str, Any]) -> str:
                 0,
                 f"BREAKER TRIPPED (cluster {breaker['cluster']}) at {_cell(breaker['tripped_at'])} by "
                 f"{breaker['tripped_by']}: {breaker['reason']}\nno pod of cluster {breaker['cluster']} is deleted "
-                f"until `pod-sweeper resume --cluster {breaker['cluster']}`",
+                f"until `pod-sweeper reset-breaker --cluster {breaker['cluster']}`",
             )
     return "\n\n".join(parts)
 

@@ -64,6 +64,16 @@ def _default_replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+def _names(value: Any, when_empty: str) -> Any:
+    """A comma-separated list (as an environment variable gives it) as a list of its non-empty names; a
+    list as it is; an empty one refused with ``when_empty``."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list | tuple | set | frozenset) and not value:
+        raise ValueError(when_empty)
+    return value
+
+
 class Settings(BaseSettings):
     """pod-sweeper's settings; see each field's description."""
 
@@ -271,7 +281,7 @@ class Settings(BaseSettings):
         default=1000,
         description="Blast-radius breaker: deletes allowed per minute in one namespace and in total, "
         "counted across all replicas of a cluster; a burst beyond it stops that cluster's deletes until "
-        "`pod-sweeper resume --cluster NAME` (other clusters go on). "
+        "`pod-sweeper reset-breaker --cluster NAME` (other clusters go on). "
         "0 turns it off. Default 1000: far above steady churn, far below 'a bad migration retired "
         "everything'.",
     )
@@ -365,11 +375,8 @@ class Settings(BaseSettings):
     @field_validator("namespaces", "dry_run_namespaces", mode="before")
     @classmethod
     def _namespace_list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
+        value = _names(value, "names no namespace; leave it unset for the default scope")
         if isinstance(value, list | tuple | set | frozenset):
-            if not value:
-                raise ValueError("names no namespace; leave it unset for the default scope")
             bad = [ns for ns in value if not isinstance(ns, str) or not re.fullmatch(_DNS_LABEL, ns) or len(ns) > 63]
             if bad:
                 raise ValueError(f"{', '.join(repr(ns) for ns in bad)}: not a Kubernetes namespace name")
@@ -378,11 +385,7 @@ class Settings(BaseSettings):
     @field_validator("replication_guard", mode="before")
     @classmethod
     def _standby_list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
-        if isinstance(value, list | tuple | set | frozenset) and not value:
-            raise ValueError("names no standby; leave it unset to turn the guard off")
-        return value
+        return _names(value, "names no standby; leave it unset to turn the guard off")
 
     @field_validator("failpoints")
     @classmethod

@@ -43,7 +43,9 @@ _ACCEPTED: dict[str, set[str]] = {
 
 
 @dataclass(frozen=True)
-class Target:
+class HostTable:
+    """A host table, by schema and name (as ``parse_table`` read them)."""
+
     schema: str
     table: str
 
@@ -57,7 +59,7 @@ class Target:
 _IDENT = re.compile(r'"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_$]*)')
 
 
-def parse_table(text: str) -> Target:
+def parse_table(text: str) -> HostTable:
     """``SCHEMA.TABLE`` as Postgres reads it: unquoted parts fold to lower case, ``"quoted"`` ones
     keep case and may hold any character."""
     parts: list[str] = []
@@ -74,7 +76,7 @@ def parse_table(text: str) -> Target:
         break
     if pos != len(text) or len(parts) != 2:
         raise ConfigError(f'--table {text!r}: expected SCHEMA.TABLE (quote a part with "..." if needed)')
-    return Target(parts[0], parts[1])
+    return HostTable(parts[0], parts[1])
 
 
 def parse_mapping(pairs: list[str]) -> dict[str, str]:
@@ -93,7 +95,7 @@ def parse_mapping(pairs: list[str]) -> dict[str, str]:
     return mapping
 
 
-async def column_types(conn: Connection, target: Target) -> dict[str, str]:
+async def column_types(conn: Connection, target: HostTable) -> dict[str, str]:
     cur = await conn.execute(
         """
         SELECT c.relkind, a.attname, t.typname
@@ -113,7 +115,7 @@ async def column_types(conn: Connection, target: Target) -> dict[str, str]:
     return {row["attname"]: row["typname"] for row in rows if row["attname"] is not None}
 
 
-def check_fit(target: Target, mapping: dict[str, str], types: dict[str, str]) -> None:
+def check_fit(target: HostTable, mapping: dict[str, str], types: dict[str, str]) -> None:
     """Raise AttachError naming the first mapped column that is missing or of the wrong type."""
     for role in (r for r in ROLES + OPTIONAL_ROLES if r in mapping):
         column = mapping[role]
@@ -134,7 +136,7 @@ def _trigger_names() -> dict[str, sql.Identifier]:
     return {op: sql.Identifier(f"{TRIGGER_PREFIX}_{op}") for op in ("ins", "upd", "del")}
 
 
-async def attach(conn: Connection, target: Target, mapping: dict[str, str], *, cluster: str | None = None) -> int:
+async def attach(conn: Connection, target: HostTable, mapping: dict[str, str], *, cluster: str | None = None) -> int:
     """Install (or replace) the trigger on ``target``; returns the attachment id. Each row's cluster is
     its ``cluster`` column when the mapping names one, else ``cluster`` (default: the default cluster)."""
     if cluster is not None and "cluster" in mapping:
@@ -185,7 +187,7 @@ async def attach(conn: Connection, target: Target, mapping: dict[str, str], *, c
     return attachment_id
 
 
-async def nullable_columns(conn: Connection, target: Target, mapping: dict[str, str]) -> list[str]:
+async def nullable_columns(conn: Connection, target: HostTable, mapping: dict[str, str]) -> list[str]:
     """The mapped columns (other than ``active``) that allow NULL. A retire with a NULL there is
     recorded in ``pod_sweeper.rejects`` instead of enqueued, so ``attach`` warns about them."""
     cur = await conn.execute(
@@ -204,14 +206,14 @@ async def nullable_columns(conn: Connection, target: Target, mapping: dict[str, 
     ]
 
 
-async def stale_triggers(conn: Connection) -> list[Target]:
+async def stale_triggers(conn: Connection) -> list[HostTable]:
     """Attached tables whose trigger predates migration 0008 (a malformed text UID is skipped there,
     not recorded as a reject): ``attach`` again regenerates it."""
     rows = await (await conn.execute(queries.load("check_stale_triggers"))).fetchall()
-    return [Target(row["table_schema"], row["table_name"]) for row in rows]
+    return [HostTable(row["table_schema"], row["table_name"]) for row in rows]
 
 
-async def detach(conn: Connection, target: Target) -> bool:
+async def detach(conn: Connection, target: HostTable) -> bool:
     """Remove the trigger; False when the table was not attached. Outbox rows stay as they are."""
     async with conn.transaction():
         await conn.execute(queries.load("lock_timeout"), {"timeout": LOCK_TIMEOUT})

@@ -59,7 +59,7 @@ def _missing(rule: enqueue_rule.Rule, attachment: Attachment) -> sql.Composed:
 
 async def _backfill_one(conn: Connection, attachment: Attachment, *, dry_run: bool) -> BackfillResult:
     result = BackfillResult(attachment.identifier.as_string(conn))
-    types = await attach.column_types(conn, attach.Target(*attachment.table))
+    types = await attach.column_types(conn, attach.HostTable(*attachment.table))
     rule = enqueue_rule.Rule(attachment.id, attachment.columns, types, attachment.cluster)
     missing = _missing(rule, attachment)
     cluster = rule.value("cluster", "t") if "cluster" in rule.mapping else sql.Literal(rule.cluster)

@@ -69,6 +69,10 @@ async def gather(conn: Connection, text: str) -> Story:
     params = target.params()
     story = Story(text)
     story.outbox = [dict(r) for r in await (await conn.execute(queries.load("explain_outbox"), params)).fetchall()]
+    for row in story.outbox:  # what keeps each row back, as the claim sees it
+        where = {"cluster": row["cluster"], "namespace": row["pod_namespace"], "name": row["pod_name"]}
+        cur = await conn.execute(queries.load("explain_keeping"), {**where, "uid": row["pod_uid"]})
+        row["kept"] = [dict(r) for r in await cur.fetchall()]
     ids = [r["id"] for r in story.outbox]
     if ids:
         cur = await conn.execute(queries.load("explain_attempts"), {"ids": ids})

@@ -1,7 +1,7 @@
 """The outbox's state transitions, each one short transaction: the claim (with the re-check), the record
 of how rows ended (done, retry, dead, hand-back), and when the next row falls due; and the small reads
 and signals of the daemon's tasks. What a row's round means is decided elsewhere (``tasks.answers``,
-handed to ``claim`` as its ``decide``): here it is only written, as the ``Final`` says. Every function
+handed to ``claim`` as its ``at_claim``): here it is only written, as the ``Verdict`` says. Every function
 that touches one cluster's rows takes the cluster as a required keyword: none falls back to a default.
 
 No transaction here outlives its statements: a claim commits before any API call is made, and every
@@ -49,7 +49,7 @@ class Attempt:
 
 
 @dataclass(frozen=True)
-class Final:
+class Verdict:
     """How one claimed row ends this round: its ``Result`` (which gives its status and outcome), whether
     the claim's attempt is charged, and what the record and the attempt history keep of it."""
 
@@ -75,10 +75,10 @@ class Final:
 @dataclass(frozen=True)
 class ClaimedBatch:
     """What one claim took: the rows whose DELETE is to be sent, and the rows whose round the claim
-    itself ended (as ``decide`` said; recorded in the claim's own transaction)."""
+    itself ended (as ``at_claim`` said; recorded in the claim's own transaction)."""
 
     to_send: list[Claim]
-    decided: list[tuple[Claim, Final]]
+    decided: list[tuple[Claim, Verdict]]
     attachments: dict[int, Attachment]  # the attachments the re-check read the rows through
 
     @property
@@ -87,8 +87,8 @@ class ClaimedBatch:
         return len(self.to_send) + len(self.decided)
 
 
-# What the claim itself decides of a claimed row, given the re-check: its Final, or None to send it.
-Decide = Callable[[Claim, Recheck], "Final | None"]
+# What the claim itself decides of a claimed row, given the re-check: its Verdict, or None to send it.
+AtClaim = Callable[[Claim, Recheck], "Verdict | None"]
 
 
 async def claim(
@@ -100,11 +100,11 @@ async def claim(
     lease_seconds: float,
     attachments: dict[int, Attachment],
     disarm: bool,
-    decide: Decide,
+    at_claim: AtClaim,
     guard: list[str] | None = None,
 ) -> ClaimedBatch:
     """Claim up to ``batch`` due rows of ``cluster`` (each one's attempt charged, its epoch bumped),
-    re-check them, and record the rows ``decide`` ends at once (a generation active again, a re-check
+    re-check them, and record the rows ``at_claim`` ends at once (a generation active again, a re-check
     that could not be made, a lease that expired once too often), all in one short transaction. The claim
     also clears the wakeup flag (see :func:`arm`), except with ``disarm=False``: the claim right after
     arming. With ``guard`` (the standbys the replication guard names), only rows whose enqueue every one
@@ -140,9 +140,9 @@ async def claim(
         if not claims:
             return ClaimedBatch([], [], attachments)
         checked = await recheck(conn, claims, attachments)
-        decided = [(c, final) for c in claims if (final := decide(c, checked)) is not None]
+        decided = [(c, verdict) for c in claims if (verdict := at_claim(c, checked)) is not None]
         if decided:
-            await record_results(conn, [final for _, final in decided], owner, cluster=cluster)
+            await record_results(conn, [verdict for _, verdict in decided], owner, cluster=cluster)
         ended = {c.id for c, _ in decided}
         return ClaimedBatch([c for c in claims if c.id not in ended], decided, checked.attachments)
 
@@ -166,10 +166,10 @@ async def guard_lag(conn: Connection, standbys: list[str]) -> GuardLag:
     return GuardLag(int(row["connected"]), row["lag_bytes"]) if row else GuardLag(0, None)
 
 
-async def record_results(conn: Connection, finals: list[Final], replica: str, *, cluster: str) -> set[int]:
-    """Record ``finals`` (and their attempts) in one statement; returns the ids this replica still owned
+async def record_results(conn: Connection, verdicts: list[Verdict], replica: str, *, cluster: str) -> set[int]:
+    """Record ``verdicts`` (and their attempts) in one statement; returns the ids this replica still owned
     (the rest were taken over after a lease expiry and are left as the other replica recorded them)."""
-    if not finals:
+    if not verdicts:
         return set()
     rows = [
         {
@@ -187,7 +187,7 @@ async def record_results(conn: Connection, finals: list[Final], replica: str, *,
             "reason": f.attempt.reason if f.attempt else None,
             "confirm_in": f.confirm_in,
         }
-        for f in finals
+        for f in verdicts
     ]
     params = {"replica": replica, "cluster": cluster, "rows": json.dumps(rows)}
     cur = await conn.execute(queries.load("record_results"), params)
@@ -221,7 +221,7 @@ async def prune_batch(conn: Connection, *, retention_seconds: float, batch: int)
 
 async def prune(conn: Connection, *, retention_seconds: float, batch: int = 1000) -> int | None:
     """Batches until no expired done row is left (``pod-sweeper prune``); the number deleted, None if
-    another replica prunes. (The daemon's pass takes a connection per batch: see tasks/runner.py.)"""
+    another replica prunes. (The daemon's pass takes a connection per batch: see tasks/process/runner.py.)"""
     total = 0
     while True:
         deleted = await prune_batch(conn, retention_seconds=retention_seconds, batch=batch)

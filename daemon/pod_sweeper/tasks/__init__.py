@@ -1,4 +1,8 @@
-"""The daemon: the process (``runner``) and its named long-lived tasks. The sweeper is three kinds of
-task around one ``pipeline``: the ``claimer``, the workers of the ``sender`` and the ``recorder``; beside
-them the ``listener``, the ``confirm``-er, the ``reconcile``-r and the ``health`` server. The rules they
-apply are pure functions and small gates (``outcomes``, ``gates``), tested without I/O."""
+"""The daemon: the process and its named long-lived tasks, any one of which dying stops the rest. Four
+groups, importing one way (``process`` > ``sweep`` > ``loops`` > ``rules``, held by import-linter):
+
+- ``sweep``: the pipeline, one row's way from its claim to the record of how it ended;
+- ``loops``: the side loops beside it (wakeups, the outage watch, confirmation, reconciliation, Events);
+- ``rules``: what an answer means for a row, and the gates, as pure functions and small objects;
+- ``process``: the process itself: start, stop, probes, start-up errors, systemd.
+"""

@@ -67,6 +67,17 @@ def find_bindir(repo: Path | None = None) -> Path:
     return folder
 
 
+def resident_bytes(pids: dict[str, int]) -> dict[str, int]:
+    """Each named process's resident memory now (VmRSS, from /proc); a process gone is left out."""
+    sizes = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    sizes[name] = int(line.split()[1]) * 1024
+    return sizes
+
+
 def _openssl(*args: str, cwd: Path) -> None:
     done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -258,13 +269,7 @@ class KubeApiServer:
 
     def rss_bytes(self) -> dict[str, int]:
         """Resident memory of etcd and kube-apiserver now (from /proc)."""
-        sizes = {}
-        for name, proc in self._procs.items():
-            with contextlib.suppress(OSError):
-                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        sizes[name] = int(line.split()[1]) * 1024
-        return sizes
+        return resident_bytes({name: proc.pid for name, proc in self._procs.items()})
 
     # --- talking to it ----------------------------------------------------------------------------
 

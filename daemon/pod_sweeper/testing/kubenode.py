@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from pod_sweeper.testing.kubeapiserver import KubeApiServerError, _openssl, kubeconfig
+from pod_sweeper.testing.kubeapiserver import KubeApiServerError, _openssl, kubeconfig, resident_bytes
 from pod_sweeper.testing.kubecluster import KubeCluster
 from pod_sweeper.testing.postgres import free_port
 
@@ -498,13 +498,7 @@ state = "{self.folder / "run" / "containerd"}"
 
     def rss_bytes(self) -> dict[str, int]:
         """Resident memory of the kubelet and containerd."""
-        sizes = {}
-        for name, proc in self._procs.items():
-            with contextlib.suppress(OSError):
-                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        sizes[name] = int(line.split()[1]) * 1024
-        return sizes
+        return resident_bytes({name: proc.pid for name, proc in self._procs.items()})
 
     def container_log(self, pod: dict[str, Any], container: str = "main") -> str:
         """What the container wrote, from the kubelet's log files (empty once they are removed)."""

@@ -37,8 +37,8 @@ from pod_sweeper.kube.api import KubeClient, PodState
 from pod_sweeper.store import quarantine
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment, Generation, generations, load_attachments
-from pod_sweeper.tasks.answers import needs_probe
-from pod_sweeper.tasks.outage import OutageWatch
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.rules.answers import needs_probe
 
 _BIGINT = 2**63
 

@@ -16,7 +16,6 @@ them gracefully: no new claims, in-flight deletes get until a deadline, the rest
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 import psycopg
@@ -31,15 +30,15 @@ from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment
-from pod_sweeper.tasks import answers
-from pod_sweeper.tasks.answers import Policy
-from pod_sweeper.tasks.claimer import Claimer
-from pod_sweeper.tasks.events import EventRecorder
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates, SchemaGate
-from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.pipeline import Pipeline
-from pod_sweeper.tasks.recorder import Recorder
-from pod_sweeper.tasks.sender import Sender
+from pod_sweeper.tasks.loops.events import EventRecorder
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules.answers import Policy
+from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, NamespaceGates, SchemaGate
+from pod_sweeper.tasks.sweep.claimer import Claimer
+from pod_sweeper.tasks.sweep.pipeline import Pipeline
+from pod_sweeper.tasks.sweep.recorder import Recorder
+from pod_sweeper.tasks.sweep.sender import Sender
 
 
 class SweeperStatus:
@@ -49,13 +48,12 @@ class SweeperStatus:
     def __init__(
         self,
         claimer: Claimer,
-        pipeline: Pipeline,
         auth: AuthGate,
         namespaces: NamespaceGates,
         breaker: BreakerGate,
         events: EventRecorder | None,
     ) -> None:
-        self._claimer, self._pipeline, self._auth, self._namespaces = claimer, pipeline, auth, namespaces
+        self._claimer, self._auth, self._namespaces = claimer, auth, namespaces
         self._breaker, self._events = breaker, events
 
     @property
@@ -98,11 +96,6 @@ class SweeperStatus:
     def events_queued(self) -> int:
         """Events waiting to be sent (0 with Events off)."""
         return self._events.queue.qsize() if self._events is not None else 0
-
-    @property
-    def held(self) -> int:
-        """Rows this replica holds right now (claimed and not yet recorded)."""
-        return len(self._pipeline.inflight)
 
 
 class Sweeper:
@@ -171,7 +164,7 @@ class Sweeper:
             stopping=stopping,
             wake_claimer=self.claimer.notify,
         )
-        self.status = SweeperStatus(self.claimer, pipeline, auth, namespaces, breaker, self.events)
+        self.status = SweeperStatus(self.claimer, auth, namespaces, breaker, self.events)
         self._tasks: list[asyncio.Task[None]] = []  # claimer, recorder and workers, once run() starts
 
     def notify(self, source: str) -> None:
@@ -201,14 +194,11 @@ class Sweeper:
         (counting what cannot be sent), and stop the tasks."""
         pipeline = self.pipeline
         self._stopping.set()
-        pipeline.room.set()
-        while not pipeline.queue.empty():  # claimed but not started: back to pending at once
-            pipeline.record(answers.held(pipeline.queue.get_nowait().claim))
-        # Each result sets `settled`; wait until every row in flight has one, or the deadline.
+        for claim in pipeline.stop_claiming():  # claimed but not started: back to pending at once
+            pipeline.record(answers.handed_back(claim))
+        # Each verdict settles a row; wait until every row in flight has one, or the deadline.
         while pipeline.awaiting_answers() and time.monotonic() < deadline:
-            pipeline.settled.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(pipeline.settled.wait(), deadline - time.monotonic())
+            await pipeline.wait_settled(deadline - time.monotonic())
         others = [task for task in self._tasks if task.get_name() not in ("recorder", "events")]
         for task in others:
             task.cancel()
@@ -217,13 +207,13 @@ class Sweeper:
         # warnings. So each is cancelled once here, and waited for (briefly) before anything else.
         await asyncio.wait(others, timeout=2.0)
         for claim in pipeline.awaiting_answers():  # still at the API after the deadline
-            pipeline.record(answers.held(claim))
+            pipeline.record(answers.handed_back(claim))
         try:
             await asyncio.wait_for(self.recorder.flush(), max(1.0, deadline - time.monotonic()))
         except (psycopg.Error, TimeoutError) as exc:
             logger.error(
                 "could not record {n} result(s) at shutdown; their leases will expire: {error}",
-                n=len(pipeline.results),
+                n=pipeline.unwritten,
                 error=first_line(exc),
             )
         events = next((task for task in self._tasks if task.get_name() == "events"), None)

@@ -35,7 +35,7 @@ from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
-from pod_sweeper.tasks.gates import OutageGate
+from pod_sweeper.tasks.rules.gates import OutageGate
 
 # The database row is written with this connection timeout: an outage of the API server is often a
 # network's, and the database may be behind the same trouble; the watch must not hang on it.

@@ -11,8 +11,8 @@ in this order:
 2. the DELETE, and the GET after a 409 (``KubeClient.delete_pod``);
 3. the gates hear of the answer: the outage watch of every answer and of every request that got none
    (or a 5xx), the auth gate of a 401, a namespace's gate of a 403 or of its first answer since;
-4. ``answers.decide`` says how the row ends (its ``Final``), which goes to the pipeline; the metrics, the
-   log line and, for a deleted pod, its Event follow from that ``Final``.
+4. ``answers.decide`` says how the row ends (its ``Verdict``), which goes to the pipeline; the metrics, the
+   log line and, for a deleted pod, its Event follow from that ``Verdict``.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.states import Result
 from pod_sweeper.kube.api import DeleteAnswer, KubeClient
 from pod_sweeper.kube.scope import NamespaceScope, invalid_name
-from pod_sweeper.store.outbox import Claim, Final
-from pod_sweeper.tasks import answers
-from pod_sweeper.tasks.answers import Policy, Sent
-from pod_sweeper.tasks.events import EventRecorder
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate, NamespaceGates, Refusal
-from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.pipeline import Pipeline, Work
-from pod_sweeper.tasks.report import log_final
+from pod_sweeper.store.outbox import Claim, Verdict
+from pod_sweeper.tasks.loops.events import EventRecorder
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules.answers import Policy, Sent
+from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, NamespaceGates, Refusal
+from pod_sweeper.tasks.sweep.pipeline import Pipeline, Work
+from pod_sweeper.tasks.sweep.report import log_verdict
 
 # A DELETE is not sent with less than this much of the lease left; the row is handed back instead.
 MIN_REQUEST_SECONDS = 1.0
@@ -82,14 +82,13 @@ class Sender:
 
     async def worker(self) -> None:
         loop = asyncio.get_running_loop()
-        queue = self.pipeline.queue
+        pipeline = self.pipeline
         while True:
-            chunk = [await queue.get()]
+            chunk = [await pipeline.next_work()]
             # With a deep queue, a worker takes a few rows per hand-off to its thread, which sends them
             # one after another: the asyncio-to-thread round trip per row was a good part of the
             # daemon's own CPU per row (bench/README.md). A shallow queue (a single retire) goes alone.
-            for _ in range(min(MAX_CHUNK - 1, queue.qsize() // self.settings.concurrency)):
-                chunk.append(queue.get_nowait())
+            chunk += pipeline.more_work(min(MAX_CHUNK - 1, pipeline.queued // self.settings.concurrency))
             sendable: list[Work] = []
             for work in chunk:
                 if (why := self._unsendable(work.claim)) is not None:
@@ -97,14 +96,14 @@ class Sender:
                     continue
                 await self.bucket.acquire()
                 if not self._may_send(work):
-                    self.pipeline.record(self._held_back(work.claim))
+                    self.pipeline.record(self._handed_back(work.claim))
                     continue
                 sendable.append(work)
             if sendable:
                 sent = await loop.run_in_executor(self._executor, self._send, sendable)
                 for work, request in zip(sendable, sent, strict=True):
                     if request is None:  # not sent after all (see _send)
-                        self.pipeline.record(self._held_back(work.claim))
+                        self.pipeline.record(self._handed_back(work.claim))
                     else:
                         await self._settle(work.claim, request)
 
@@ -118,13 +117,13 @@ class Sender:
             self.metrics.unsendable.labels(kind).inc()
         return why
 
-    def _held_back(self, claim: Claim) -> Final:
+    def _handed_back(self, claim: Claim) -> Verdict:
         """A row not sent after all: back uncharged, after its namespace's gate when that is what holds
         it (else at once: the lease ran short, the API server cannot be reached, a 401, the breaker,
         the stop)."""
-        if (refusal := self.namespaces.held(claim.pod_namespace)) is not None:
-            return answers.held(claim, delay=refusal.delay, error=refusal.error, http_status=403)
-        return answers.held(claim, error=self.outage.reason or self.auth.error or self.breaker.reason)
+        if (refusal := self.namespaces.refusal(claim.pod_namespace)) is not None:
+            return answers.handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=403)
+        return answers.handed_back(claim, error=self.outage.reason or self.auth.error or self.breaker.reason)
 
     @staticmethod
     def _lease_left(work: Work) -> float:
@@ -189,14 +188,14 @@ class Sender:
         self.metrics.answered(answers.answer_label(result)).inc()
         unreachable = await self._outage_hears(sent)
         refusal = self._gates_hear(claim, result)
-        final = answers.decide(claim, sent, self.policy, unreachable=unreachable, refusal=refusal)
+        verdict = answers.decide(claim, sent, self.policy, unreachable=unreachable, refusal=refusal)
         if isinstance(result, Exception) and not isinstance(result, KubeError):  # a bug, or nobody foresaw it
             logger.opt(exception=result).error("unexpected error deleting row {id}", id=claim.id)
-        log_final(claim, final)
-        if self.events is not None and final.result is Result.DELETED:
+        log_verdict(claim, verdict)
+        if self.events is not None and verdict.result is Result.DELETED:
             self.events.deleted(claim)
         failpoints.hit("after_answer")
-        self.pipeline.record(final)
+        self.pipeline.record(verdict)
 
     async def _outage_hears(self, sent: Sent) -> str | None:
         """The outage watch hears of every answer, and judges a request that got none or a 5xx: the

@@ -26,7 +26,7 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import ConfigError, SchemaError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import ENV_PREFIX, Settings, load_settings
-from pod_sweeper.tasks.health import Health, HealthServer
+from pod_sweeper.tasks.process.health import Health, HealthServer
 
 T = TypeVar("T")
 

@@ -23,7 +23,8 @@ from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.states import Status
 from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
-from pod_sweeper.tasks.pipeline import Pipeline
+from pod_sweeper.store.outbox import Verdict
+from pod_sweeper.tasks.sweep.pipeline import Pipeline
 
 RECORD_BATCH = 500
 # With fewer results than RECORD_GATHER waiting, the recorder waits RECORD_LINGER seconds for more
@@ -48,14 +49,13 @@ class Recorder:
     ) -> None:
         self.replica, self.cluster, self.pool, self.pipeline, self.metrics = replica, cluster, pool, pipeline, metrics
         self.backoff, self.stopping, self.wake_claimer = backoff, stopping, wake_claimer
-        self._lock = asyncio.Lock()
 
     async def run(self) -> None:
         failures = 0
         pipeline = self.pipeline
         while True:
-            await pipeline.results_ready.wait()
-            if len(pipeline.results) < RECORD_GATHER and not self.stopping.is_set():
+            await pipeline.wait_for_results()
+            if pipeline.unwritten < RECORD_GATHER and not self.stopping.is_set():
                 # Let results gather for a moment: written as they came (about 7 rows a statement in
                 # a drain), the statement's own cost per row outweighed the row's (bench/README.md).
                 await periodic.pause(RECORD_LINGER)
@@ -68,37 +68,30 @@ class Recorder:
                 delay = self.backoff.delay(failures)
                 logger.warning(
                     "recording {n} result(s) failed, retrying in {delay:.1f} s: {error}",
-                    n=len(pipeline.results),
+                    n=pipeline.unwritten,
                     delay=delay,
                     error=first_line(exc),
                 )
                 await periodic.pause(delay)
 
     async def flush(self) -> None:
-        """Write every result waiting. The recorder's task and the shutdown drain both flush; one at a
-        time, or the same results would be written (and removed from the list) twice."""
-        async with self._lock:
-            await self._flush_locked()
+        """Write every verdict waiting (the recorder's task and the shutdown drain both flush; the
+        pipeline lets one write at a time)."""
+        await self.pipeline.write_results(self._write, RECORD_BATCH)
 
-    async def _flush_locked(self) -> None:
-        pipeline = self.pipeline
-        while pipeline.results:
-            batch = pipeline.results[:RECORD_BATCH]
-            async with self.pool.connection() as conn, conn.transaction():
-                owned = await outbox.record_results(conn, batch, self.replica, cluster=self.cluster)
-                failpoints.hit("during_record")
-            del pipeline.results[: len(batch)]
-            for final in batch:
-                if final.id in owned:
-                    self.metrics.recorded(final.result)
-                else:
-                    self.metrics.fenced.inc()
-                    logger.warning(
-                        "row {id}: lease lost before its result was recorded; another replica owns it", id=final.id
-                    )
-            pipeline.release(batch)
-            if any(final.status is Status.PENDING for final in batch):
-                # A retry's due time is likely earlier than what the claimer is sleeping towards (the
-                # lease it held): wake it so it plans its sleep again.
-                self.wake_claimer("retry")
-        pipeline.results_ready.clear()
+    async def _write(self, batch: list[Verdict]) -> None:
+        async with self.pool.connection() as conn, conn.transaction():
+            owned = await outbox.record_results(conn, batch, self.replica, cluster=self.cluster)
+            failpoints.hit("during_record")
+        for verdict in batch:
+            if verdict.id in owned:
+                self.metrics.recorded(verdict.result)
+            else:
+                self.metrics.fenced.inc()
+                logger.warning(
+                    "row {id}: lease lost before its result was recorded; another replica owns it", id=verdict.id
+                )
+        if any(verdict.status is Status.PENDING for verdict in batch):
+            # A retry's due time is likely earlier than what the claimer is sleeping towards (the
+            # lease it held): wake it so it plans its sleep again.
+            self.wake_claimer("retry")

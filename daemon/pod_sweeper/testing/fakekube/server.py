@@ -1,26 +1,6 @@
-"""A fake Kubernetes API server for pods, faithful to how a real kube-apiserver answers.
-
-It serves the real ``kubernetes`` client over real HTTP from its own threads, so a synchronous client
-call can never block it. What it does, per the project's reference notes on the API server:
-
-- create (201; server-set uid, resourceVersion from one global counter, creationTimestamp), get, list
-  with label selectors, limit and continue (200 on an empty list), also across all namespaces;
-- delete with DeleteOptions: 404 before any precondition check, 422 for invalid options, 409 Conflict
-  on a UID or resourceVersion mismatch with the real Status body, graceful deletion of scheduled pods
-  (deletionTimestamp set, the pod stays), finalizers for Foreground/Orphan propagation, ``dryRun``;
-- kubelets: a pod bound to a node named in ``kubelets`` is ended as a running kubelet ends it, removed
-  ``kubelet_seconds`` after its graceful DELETE unless a finalizer holds it (held to the whole cluster by
-  tests/cluster/test_fake_follows.py); a pod on any other node stays terminating, as on a node whose
-  kubelet is gone;
-- namespaces that terminate: ``DELETE /api/v1/namespaces/NS`` leaves NS terminating for good (nothing
-  here finalizes it), where creating a pod or an Event answers 403 with the NamespaceTerminating cause
-  while pods are read and deleted as usual (the namespace controller's end of it is the whole cluster's,
-  tests/cluster);
-- faults, applied before any state change: a status answer (both forms of 429, 500, 503, 401, 403,
-  ...), added latency, a dropped connection, a hang with no answer, or a dropped connection *after*
-  the change (a lost response);
-- a request log that tests assert on (to see client-side retries, or that a DELETE carried its UID).
-"""
+"""The fake API server itself (``FakeKube``): pods, Events, namespaces and access reviews over real HTTP
+from its own threads, with the faults and the request log of ``faults``, answering as ``answers`` says
+a real server words it. The package's docstring says what it does and how faithful it is."""
 
 from __future__ import annotations
 
@@ -34,156 +14,28 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-Pod = dict[str, Any]
+from pod_sweeper.testing.fakekube.answers import (
+    GRANTED,
+    Pod,
+    not_found,
+    now_utc,
+    selector_matches,
+    status_body,
+    timestamp,
+)
+from pod_sweeper.testing.fakekube.faults import DEFAULT_REASONS, Fault, RequestRecord
 
 _POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
 _PODS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
 _EVENTS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
 _NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 _PROPAGATION = {"Foreground", "Background", "Orphan"}
-# What deploy/role.yaml grants in a namespace, resource -> verbs (tests/unit/test_deploy.py holds the
-# two equal): the access reviews answer from it.
-GRANTED: dict[str, tuple[str, ...]] = {"pods": ("get", "list", "delete"), "events": ("create",)}
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
-
-
-def _ts(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def status_body(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A ``kind: Status`` failure body as the API server writes it."""
-    body: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if details is not None:
-        body["details"] = details
-    return body
-
-
-def not_found(name: str) -> tuple[int, dict[str, Any]]:
-    return 404, status_body(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
-
-
-# --- label selectors ------------------------------------------------------------------------------
-
-_SET_TERM = re.compile(r"^\s*([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
-
-
-def _split_selector(selector: str) -> list[str]:
-    terms, depth, current = [], 0, ""
-    for ch in selector:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            terms.append(current)
-            current = ""
-        else:
-            current += ch
-    if current.strip():
-        terms.append(current)
-    return terms
-
-
-def selector_matches(selector: str, labels: dict[str, str]) -> bool:
-    """Equality- and set-based label selectors (``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``,
-    ``a in (x,y)``, ``a notin (x)``)."""
-    for raw in _split_selector(selector):
-        term = raw.strip()
-        set_term = _SET_TERM.match(term)
-        if set_term:
-            key, op, values = set_term[1], set_term[2], {v.strip() for v in set_term[3].split(",")}
-            if op == "in" and labels.get(key) not in values:
-                return False
-            if op == "notin" and key in labels and labels[key] in values:
-                return False
-        elif "!=" in term:
-            key, value = (p.strip() for p in term.split("!=", 1))
-            if labels.get(key) == value:
-                return False
-        elif "=" in term:
-            key, value = (p.strip() for p in term.replace("==", "=").split("=", 1))
-            if labels.get(key) != value:
-                return False
-        elif term.startswith("!"):
-            if term[1:].strip() in labels:
-                return False
-        elif term not in labels:
-            return False
-    return True
-
-
-# --- faults ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Fault:
-    """One injected misbehaviour, matched on method and path, used ``times`` times (None: for ever).
-
-    ``action``: ``status`` (answer ``code`` with a Status body; ``text`` for the plain-text 429),
-    ``delay`` (wait ``seconds`` then serve normally), ``drop`` (close the connection, no answer),
-    ``hang`` (keep the connection open with no answer for ``seconds``, then close),
-    ``drop_after`` (serve normally, then close the connection before the answer: a lost response).
-    """
-
-    action: str
-    method: str | None = None
-    path: str | None = None
-    code: int = 500
-    reason: str | None = None
-    retry_after: float | None = None
-    text: bool = False
-    seconds: float = 0.0
-    times: int | None = 1
-    used: int = 0
-
-    def matches(self, method: str, path: str) -> bool:
-        if self.times is not None and self.used >= self.times:
-            return False
-        if self.method and self.method != method:
-            return False
-        return not (self.path and not re.search(self.path, path))
-
-
-_DEFAULT_REASONS = {
-    401: "Unauthorized",
-    403: "Forbidden",
-    409: "Conflict",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
-
-
-@dataclass
-class RequestRecord:
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    body: Any
-    status: int | None
-    at: float = field(default_factory=time.monotonic)
-    authorization: str | None = None
 
 
 class FakeKube:
@@ -340,7 +192,7 @@ class FakeKube:
                 namespace=namespace,
                 uid=str(uuid.uuid4()),
                 resourceVersion=self._next_rv(),
-                creationTimestamp=_ts(created or _now()),
+                creationTimestamp=timestamp(created or now_utc()),
             )
             if not metadata.get("labels"):
                 metadata.pop("labels", None)  # the real server keeps no empty map
@@ -425,7 +277,7 @@ class FakeKube:
             # The answer shows the pod as the deletion left it: marked with its deletion time and
             # period, even when it goes at once; a repeat only ever shortens the mark. A dry run
             # answers the same and changes nothing.
-            deadline = _ts(_now() + timedelta(seconds=period))
+            deadline = timestamp(now_utc() + timedelta(seconds=period))
             current = meta.get("deletionTimestamp")
             mark = {"deletionTimestamp": deadline, "deletionGracePeriodSeconds": period}
             shorter = current is None or deadline < current
@@ -536,7 +388,7 @@ class FakeKube:
         return 200, {
             "kind": "Namespace",
             "apiVersion": "v1",
-            "metadata": {"name": namespace, "deletionTimestamp": _ts(_now())},
+            "metadata": {"name": namespace, "deletionTimestamp": timestamp(now_utc())},
             "spec": {"finalizers": ["kubernetes"]},
             "status": {"phase": "Terminating"},
         }
@@ -700,7 +552,7 @@ def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
                 # The max-in-flight filter's answer: plain text, not a Status.
                 self._send(fault.code, "Too many requests, please try again later.\n", headers, text=True)
                 return
-            reason = fault.reason or _DEFAULT_REASONS.get(fault.code, "InternalError")
+            reason = fault.reason or DEFAULT_REASONS.get(fault.code, "InternalError")
             details: dict[str, Any] = {}
             if fault.retry_after is not None:
                 details["retryAfterSeconds"] = int(fault.retry_after)
@@ -749,7 +601,3 @@ def serve(argv: list[str] | None = None) -> None:
     kube.write_kubeconfig(args.kubeconfig)
     print(kube.url, flush=True)
     threading.Event().wait()
-
-
-if __name__ == "__main__":
-    serve()

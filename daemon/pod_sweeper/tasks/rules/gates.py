@@ -132,7 +132,7 @@ class NamespaceGates:
         """Seconds until ``namespace``'s rows may be sent again (0: now)."""
         return max(0.0, self._until.get(namespace, 0.0) - self._clock())
 
-    def held(self, namespace: str) -> Refusal | None:
+    def refusal(self, namespace: str) -> Refusal | None:
         """Why ``namespace``'s rows wait, and for how much longer; None when they may go."""
         wait = self.wait(namespace)
         return Refusal(wait, self._errors.get(namespace, "")) if wait else None
@@ -199,7 +199,7 @@ class BreakerGate:
 
 class SchemaGate:
     """Whether this release may run on the schema the database has now, as the schema watch last read
-    it (tasks/runner.py): a newer release's migration that declares this one too old, or a schema gone
+    it (tasks/process/runner.py): a newer release's migration that declares this one too old, or a schema gone
     behind, closes it. Closed, the claimer claims nothing and readiness says why. Owns
     ``pod_sweeper_schema_incompatible``."""
 
@@ -240,5 +240,5 @@ def trip_reason(limit: int, window: BreakerWindow, cluster: str) -> str:
         f"cluster {cluster}: {window.total} deletes within a minute{in_flight} reached "
         f"POD_SWEEPER_MAX_DELETES_PER_MINUTE={limit} (most in namespace {busiest}: "
         f"{window.deletes.get(busiest, 0)}) with more rows waiting; check what retired them, then run "
-        f"`pod-sweeper resume --cluster {cluster}`"
+        f"`pod-sweeper reset-breaker --cluster {cluster}`"
     )

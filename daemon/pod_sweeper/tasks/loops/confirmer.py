@@ -26,8 +26,8 @@ from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import terminating
 from pod_sweeper.store.db import Connection
-from pod_sweeper.tasks.answers import needs_probe
-from pod_sweeper.tasks.outage import OutageWatch
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.rules.answers import needs_probe
 
 BATCH = 50
 RECHECK_SECONDS = 30.0  # how long a looked-at, still-terminating pod waits for the next look

@@ -28,7 +28,7 @@ from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import KubeClient, PodEvent
 from pod_sweeper.store.outbox import Claim
-from pod_sweeper.tasks.outage import OutageWatch
+from pod_sweeper.tasks.loops.outage import OutageWatch
 
 QUEUE_SIZE = 1000  # Events waiting to be sent; more are dropped (and counted)
 FAILURE_LOG_EVERY = 60.0  # seconds between two log lines about failing Events

@@ -34,19 +34,20 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable, SchemaError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import KubeClient, load_configuration
+from pod_sweeper.kube.api import KubeClient
+from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import attach, controls, db, migrations, outbox
 from pod_sweeper.store.recheck import load_attachments
-from pod_sweeper.tasks.confirmer import Confirmer
-from pod_sweeper.tasks.gates import SchemaGate
-from pod_sweeper.tasks.health import Health, HealthServer, refresh_gauges
-from pod_sweeper.tasks.listener import Listener
-from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.reconciler import Reconciler
-from pod_sweeper.tasks.sdnotify import Notifier
-from pod_sweeper.tasks.startup import StartGate
-from pod_sweeper.tasks.sweeper import Sweeper
+from pod_sweeper.tasks.loops.confirmer import Confirmer
+from pod_sweeper.tasks.loops.listener import Listener
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.loops.reconciler import Reconciler
+from pod_sweeper.tasks.process.health import Health, HealthServer, refresh_gauges
+from pod_sweeper.tasks.process.sdnotify import Notifier
+from pod_sweeper.tasks.process.startup import StartGate
+from pod_sweeper.tasks.rules.gates import SchemaGate
+from pod_sweeper.tasks.sweep.sweeper import Sweeper
 
 GAUGE_REFRESH_SECONDS = 5.0
 # The systemd watchdog calls the claimer wedged once its loop has stood still for STALL_WAITS of its
@@ -155,7 +156,7 @@ class Daemon:
         pool: AsyncConnectionPool[db.Connection] | None = None
         kube: KubeClient | None = None
         # The probes first: with POD_SWEEPER_ON_START_ERROR=wait, /livez answers while a start-up
-        # error waits for a person (tasks/startup.py), so a sidecar's pod starts all the same.
+        # error waits for a person (tasks/process/startup.py), so a sidecar's pod starts all the same.
         if self.settings.http_port:
             self.http = HealthServer(self.settings.http_host, self.settings.http_port, self.health, self.metrics)
             self.http.start()

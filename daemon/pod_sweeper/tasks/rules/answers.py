@@ -1,5 +1,5 @@
 """The answer table of docs/design.md: what each answer, error, re-check or refusal means for a row, as
-pure functions that return the row's ``Final`` (its ``Result``, whether the attempt is charged, when it is
+pure functions that return the row's ``Verdict`` (its ``Result``, whether the attempt is charged, when it is
 due again, what ``last_error`` says). The sender and the claimer only apply what these return; the record
 (``sql/record_results.sql``) and the metrics read the same ``Result``, never working it out again.
 
@@ -22,9 +22,9 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import KubeError, KubeForbidden, KubeRejected, KubeRetryable, KubeUnauthorized
 from pod_sweeper.core.states import Result, exhausted
 from pod_sweeper.kube.api import DeleteAnswer
-from pod_sweeper.store.outbox import Attempt, Claim, Final
+from pod_sweeper.store.outbox import Attempt, Claim, Verdict
 from pod_sweeper.store.recheck import Recheck
-from pod_sweeper.tasks.gates import Refusal
+from pod_sweeper.tasks.rules.gates import Refusal
 
 # A terminating pod is looked at again this long after its grace period ends.
 CONFIRM_MARGIN_SECONDS = 5.0
@@ -84,52 +84,52 @@ def reason_of(result: DeleteAnswer | BaseException) -> str | None:
 
 def decide(
     claim: Claim, sent: Sent, policy: Policy, *, unreachable: str | None = None, refusal: Refusal | None = None
-) -> Final:
+) -> Verdict:
     """How the row ends this round, given what its DELETE came back with. ``unreachable``: the outage
     watch's reason when it found the API server down (a result that ``needs_probe`` only); ``refusal``:
     the gate's answer to a 401 or 403."""
     result, attempt, status = sent.result, sent.attempt, status_of(sent.result)
     if isinstance(result, DeleteAnswer):
         if result.status == 404:
-            return Final(claim.id, claim.epoch, Result.ABSENT, http_status=404, attempt=attempt)
+            return Verdict(claim.id, claim.epoch, Result.ABSENT, http_status=404, attempt=attempt)
         if result.status == 409:
             if result.holder_uid is None:  # ours vanished between the DELETE and the GET
-                return Final(claim.id, claim.epoch, Result.ABSENT, http_status=409, attempt=attempt)
+                return Verdict(claim.id, claim.epoch, Result.ABSENT, http_status=409, attempt=attempt)
             if result.holder_uid != str(claim.pod_uid):  # another pod holds the name: left alone
-                return Final(claim.id, claim.epoch, Result.REPLACED, http_status=409, attempt=attempt)
+                return Verdict(claim.id, claim.epoch, Result.REPLACED, http_status=409, attempt=attempt)
             return _charged(claim, f"409 Conflict but the pod still has uid {claim.pod_uid}", 409, attempt, policy)
         if result.dry_run:
-            return Final(claim.id, claim.epoch, Result.WOULD_DELETE, http_status=result.status, attempt=attempt)
+            return Verdict(claim.id, claim.epoch, Result.WOULD_DELETE, http_status=result.status, attempt=attempt)
         confirm_in = result.grace_seconds + CONFIRM_MARGIN_SECONDS if result.grace_seconds else None
-        return Final(
+        return Verdict(
             claim.id, claim.epoch, Result.DELETED, http_status=result.status, attempt=attempt, confirm_in=confirm_in
         )
     if isinstance(result, KubeUnauthorized | KubeForbidden):
         # The daemon's fault (its credentials; its RBAC there), not the row's: back, uncharged.
         assert refusal is not None, "a 401 or 403 is the gate's to take first"
-        return held(claim, delay=refusal.delay, error=refusal.error, http_status=status, attempt=attempt)
+        return handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=status, attempt=attempt)
     if isinstance(result, KubeRejected):  # any other 4xx: the request itself is wrong
-        return Final(claim.id, claim.epoch, Result.DEAD, error=str(result), http_status=status, attempt=attempt)
+        return Verdict(claim.id, claim.epoch, Result.DEAD, error=str(result), http_status=status, attempt=attempt)
     if isinstance(result, KubeRetryable):
         if status == 429:  # the server's load, not the row: wait as long as asked, charge nothing
             delay = policy.backoff.delay(max(claim.attempts, 1), at_least=result.retry_after)
-            return held(claim, delay=delay, error=str(result), http_status=429, attempt=attempt)
+            return handed_back(claim, delay=delay, error=str(result), http_status=429, attempt=attempt)
         if unreachable is not None and needs_probe(result):  # the outage gate holds every row
-            return held(claim, error=unreachable, http_status=status, attempt=attempt)
+            return handed_back(claim, error=unreachable, http_status=status, attempt=attempt)
         return _charged(claim, str(result), status, attempt, policy)
     # A bug or an answer nobody foresaw: uncertain, so the row is kept for another round.
     return _charged(claim, f"{type(result).__name__}: {result}"[:500], status, attempt, policy)
 
 
-def _charged(claim: Claim, error: str, status: int | None, attempt: Attempt | None, policy: Policy) -> Final:
+def _charged(claim: Claim, error: str, status: int | None, attempt: Attempt | None, policy: Policy) -> Verdict:
     """The row's own trouble: pending again after its backoff, or dead once its attempts are used up."""
     if exhausted(claim.attempts, policy.max_attempts):
-        return Final(claim.id, claim.epoch, Result.DEAD, error=error, http_status=status, attempt=attempt)
+        return Verdict(claim.id, claim.epoch, Result.DEAD, error=error, http_status=status, attempt=attempt)
     delay = policy.backoff.delay(claim.attempts)
-    return Final(claim.id, claim.epoch, Result.RETRY, delay=delay, error=error, http_status=status, attempt=attempt)
+    return Verdict(claim.id, claim.epoch, Result.RETRY, delay=delay, error=error, http_status=status, attempt=attempt)
 
 
-def at_claim(claim: Claim, recheck: Recheck, policy: Policy) -> Final | None:
+def at_claim(claim: Claim, recheck: Recheck, policy: Policy) -> Verdict | None:
     """What the claim itself decides, before any request: None when the DELETE is to be sent."""
     if claim.lease_expired_from is not None and exhausted(claim.attempts - 1, policy.max_attempts):
         # It crashed or froze its daemon as many times as it has attempts: claiming it again would only
@@ -138,29 +138,29 @@ def at_claim(claim: Claim, recheck: Recheck, policy: Policy) -> Final | None:
             f"lease of {claim.lease_expired_from} expired after {claim.attempts - 1} attempts: "
             "the daemon holding it stopped answering"
         )
-        return Final(claim.id, claim.epoch, Result.DEAD, charged=False, error=error)
+        return Verdict(claim.id, claim.epoch, Result.DEAD, charged=False, error=error)
     if claim.id in recheck.active:  # a newer activation owns the pod
-        return Final(claim.id, claim.epoch, Result.SKIPPED_ACTIVE)
+        return Verdict(claim.id, claim.epoch, Result.SKIPPED_ACTIVE)
     if (why := recheck.unknown.get(claim.id)) is not None:  # uncertain: never a delete, a retry
         return _charged(claim, why, None, None, policy)
     return None
 
 
-def unsendable(claim: Claim, why: str) -> Final:
+def unsendable(claim: Claim, why: str) -> Verdict:
     """A row no request may be sent for (a name Kubernetes could not hold, a namespace out of scope)."""
-    return Final(claim.id, claim.epoch, Result.DEAD, error=why)
+    return Verdict(claim.id, claim.epoch, Result.DEAD, error=why)
 
 
-def held(
+def handed_back(
     claim: Claim,
     *,
     delay: float = 0.0,
     error: str | None = None,
     http_status: int | None = None,
     attempt: Attempt | None = None,
-) -> Final:
+) -> Verdict:
     """Back to pending, uncharged: a fault of nobody the row answers for (a stop, a gate, the server)."""
-    return Final(
+    return Verdict(
         claim.id,
         claim.epoch,
         Result.HANDED_BACK,

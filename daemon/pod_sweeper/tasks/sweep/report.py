@@ -7,21 +7,21 @@ from __future__ import annotations
 from loguru import logger
 
 from pod_sweeper.core.states import Result
-from pod_sweeper.store.outbox import Claim, Final
+from pod_sweeper.store.outbox import Claim, Verdict
 
 
-def log_final(claim: Claim, final: Final) -> None:
+def log_verdict(claim: Claim, verdict: Verdict) -> None:
     """One line for a row that waits for a retry, or is dead."""
-    if final.result is Result.RETRY:
+    if verdict.result is Result.RETRY:
         logger.info(
-            "row {id} will be retried in {delay:.1f} s: {error}", id=claim.id, delay=final.delay, error=final.error
+            "row {id} will be retried in {delay:.1f} s: {error}", id=claim.id, delay=verdict.delay, error=verdict.error
         )
-    elif final.result is Result.DEAD:
+    elif verdict.result is Result.DEAD:
         logger.error(
             "row {id} ({ns}/{pod}) is dead after {n} attempt(s): {error}",
             id=claim.id,
             ns=claim.pod_namespace,
             pod=claim.pod_name,
-            n=claim.attempts if final.charged else claim.attempts - 1,
-            error=final.error,
+            n=claim.attempts if verdict.charged else claim.attempts - 1,
+            error=verdict.error,
         )

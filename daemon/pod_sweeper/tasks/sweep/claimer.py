@@ -34,12 +34,12 @@ from pod_sweeper.store import outbox
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.outbox import Claim, ClaimedBatch
 from pod_sweeper.store.recheck import Attachment, Recheck
-from pod_sweeper.tasks import answers
-from pod_sweeper.tasks.answers import Policy
-from pod_sweeper.tasks.gates import AuthGate, BreakerGate, SchemaGate, breaker_budget, trip_reason
-from pod_sweeper.tasks.outage import OutageWatch
-from pod_sweeper.tasks.pipeline import Pipeline
-from pod_sweeper.tasks.report import log_final
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules.answers import Policy
+from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, SchemaGate, breaker_budget, trip_reason
+from pod_sweeper.tasks.sweep.pipeline import Pipeline
+from pod_sweeper.tasks.sweep.report import log_verdict
 
 # The shortest sleep between claims when rows are due but all locked by other replicas.
 MIN_CLAIM_PAUSE = 0.05
@@ -86,7 +86,7 @@ class Claimer:
         self.wake_source = source
         self.wake.set()
 
-    def _decide(self, claim: Claim, recheck: Recheck) -> outbox.Final | None:
+    def _at_claim(self, claim: Claim, recheck: Recheck) -> outbox.Verdict | None:
         return answers.at_claim(claim, recheck, self.policy)
 
     async def run(self) -> None:
@@ -102,9 +102,8 @@ class Claimer:
             room = pipeline.free
             # Claim when the workers may run dry, or a whole batch fits: claiming whatever room each
             # record freed made claims of about 5 rows in a drain, a claim and a re-check per 5 rows.
-            if room <= 0 or (pipeline.queue.qsize() > settings.concurrency and room < settings.batch_size):
-                pipeline.room.clear()
-                await pipeline.room.wait()
+            if room <= 0 or (pipeline.queued > settings.concurrency and room < settings.batch_size):
+                await pipeline.wait_for_room()
                 continue
             want = min(settings.batch_size, room)
             self.wake.clear()  # before the claim: a NOTIFY during it must wake the next sleep
@@ -129,7 +128,7 @@ class Claimer:
             self._count(batch)
             if batch.to_send:
                 failpoints.hit("after_claim")
-            pipeline.hold(batch.to_send, started + settings.lease_seconds)
+            pipeline.add(batch.to_send, started + settings.lease_seconds)
             if batch.taken:
                 arm_retry = ARM_RETRY_MIN
             if batch.taken >= want:
@@ -169,7 +168,7 @@ class Claimer:
                 lease_seconds=self.settings.lease_seconds,
                 attachments=self._attachments,
                 disarm=disarm,
-                decide=self._decide,
+                at_claim=self._at_claim,
                 guard=guard,
             )
         self._attachments = batch.attachments
@@ -178,9 +177,9 @@ class Claimer:
     def _count(self, batch: ClaimedBatch) -> None:
         """The metrics and the log of a claim: rows taken, and those the claim itself ended."""
         self.metrics.claimed.inc(batch.taken)
-        for claim, final in batch.decided:
-            self.metrics.recorded(final.result)
-            log_final(claim, final)
+        for claim, verdict in batch.decided:
+            self.metrics.recorded(verdict.result)
+            log_verdict(claim, verdict)
 
     async def _wait_out_the_gates(self) -> None:
         """Claim nothing while the API server cannot be reached (until the outage watch opens its gate),

@@ -1,0 +1,2 @@
+"""The side loops beside the pipeline: the ``listener`` (LISTEN/NOTIFY), the ``outage`` watch of the API
+server, the ``confirmer`` of terminating pods, the ``reconciler`` and the ``events`` sender."""

@@ -1,0 +1,2 @@
+"""The rules, without I/O: ``answers`` says what an answer (or its absence) means for a row, ``gates``
+hold the auth, namespace, outage, breaker and schema gates, each owning its state and its gauge."""

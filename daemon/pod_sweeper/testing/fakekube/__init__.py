@@ -1,0 +1,46 @@
+"""A fake Kubernetes API server for pods, faithful to how a real kube-apiserver answers.
+
+It serves the real ``kubernetes`` client over real HTTP from its own threads, so a synchronous client
+call can never block it. What it does, per the project's reference notes on the API server:
+
+- create (201; server-set uid, resourceVersion from one global counter, creationTimestamp), get, list
+  with label selectors, limit and continue (200 on an empty list), also across all namespaces;
+- delete with DeleteOptions: 404 before any precondition check, 422 for invalid options, 409 Conflict
+  on a UID or resourceVersion mismatch with the real Status body, graceful deletion of scheduled pods
+  (deletionTimestamp set, the pod stays), finalizers for Foreground/Orphan propagation, ``dryRun``;
+- kubelets: a pod bound to a node named in ``kubelets`` is ended as a running kubelet ends it, removed
+  ``kubelet_seconds`` after its graceful DELETE unless a finalizer holds it (held to the whole cluster by
+  tests/cluster/test_fake_follows.py); a pod on any other node stays terminating, as on a node whose
+  kubelet is gone;
+- namespaces that terminate: ``DELETE /api/v1/namespaces/NS`` leaves NS terminating for good (nothing
+  here finalizes it), where creating a pod or an Event answers 403 with the NamespaceTerminating cause
+  while pods are read and deleted as usual (the namespace controller's end of it is the whole cluster's,
+  tests/cluster);
+- faults, applied before any state change: a status answer (both forms of 429, 500, 503, 401, 403,
+  ...), added latency, a dropped connection, a hang with no answer, or a dropped connection *after*
+  the change (a lost response);
+- a request log that tests assert on (to see client-side retries, or that a DELETE carried its UID).
+
+
+The package: ``answers`` (how a real server words its answers), ``faults`` (injected misbehaviour and
+the request log), ``server`` (``FakeKube`` and its HTTP handler); ``python -m pod_sweeper.testing.fakekube
+--kubeconfig PATH`` runs one in a process of its own.
+"""
+
+from __future__ import annotations
+
+from pod_sweeper.testing.fakekube.answers import GRANTED, Pod, not_found, selector_matches, status_body
+from pod_sweeper.testing.fakekube.faults import Fault, RequestRecord
+from pod_sweeper.testing.fakekube.server import FakeKube, serve
+
+__all__ = [
+    "GRANTED",
+    "FakeKube",
+    "Fault",
+    "Pod",
+    "RequestRecord",
+    "not_found",
+    "selector_matches",
+    "serve",
+    "status_body",
+]
