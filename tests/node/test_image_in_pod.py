@@ -183,8 +183,8 @@ def test_the_deployment_migrates_sweeps_and_stops_cleanly_in_real_pods(
     print(f"CPU {cpu:.1f} s over its first {age:.0f} s (start-up and the sweep included)")
 
     # A replica's pod deleted in the middle of a backlog (1,000 retires of pods that are gone: each
-    # DELETE answers 404, at the shipped rate limit): the kubelet's SIGTERM, its claims handed back
-    # uncharged, and a clean stop within the grace period. A finalizer of the test's keeps the pod
+    # DELETE answers 404, at the shipped rate limit): the kubelet's SIGTERM while it holds claims, a
+    # clean stop within the grace period, and no row lost or charged twice. A finalizer of the test's keeps the pod
     # object once the kubelet is done, so its final status (the container's exit code) can be read.
     name = replica["metadata"]["name"]
     where = f"/api/v1/namespaces/{NS}/pods/{name}"
@@ -223,7 +223,8 @@ def test_the_deployment_migrates_sweeps_and_stops_cleanly_in_real_pods(
     assert (ended_state["exitCode"], ended_state["reason"]) == (0, "Completed"), ended_state
     handed = "SELECT count(*) FROM pod_sweeper.attempts WHERE replica = %s AND result = 'handed_back'"
     handed_back = conn.execute(handed, (name,)).fetchone()[0]
-    assert handed_back > 0  # what it had claimed and not sent went back at its stop
+    # What it had claimed at its stop was sent before its deadline or handed back (how many of each
+    # depends on the moment); either way every row below ends once, uncharged by the stop.
     done = "SELECT count(*) FROM pod_sweeper.outbox WHERE sandbox_id LIKE 'backlog-%%' AND status = 'done'"
     wait_until(lambda: conn.execute(done).fetchone()[0] == backlog, timeout=120, what="the backlog done")
     ends = conn.execute(
@@ -233,7 +234,7 @@ def test_the_deployment_migrates_sweeps_and_stops_cleanly_in_real_pods(
     conn.close()
     assert ended < 45  # terminationGracePeriodSeconds: it stopped by itself, nothing was killed
     print(f"a replica deleted mid-backlog: exit 0 ({ended_state['reason']}) {ended:.1f} s after the DELETE,")
-    print(f"{handed_back} claim(s) handed back uncharged, the other replica finished the {backlog} rows")
+    print(f"{handed_back} claim(s) handed back at its stop; every one of the {backlog} rows ended once")
     delete_and_wait(cluster, "deployments", "pod-sweeper", "app.kubernetes.io/name%3Dpod-sweeper")
 
 
