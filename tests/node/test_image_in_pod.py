@@ -182,13 +182,25 @@ def test_the_deployment_migrates_sweeps_and_stops_cleanly_in_real_pods(
     print(f"\nretired pod gone {gone:.2f} s after the commit; a replica: RSS {rss / 2**20:.0f} MB (limit 256 MB),")
     print(f"CPU {cpu:.1f} s over its first {age:.0f} s (start-up and the sweep included)")
 
-    # A replica's pod deleted: the kubelet's SIGTERM, and a clean stop within the grace period. A
-    # finalizer of the test's keeps the pod object once the kubelet is done, so its final status (the
-    # container's exit code) can be read; then it is released.
+    # A replica's pod deleted in the middle of a backlog (1,000 retires of pods that are gone: each
+    # DELETE answers 404, at the shipped rate limit): the kubelet's SIGTERM while it holds claims, a
+    # clean stop within the grace period, and no row lost or charged twice. A finalizer of the test's keeps the pod
+    # object once the kubelet is done, so its final status (the container's exit code) can be read.
     name = replica["metadata"]["name"]
     where = f"/api/v1/namespaces/{NS}/pods/{name}"
     keep = {"metadata": {"finalizers": ["pod-sweeper.test/keep"]}}
     assert cluster.request("PATCH", where, keep, content_type="application/merge-patch+json")[0] == 200
+    backlog = 1000
+    conn = psycopg.connect(empty_db_url, autocommit=True)
+    with (
+        conn.cursor() as cur,
+        cur.copy("COPY executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid) FROM STDIN") as copy,
+    ):
+        for i in range(backlog):
+            copy.write_row((f"backlog-{i}", 1, NS, f"gone-{i}", uuid.uuid4()))
+    conn.execute("UPDATE executions SET active = false WHERE sandbox_id LIKE 'backlog-%'")
+    in_hand = "SELECT count(*) FROM pod_sweeper.outbox WHERE status = 'claimed' AND claimed_by = %s"
+    wait_until(lambda: conn.execute(in_hand, (name,)).fetchone()[0] > 0, timeout=30, what="the replica's claims")
     deleted = time.monotonic()
     cluster.request("DELETE", where)
     log = ""
@@ -209,8 +221,20 @@ def test_the_deployment_migrates_sweeps_and_stops_cleanly_in_real_pods(
     assert any("SIGTERM" in line.get("msg", "") for line in lines), log[-2000:]
     assert any(line.get("msg") == "stopped cleanly" for line in lines), log[-2000:]
     assert (ended_state["exitCode"], ended_state["reason"]) == (0, "Completed"), ended_state
+    handed = "SELECT count(*) FROM pod_sweeper.attempts WHERE replica = %s AND result = 'handed_back'"
+    handed_back = conn.execute(handed, (name,)).fetchone()[0]
+    # What it had claimed at its stop was sent before its deadline or handed back (how many of each
+    # depends on the moment); either way every row below ends once, uncharged by the stop.
+    done = "SELECT count(*) FROM pod_sweeper.outbox WHERE sandbox_id LIKE 'backlog-%%' AND status = 'done'"
+    wait_until(lambda: conn.execute(done).fetchone()[0] == backlog, timeout=120, what="the backlog done")
+    ends = conn.execute(
+        "SELECT DISTINCT outcome, attempts FROM pod_sweeper.outbox WHERE sandbox_id LIKE 'backlog-%'"
+    ).fetchall()
+    assert ends == [("absent", 1)]  # every row once, the handed-back ones uncharged
+    conn.close()
     assert ended < 45  # terminationGracePeriodSeconds: it stopped by itself, nothing was killed
-    print(f"a replica deleted: exit 0 ({ended_state['reason']}) {ended:.1f} s after the DELETE, stopped cleanly")
+    print(f"a replica deleted mid-backlog: exit 0 ({ended_state['reason']}) {ended:.1f} s after the DELETE,")
+    print(f"{handed_back} claim(s) handed back at its stop; every one of the {backlog} rows ended once")
     delete_and_wait(cluster, "deployments", "pod-sweeper", "app.kubernetes.io/name%3Dpod-sweeper")
 
 

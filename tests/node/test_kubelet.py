@@ -1,9 +1,10 @@
 """What only a kubelet shows, on the real node: the seed's stranded create (a sandbox the runtime can
 never create, here a RuntimeClass whose handler containerd does not have: the kubelet retries, the pod
-stays Pending with FailedCreatePodSandBox, as the seed's refused generation did) deleted after its
-retire, timed from the retire's commit to the pod gone; and graceful deletion by a kubelet: a container
-that takes its time at SIGTERM ends within its grace, one that ignores SIGTERM is killed at the grace's
-end, and each row is deleted once and confirmed."""
+stays Pending with FailedCreatePodSandBox, as the seed's refused generation did, through a pass of
+PodGC that removes what it should) deleted after its retire, timed from the retire's commit to the pod
+gone; and graceful deletion by a kubelet: a container that takes its time at SIGTERM ends within its
+grace, one that ignores SIGTERM is killed at the grace's end, and each row is deleted once and
+confirmed."""
 
 from __future__ import annotations
 
@@ -46,6 +47,16 @@ def test_a_sandbox_the_runtime_cannot_create_stays_pending_and_goes_after_its_re
     [container] = stranded["status"]["containerStatuses"]
     assert container["state"]["waiting"]["reason"] == "ContainerCreating"
     print(f"\n{event['message']} (x{event.get('count') or 1}); still Pending")
+    # Beside PodGC: it removes what it is meant to (a pod bound to a node that does not exist, after its
+    # quarantine) and leaves the stranded pod alone; the kubelet goes on asking the runtime.
+    cluster.pod(ns, "orphan", node=f"gone-{uuid.uuid4().hex[:6]}")
+    window = time.monotonic()
+    wait_until(lambda: cluster.get_pod(ns, "orphan") is None, timeout=150, interval=0.5, what="PodGC's removal")
+    stranded = cluster.get_pod(ns, "stranded")
+    assert stranded is not None and stranded["status"]["phase"] == "Pending"
+    assert not stranded["metadata"].get("deletionTimestamp")
+    print(f"PodGC removed the orphan after {time.monotonic() - window:.0f} s; the stranded pod is still Pending,")
+    print(f"refused {real_node.refusals(ns, 'stranded')} times by now")
 
     record_pod(execs, pod, "stranded")
     settings = daemon_settings(db_url, cluster.admin_kubeconfig, events=True)

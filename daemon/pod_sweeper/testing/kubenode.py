@@ -279,6 +279,12 @@ class RealNode:
     def _bridge(self) -> None:
         """The bridge the CNI plugin will use, made first so that the host's end (``GATEWAY``) exists for
         the forwarders before any pod does; and the nat chain that routes Service IPs to them."""
+        if self.before is not None and BRIDGE in self.before.links:
+            raise RealNodeError(
+                f"the bridge {BRIDGE} exists already: another real node runs here, or one was killed before"
+                f" its stop (`ip link delete {BRIDGE}; iptables -t nat -D PREROUTING -i {BRIDGE} -j"
+                f" {SERVICES_CHAIN}; iptables -t nat -F {SERVICES_CHAIN}; iptables -t nat -X {SERVICES_CHAIN}`)"
+            )
         _run("ip", "link", "add", "name", BRIDGE, "type", "bridge")
         _run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
         _run("ip", "link", "set", BRIDGE, "up")
