@@ -19,14 +19,6 @@ from pod_sweeper.testing.kubecluster import KubeCluster
 from pod_sweeper.testing.kubenode import RealNode
 
 
-def refusals(cluster: KubeCluster, namespace: str, name: str) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in cluster.events(namespace)
-        if e["reason"] == "FailedCreatePodSandBox" and e["involvedObject"]["name"] == name
-    ]
-
-
 def test_a_sandbox_the_runtime_cannot_create_stays_pending_and_goes_after_its_retire(
     real_node: RealNode, kube_cluster: KubeCluster, execs: psycopg.Connection[Any], db_url: str
 ) -> None:
@@ -39,7 +31,7 @@ def test_a_sandbox_the_runtime_cannot_create_stays_pending_and_goes_after_its_re
         lambda: real_node.refusals(ns, "stranded") >= 2, timeout=90, interval=0.5,
         what="the kubelet's second refused sandbox",
     )  # fmt: skip
-    [event] = refusals(cluster, ns, "stranded")
+    [event] = real_node.refusal_events(ns, "stranded")
     assert refused in event["message"], event["message"]
     stranded = cluster.get_pod(ns, "stranded")
     assert stranded is not None and stranded["status"]["phase"] == "Pending"

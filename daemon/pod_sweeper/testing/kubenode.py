@@ -206,7 +206,6 @@ class Forward:
         self.target_port = target_port
         self._server = socket.create_server((GATEWAY, 0))
         self.port: int = self._server.getsockname()[1]
-        self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
         threading.Thread(target=self._accept, name=f"forward-{target_port}", daemon=True).start()
 
@@ -493,14 +492,17 @@ state = "{self.folder / "run" / "containerd"}"
             raise RealNodeError(f"POST RuntimeClass: {status} {answer}")
         return REFUSED_RUNTIME_CLASS
 
-    def refusals(self, namespace: str, name: str) -> int:
-        """How many times the kubelet has reported the pod's sandbox refused (FailedCreatePodSandBox)."""
-        events = self.cluster.events(namespace)
-        return sum(
-            e.get("count") or 1
-            for e in events
+    def refusal_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The kubelet's FailedCreatePodSandBox Events of the pod (one Event, its ``count`` growing)."""
+        return [
+            e
+            for e in self.cluster.events(namespace)
             if e["reason"] == "FailedCreatePodSandBox" and e["involvedObject"]["name"] == name
-        )
+        ]
+
+    def refusals(self, namespace: str, name: str) -> int:
+        """How many times the kubelet has reported the pod's sandbox refused."""
+        return sum(e.get("count") or 1 for e in self.refusal_events(namespace, name))
 
     def rss_bytes(self) -> dict[str, int]:
         """Resident memory of the kubelet and containerd."""
@@ -521,8 +523,7 @@ state = "{self.folder / "run" / "containerd"}"
     def _drain(self, timeout: float) -> None:
         """Every pod bound here deleted and gone, so the kubelet tears down each sandbox (its network
         namespace, veth and IP) through the runtime, as it would on a real node."""
-        _, pods = self.cluster.request("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{self.name}")
-        for pod in pods.get("items") or []:
+        for pod in self._node_pods():
             where = f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}"
             self.cluster.request("DELETE", where, {"gracePeriodSeconds": 0})
         with contextlib.suppress(RealNodeError):
