@@ -111,7 +111,7 @@ def pod_fields(pod: dict[str, Any], uids: dict[str, str]) -> dict[str, Any]:
 
 
 def failure_fields(body: dict[str, Any]) -> dict[str, Any]:
-    """What ``kube.api.classify`` reads of a Status body."""
+    """What ``kube.api.answer_of`` reads of a Status body."""
     details = body.get("details") or {}
     return {
         "kind": body.get("kind"),

@@ -6,6 +6,7 @@ from API Priority and Fairness."""
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -17,10 +18,10 @@ import pytest
 from conformance.apiserver import core_api, manifest
 from helpers import DaemonThread, daemon_settings, outbox, retire, run, settings_for, wait_until
 from pod_sweeper.core.backoff import Backoff
-from pod_sweeper.core.errors import KubeForbidden
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.states import Result
-from pod_sweeper.kube.api import DeleteAnswer, KubeClient
+from pod_sweeper.kube.answer import Answer, Said
+from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.store import db
 from pod_sweeper.store.outbox import Claim
@@ -54,7 +55,7 @@ def record(conn: psycopg.Connection[Any], ns: str, pod: Any, sid: str) -> None:
     )
 
 
-def result_of(answer: DeleteAnswer, uid: str) -> Result:
+def result_of(answer: Answer, uid: str) -> Result:
     """What the answer table makes of the real server's answer, for a row of pod ``uid``."""
     row = Claim(1, 1, 1, "s", 1, "ns", "p", uuid.UUID(uid), 1, "retired")
     return answers.decide(row, answers.Sent(datetime.now(UTC), 0.0, 0.0, answer), POLICY).result
@@ -68,12 +69,14 @@ def test_a_wrong_uid_is_409_and_the_get_decides_replaced(
     core.delete_namespaced_pod("p", ns)
     new = core.create_namespaced_pod(ns, manifest("p")).metadata.uid  # a replacement under the same name
     replaced = admin.delete_pod(ns, "p", old, timeout=5)
-    assert replaced == DeleteAnswer(409, holder_uid=new) and result_of(replaced, old) is Result.REPLACED
+    assert (replaced.said, replaced.status, replaced.holder_uid) == (Said.CONFLICT, 409, new)
+    assert result_of(replaced, old) is Result.REPLACED
     assert core.read_namespaced_pod("p", ns).metadata.uid == new  # left alone
     deleted = admin.delete_pod(ns, "p", new, timeout=5)
     assert (deleted.status, deleted.holder_uid) == (200, None) and result_of(deleted, new) is Result.DELETED
     absent = admin.delete_pod(ns, "p", new, timeout=5)
-    assert absent == DeleteAnswer(404) and result_of(absent, new) is Result.ABSENT
+    assert (absent.said, absent.status, absent.reason) == (Said.NOT_FOUND, 404, "NotFound")
+    assert result_of(absent, new) is Result.ABSENT
 
 
 def test_a_pod_on_a_node_without_kubelet_is_confirmed_stuck_then_forced_once_its_node_is_gone(
@@ -177,13 +180,30 @@ def test_a_namespace_the_identity_may_not_touch_answers_403(kube_apiserver: Kube
     pod = core.create_namespaced_pod(ns, manifest("p"))
     user = KubeClient(load_configuration(kube_apiserver.user_kubeconfig, None, pool_size=2))
     try:
-        with pytest.raises(KubeForbidden) as info:
-            user.delete_pod(ns, "p", pod.metadata.uid, timeout=5)
-        assert (info.value.status, info.value.reason) == (403, "Forbidden")
+        answer = user.delete_pod(ns, "p", pod.metadata.uid, timeout=5)
+        assert (answer.said, answer.status, answer.reason) == (Said.FORBIDDEN, 403, "Forbidden")
         assert not user.may("delete", "pods", ns, timeout=5)
     finally:
         user.close()
     assert core.read_namespaced_pod("p", ns).metadata.uid == pod.metadata.uid
+
+
+def test_no_answer_is_an_answer_of_its_own_kind(kube_apiserver: KubeApiServer) -> None:
+    """The same client aimed at a port nobody listens on: no exception reaches the caller, and the
+    answer says there was none (the transport failure's kind kept for the attempt history)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again before the request: nobody listens there
+    configuration = load_configuration(kube_apiserver.admin_kubeconfig, None, pool_size=2)
+    configuration.host = f"https://127.0.0.1:{port}"
+    unreachable = KubeClient(configuration)
+    try:
+        answer = unreachable.delete_pod("default", "p", str(uuid.uuid4()), timeout=2)
+    finally:
+        unreachable.close()
+    assert (answer.said, answer.status, answer.needs_probe) == (Said.NO_ANSWER, None, True)
+    assert answer.reason and answer.reason.endswith("Error")
+    assert str(answer).startswith("no answer from the API server: ")
 
 
 def limit_the_user(server: KubeApiServer, name: str) -> None:

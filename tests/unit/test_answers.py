@@ -14,19 +14,12 @@ from uuid import UUID
 import pytest
 
 from pod_sweeper.core.backoff import Backoff
-from pod_sweeper.core.errors import (
-    KubeConflict,
-    KubeForbidden,
-    KubeRejected,
-    KubeRetryable,
-    KubeUnauthorized,
-)
 from pod_sweeper.core.states import Outcome, Result, Status, exhausted
-from pod_sweeper.kube.api import DeleteAnswer
+from pod_sweeper.kube.answer import Answer
 from pod_sweeper.store.outbox import Claim, Verdict
 from pod_sweeper.store.recheck import Recheck
 from pod_sweeper.tasks.rules import answers
-from pod_sweeper.tasks.rules.answers import CONFIRM_MARGIN_SECONDS, Policy, Sent, answer_label, decide, needs_probe
+from pod_sweeper.tasks.rules.answers import CONFIRM_MARGIN_SECONDS, Policy, Sent, decide
 from pod_sweeper.tasks.rules.gates import Refusal
 
 MAX = 10
@@ -41,18 +34,17 @@ def claim(attempts: int = 3, *, lease_expired_from: str | None = None) -> Claim:
     return Claim(7, 2, 1, "sandbox-a", 1, "sandboxes", "p", UID, attempts, "retired", lease_expired_from)
 
 
-def sent(result: DeleteAnswer | Exception) -> Sent:
-    return Sent(datetime.now(UTC), 0.0, 0.01, result)
+def sent(answer: Answer) -> Sent:
+    return Sent(datetime.now(UTC), 0.0, 0.01, answer)
 
 
-def after(result: DeleteAnswer | Exception, **kwargs: object) -> Callable[[Claim], Verdict]:
-    """The row's end after its DELETE came back with ``result``."""
-    return lambda c: decide(c, sent(result), POLICY, **kwargs)  # type: ignore[arg-type]
+def after(answer: Answer, **kwargs: object) -> Callable[[Claim], Verdict]:
+    """The row's end after its DELETE came back with ``answer``."""
+    return lambda c: decide(c, sent(answer), POLICY, **kwargs)  # type: ignore[arg-type]
 
 
 def refused(status: int) -> Callable[[Claim], Verdict]:
-    error = (KubeUnauthorized if status == 401 else KubeForbidden)(str(status), status=status, reason="Refused")
-    return after(error, refusal=Refusal(4.0, "refused"))
+    return after(Answer.of(status, "Refused", f"{status} Refused"), refusal=Refusal(4.0, "refused"))
 
 
 def at_the_claim(recheck: Recheck, **claim_kw: object) -> Callable[[Claim], Verdict]:
@@ -79,35 +71,35 @@ class Row:
 DOWN = "the Kubernetes API server cannot be reached: connection refused"
 
 ROWS: dict[str, Row] = {
-    "200 / 202": Row(after(DeleteAnswer(200)), Result.DELETED),
-    "200 / 202 in a dry run": Row(after(DeleteAnswer(200, dry_run=True)), Result.WOULD_DELETE),
-    "404 NotFound": Row(after(DeleteAnswer(404)), Result.ABSENT),
+    "200 / 202": Row(after(Answer.of(200)), Result.DELETED),
+    "200 / 202 in a dry run": Row(after(Answer.of(200, dry_run=True)), Result.WOULD_DELETE),
+    "404 NotFound": Row(after(Answer.of(404, "NotFound")), Result.ABSENT),
     "409 Conflict, then the GET finds another UID": Row(
-        after(DeleteAnswer(409, holder_uid=OTHER_UID)), Result.REPLACED
+        after(Answer.of(409, "Conflict", holder_uid=OTHER_UID)), Result.REPLACED
     ),
-    "409 Conflict, then the GET finds nothing": Row(after(DeleteAnswer(409, holder_uid=None)), Result.ABSENT),
+    "409 Conflict, then the GET finds nothing": Row(after(Answer.of(409, "Conflict", holder_uid=None)), Result.ABSENT),
     "409 Conflict, then the GET finds the row's own UID": Row(
-        after(DeleteAnswer(409, holder_uid=str(UID))), Result.RETRY, dead_when_used_up=True
+        after(Answer.of(409, "Conflict", holder_uid=str(UID))), Result.RETRY, dead_when_used_up=True
     ),
     "500, 502, 503, 504, a timeout or no answer, while the API server shows it is up": Row(
-        after(KubeRetryable("503 ServiceUnavailable", status=503, reason="ServiceUnavailable")),
+        after(Answer.of(503, "ServiceUnavailable", "503 ServiceUnavailable")),
         Result.RETRY,
         dead_when_used_up=True,
     ),
     "the same, and the API server answers neither another request since nor its probe": Row(
-        after(KubeRetryable("connection refused"), unreachable=DOWN), Result.HANDED_BACK, charged=False
+        after(Answer.none("connection refused"), unreachable=DOWN), Result.HANDED_BACK, charged=False
     ),
     "429": Row(
-        after(KubeRetryable("429", status=429, reason="TooManyRequests", retry_after=2.0)),
+        after(Answer.of(429, "TooManyRequests", "429", retry_after=2.0)),
         Result.HANDED_BACK,
         charged=False,
     ),
     "401": Row(refused(401), Result.HANDED_BACK, charged=False),
     "403": Row(refused(403), Result.HANDED_BACK, charged=False),
-    "any other 4xx (400, 410, 422, ...)": Row(
-        after(KubeRejected("422 Invalid", status=422, reason="Invalid")), Result.DEAD
+    "any other 4xx (400, 410, 422, ...)": Row(after(Answer.of(422, "Invalid", "422 Invalid")), Result.DEAD),
+    "an error nobody foresaw": Row(
+        after(Answer.unforeseen(RuntimeError("a bug"))), Result.RETRY, dead_when_used_up=True
     ),
-    "an error nobody foresaw": Row(after(RuntimeError("a bug")), Result.RETRY, dead_when_used_up=True),
     "(at the claim) the execution row is active again": Row(
         at_the_claim(Recheck(frozenset({7}), {}, {})), Result.SKIPPED_ACTIVE
     ),
@@ -174,32 +166,32 @@ def test_used_up_is_written_once() -> None:
 
 
 def test_a_pod_left_terminating_is_looked_at_again_after_its_grace() -> None:
-    assert after(DeleteAnswer(200))(claim()).confirm_in is None
-    assert after(DeleteAnswer(200, grace_seconds=30))(claim()).confirm_in == 30 + CONFIRM_MARGIN_SECONDS
+    assert after(Answer.of(200))(claim()).confirm_in is None
+    assert after(Answer.of(200, grace_seconds=30))(claim()).confirm_in == 30 + CONFIRM_MARGIN_SECONDS
 
 
 @pytest.mark.parametrize(
-    "error",
+    "answer",
     [
-        KubeRetryable("500 InternalError", status=500, reason="InternalError"),
-        KubeRetryable("502 BadGateway", status=502, reason="BadGateway"),
-        KubeRetryable("504 Timeout", status=504, reason="Timeout"),
-        KubeRetryable("read timed out"),  # a timeout or a connection error: no status
+        Answer.of(500, "InternalError", "500 InternalError"),
+        Answer.of(502, "BadGateway", "502 BadGateway"),
+        Answer.of(504, "Timeout", "504 Timeout"),
+        Answer.none("read timed out", kind="ReadTimeoutError"),  # a timeout or a connection error
     ],
     ids=["500", "502", "504", "timeout"],
 )
-def test_the_rows_own_trouble_waits_its_backoff_and_keeps_the_answer(error: KubeRetryable) -> None:
-    assert needs_probe(error)
-    retry = after(error)(claim(attempts=3))
+def test_the_rows_own_trouble_waits_its_backoff_and_keeps_the_answer(answer: Answer) -> None:
+    assert answer.needs_probe
+    retry = after(answer)(claim(attempts=3))
     assert retry.result is Result.RETRY and BACKOFF.ceiling(3) / 2 <= retry.delay <= BACKOFF.ceiling(3)
-    assert (retry.http_status, retry.error) == (error.status, str(error))
-    assert after(error, unreachable=DOWN)(claim(attempts=MAX)).result is Result.HANDED_BACK  # never dead
+    assert (retry.http_status, retry.error) == (answer.status, str(answer))
+    assert after(answer, unreachable=DOWN)(claim(attempts=MAX)).result is Result.HANDED_BACK  # never dead
 
 
 def test_a_429_waits_at_least_its_retry_after() -> None:
-    error = KubeRetryable("429", status=429, reason="TooManyRequests", retry_after=120.0)
-    assert not needs_probe(error)  # an answer: the server is up
-    held = after(error)(claim(attempts=MAX))
+    answer = Answer.of(429, "TooManyRequests", "429", retry_after=120.0)
+    assert not answer.needs_probe  # an answer: the server is up
+    held = after(answer)(claim(attempts=MAX))
     assert (held.result, held.http_status) == (Result.HANDED_BACK, 429) and held.delay >= 120.0
 
 
@@ -213,30 +205,17 @@ def test_a_lease_that_expired_with_attempts_left_is_sent_again() -> None:
     assert answers.at_claim(claim(3), NOTHING_CHECKED, POLICY) is None
 
 
-def test_a_409_of_another_kind_is_uncertain() -> None:
-    """A 409 the client raised as an error (not the DELETE's own, which ``delete_pod`` answers) is
-    nobody's known answer: kept for another round."""
-    conflict = KubeConflict("409 resolved elsewhere", status=409, reason="Conflict")
-    assert after(conflict)(claim()).result is Result.RETRY
+def test_a_409_that_is_not_the_preconditions_is_a_rejection() -> None:
+    """Only a 409 whose reason is ``Conflict`` is the UID precondition's; another (``AlreadyExists``)
+    says the request itself was wrong."""
+    assert after(Answer.of(409, "AlreadyExists", "409 AlreadyExists"))(claim()).result is Result.DEAD
 
 
 def test_the_attempt_history_keeps_the_reason_and_the_answer_label() -> None:
-    error = KubeRetryable("connection refused")
-    error.__cause__ = ConnectionRefusedError()
-    assert sent(error).attempt.reason == "ConnectionRefusedError"
-    assert sent(DeleteAnswer(409, holder_uid=None)).attempt.reason == "Conflict"
-    assert sent(KubeRejected("422", status=422, reason="Invalid")).attempt.reason == "Invalid"
-    assert answer_label(DeleteAnswer(200)) == "200"
-    assert answer_label(KubeRetryable("503", status=503)) == "503"
-    assert answer_label(KubeRetryable("timed out")) == "none"
-    assert answer_label(RuntimeError("x")) == "none"
-
-
-def test_only_no_answer_or_a_5xx_needs_the_probe() -> None:
-    assert not needs_probe(DeleteAnswer(200))
-    assert not needs_probe(KubeRejected("422", status=422, reason="Invalid"))
-    assert not needs_probe(KubeUnauthorized("401", status=401, reason="Unauthorized"))
-    assert not needs_probe(RuntimeError("a bug"))  # a bug is no news about the server
+    assert sent(Answer.none("refused", kind="ConnectionRefusedError")).attempt.reason == "ConnectionRefusedError"
+    assert sent(Answer.of(409, "Conflict", holder_uid=None)).attempt.reason == "Conflict"
+    assert sent(Answer.of(422, "Invalid", "422")).attempt.reason == "Invalid"
+    assert sent(Answer.unforeseen(RuntimeError("x"))).attempt.reason == "RuntimeError"
 
 
 def test_the_design_tables_result_column_is_the_code_s() -> None:

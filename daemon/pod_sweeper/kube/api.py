@@ -1,8 +1,9 @@
 """The Kubernetes side: the one client of the API server (``KubeClient``), which deletes a pod by
 namespace and name under ``preconditions.uid``, reads pods and nodes, lists, asks access reviews, records
-Events and probes the server's health, with the official client; every answer comes back as what the
-server said (``DeleteAnswer``), and every failure as one of our error types (``classify``). What an answer
-means for a row is not said here: that is the daemon's answer table (``tasks.answers``).
+Events and probes the server's health, with the official client. Every answer comes back in one shape, an
+``Answer`` (``kube.answer``): a DELETE returns it whatever the server said, or whether it said anything;
+the other calls raise it in a ``KubeError`` for anything but a success. What an answer means for a row is
+not said here: that is the daemon's answer table (``tasks.rules.answers``).
 
 Its configuration comes from ``kube.config`` (retries off: the sweeper owns the whole policy).
 Answers are matched on status code and ``reason``, never on message text.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -22,25 +23,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from pod_sweeper.core.errors import (
-    KubeConflict,
-    KubeError,
-    KubeForbidden,
-    KubeNotFound,
-    KubeRejected,
-    KubeRetryable,
-    KubeUnauthorized,
-)
-
-
-@dataclass(frozen=True)
-class DeleteAnswer:
-    """What the API server said to a DELETE under the pod's UID, and to the GET that follows a 409."""
-
-    status: int  # the DELETE's: 200 or 202 (deleted, or terminating), 404 (no such pod), 409 (another UID)
-    grace_seconds: int = 0  # > 0: the pod was left terminating for this long
-    holder_uid: str | None = None  # after a 409: the UID of the pod that now holds the name (None: none)
-    dry_run: bool = False  # sent with dryRun=All: validated, nothing changed
+from pod_sweeper.kube.answer import Answer, Said
+from pod_sweeper.kube.errors import KubeError
 
 
 @dataclass(frozen=True)
@@ -116,28 +100,22 @@ def _status_body(exc: ApiException) -> dict[str, Any] | None:
     return body if isinstance(body, dict) and body.get("kind") == "Status" else None
 
 
-def classify(exc: ApiException) -> KubeError:
-    """Our error type for an API answer, with the cause chained by the caller."""
+def answer_of(exc: ApiException) -> Answer:
+    """The answer an ApiException stands for: its status, the Status body's reason and message."""
     status = int(exc.status or 0)
     if status == 0:
         # The client's own word for "no HTTP answer" (a TLS handshake that failed, say): not an answer
         # about the row, so never a 4xx-style end.
-        return KubeRetryable(f"no answer from the API server: {exc.reason}"[:500])
+        return Answer.none(str(exc.reason), kind="ApiException")
     body = _status_body(exc) or {}
     reason = body.get("reason") or exc.reason or ""
     message = body.get("message") or (exc.body.decode() if isinstance(exc.body, bytes) else str(exc.body or ""))
     text = f"{status} {reason}: {message}".strip()[:500]
-    if status == 404:
-        return KubeNotFound(text, status=status, reason=reason)
-    if status == 409 and reason == "Conflict":
-        return KubeConflict(text, status=status, reason=reason)
-    if status == 401:
-        return KubeUnauthorized(text, status=status, reason=reason)
-    if status == 403:
-        return KubeForbidden(text, status=status, reason=reason)
-    if status == 429 or status >= 500:
-        return KubeRetryable(text, status=status, reason=reason, retry_after=_retry_after(exc))
-    return KubeRejected(text, status=status, reason=reason)
+    return Answer.of(status, reason or None, text, retry_after=_retry_after(exc))
+
+
+def _unanswered(exc: BaseException) -> Answer:
+    return Answer.none(f"{type(exc).__name__}: {exc}", kind=type(exc).__name__)
 
 
 _TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
@@ -168,27 +146,29 @@ class KubeClient:
 
     def _call(self, method: Any, *args: Any, timeout: float, **kwargs: Any) -> Any:
         """Run one client call and return its raw response (no model deserialization); every
-        failure comes out as one of our KubeError types, with the cause chained."""
+        failure comes out as a KubeError holding its Answer, with the cause chained."""
         try:
             return method(*args, _request_timeout=timeout, _preload_content=False, **kwargs)
         except ApiException as exc:
-            raise classify(exc) from exc
+            raise KubeError(answer_of(exc)) from exc
         except _TRANSPORT_ERRORS as exc:
-            raise KubeRetryable(f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]) from exc
+            raise KubeError(_unanswered(exc)) from exc
 
     def pod_state(self, namespace: str, name: str, *, timeout: float) -> PodState | None:
         """The pod now holding ``name`` (its UID and node), or None when there is none."""
         try:
             response = self._call(self._core.read_namespaced_pod, name, namespace, timeout=timeout)
-        except KubeNotFound:
-            return None
+        except KubeError as exc:
+            if exc.answer.said is Said.NOT_FOUND:
+                return None
+            raise
         return PodState.from_json(json.loads(response.data))
 
     def list_pods(
         self, namespace: str, label_selector: str, *, limit: int, continue_token: str | None, timeout: float
     ) -> PodPage:
         """One page of the pods in ``namespace`` matching ``label_selector`` (the real list API, with
-        ``limit`` and ``continue``). An expired continue token comes back as a KubeRejected (410)."""
+        ``limit`` and ``continue``). An expired continue token is a KubeError whose answer is a 410 (rejected)."""
         kwargs: dict[str, Any] = {"label_selector": label_selector, "limit": limit}
         if continue_token:
             kwargs["_continue"] = continue_token
@@ -203,8 +183,10 @@ class KubeClient:
         """Whether the node is still registered (a pod stuck on a vanished node never finishes)."""
         try:
             response = self._call(self._core.read_node, name, timeout=timeout)
-        except KubeNotFound:
-            return False
+        except KubeError as exc:
+            if exc.answer.said is Said.NOT_FOUND:
+                return False
+            raise
         _ = response.data  # drain it: the connection goes back to the pool
         return True
 
@@ -276,20 +258,25 @@ class KubeClient:
         _ = response.data
         return int(response.status)
 
-    def delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool = False) -> DeleteAnswer:
-        """DELETE under the UID; after a 409, a GET says who holds the name now. Raises our error types
-        for every other answer (401, 403, 429, 5xx, other 4xx) and for no answer. With ``dry_run`` the
-        DELETE goes with dryRun=All: the API server validates it and changes nothing."""
+    def delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool = False) -> Answer:
+        """DELETE under the UID, and what the server said to it, whatever that was (no answer
+        included): it never raises for the server. After a 409 Conflict a GET says who holds the name
+        now (``holder_uid``); when the GET itself fails, its answer is the request's. With ``dry_run``
+        the DELETE goes with dryRun=All: the API server validates it and changes nothing."""
         body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
         if dry_run:
             body["dryRun"] = ["All"]
         try:
             response = self._call(self._core.delete_namespaced_pod, name, namespace, body=body, timeout=timeout)
-        except KubeNotFound as exc:
-            return DeleteAnswer(int(exc.status or 404), dry_run=dry_run)
-        except KubeConflict as exc:
+        except KubeError as exc:
+            answer = exc.answer
+            if answer.said is not Said.CONFLICT:
+                return replace(answer, dry_run=dry_run)
             # Either another pod holds the name, or ours vanished mid-delete: the GET tells them apart.
-            holder = self.pod_state(namespace, name, timeout=timeout)
-            return DeleteAnswer(int(exc.status or 409), holder_uid=holder.uid if holder else None, dry_run=dry_run)
+            try:
+                holder = self.pod_state(namespace, name, timeout=timeout)
+            except KubeError as failed:
+                return failed.answer
+            return replace(answer, holder_uid=holder.uid if holder else None, dry_run=dry_run)
         # The body (read raw, not into models) says whether the pod was left terminating.
-        return DeleteAnswer(int(response.status), _grace_seconds(response.data), dry_run=dry_run)
+        return Answer.of(int(response.status), grace_seconds=_grace_seconds(response.data), dry_run=dry_run)

@@ -19,15 +19,15 @@ from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core import periodic
-from pod_sweeper.core.errors import KubeConflict, KubeError, KubeNotFound
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
+from pod_sweeper.kube.answer import Said
 from pod_sweeper.kube.api import KubeClient
+from pod_sweeper.kube.errors import KubeError
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import terminating
 from pod_sweeper.store.db import Connection
 from pod_sweeper.tasks.loops.outage import OutageWatch
-from pod_sweeper.tasks.rules.answers import needs_probe
 
 BATCH = 50
 RECHECK_SECONDS = 30.0  # how long a looked-at, still-terminating pod waits for the next look
@@ -69,7 +69,7 @@ class Confirmer:
             try:
                 state = await asyncio.to_thread(self.kube.pod_state, row.pod_namespace, row.pod_name, timeout=timeout)
             except KubeError as exc:
-                if needs_probe(exc) and await self.outage.server_down(sent):
+                if exc.answer.needs_probe and await self.outage.server_down(sent):
                     break  # the rest of the batch comes back after RECHECK_SECONDS, like this one
                 logger.info(
                     "confirming {ns}/{pod} must wait: {error}",
@@ -116,13 +116,13 @@ class Confirmer:
                 return  # its kubelet may still finish it: never force
             started = time.monotonic()
             status = await asyncio.to_thread(self.kube.force_delete, namespace, name, uid, timeout=timeout)
-        except (KubeNotFound, KubeConflict):
+        except KubeError as exc:
+            if exc.answer.said not in (Said.NOT_FOUND, Said.CONFLICT):
+                logger.warning("force-deleting {ns}/{pod} must wait: {error}", ns=namespace, pod=name, error=str(exc))
+                return
             # Gone (PodGC removes a vanished node's pods after its quarantine) or another pod holds the
             # name: nothing to force, and the next look confirms it.
             logger.info("stuck pod {ns}/{pod} is already gone; nothing to force", ns=namespace, pod=name)
-            return
-        except KubeError as exc:
-            logger.warning("force-deleting {ns}/{pod} must wait: {error}", ns=namespace, pod=name, error=str(exc))
             return
         self.metrics.forced.inc()
         logger.warning(

@@ -23,10 +23,10 @@ from datetime import UTC, datetime
 from loguru import logger
 
 from pod_sweeper.core.backoff import TokenBucket
-from pod_sweeper.core.errors import KubeError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import KubeClient, PodEvent
+from pod_sweeper.kube.errors import KubeError
 from pod_sweeper.store.outbox import Claim
 from pod_sweeper.tasks.loops.outage import OutageWatch
 

@@ -30,15 +30,14 @@ from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core import periodic
-from pod_sweeper.core.errors import KubeError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import KubeClient, PodState
+from pod_sweeper.kube.errors import KubeError
 from pod_sweeper.store import quarantine
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment, Generation, generations, load_attachments
 from pod_sweeper.tasks.loops.outage import OutageWatch
-from pod_sweeper.tasks.rules.answers import needs_probe
 
 _BIGINT = 2**63
 
@@ -133,7 +132,7 @@ class Reconciler:
             # An expired continue token (410) or an unreachable API: the pods not listed keep their
             # quarantine as it was, and the next pass starts from the first page. No answer at all is
             # the outage watch's to judge (it holds every task back while the server is down).
-            if needs_probe(exc):
+            if exc.answer.needs_probe:
                 await self.outage.server_down(sent)
             result.error = f"listing pods in {self.namespace}: {exc}"[:500]
             logger.warning("reconciliation pass stopped early: {error}", error=result.error)

@@ -3,8 +3,8 @@ pure functions that return the row's ``Verdict`` (its ``Result``, whether the at
 due again, what ``last_error`` says). The sender and the claimer only apply what these return; the record
 (``sql/record_results.sql``) and the metrics read the same ``Result``, never working it out again.
 
-- ``decide``: a DELETE was sent; what came back (``kube.api.DeleteAnswer``, or the error it raised),
-  and, for no answer or a 5xx, whether the outage watch found the API server down.
+- ``decide``: a DELETE was sent; what came back (its ``kube.answer.Answer``, read by its ``said``, never
+  by its status), and, for no answer or a 5xx, whether the outage watch found the API server down.
 - ``at_claim``: before anything is sent: a lease that expired with its attempts used up, a generation
   active again, a re-check that could not be made.
 - ``unsendable``, ``held``: a row no request may be sent for; a row held back by a gate.
@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pod_sweeper.core.backoff import Backoff
-from pod_sweeper.core.errors import KubeError, KubeForbidden, KubeRejected, KubeRetryable, KubeUnauthorized
 from pod_sweeper.core.states import Result, exhausted
-from pod_sweeper.kube.api import DeleteAnswer
+from pod_sweeper.kube.answer import Answer, Said
 from pod_sweeper.store.outbox import Attempt, Claim, Verdict
 from pod_sweeper.store.recheck import Recheck
 from pod_sweeper.tasks.rules.gates import Refusal
@@ -46,79 +45,52 @@ class Sent:
     started_at: datetime
     sent: float
     seconds: float
-    result: DeleteAnswer | Exception
+    answer: Answer
 
     @property
     def attempt(self) -> Attempt:
-        """The attempt history's row of it (its reason: the API's, or the error's kind)."""
-        return Attempt(self.started_at, self.seconds * 1000, reason_of(self.result))
-
-
-def needs_probe(result: DeleteAnswer | BaseException) -> bool:
-    """Whether this result could be the API server's trouble rather than the row's (no answer, or a
-    5xx): only the outage watch can tell, and only the row's own trouble is charged."""
-    return isinstance(result, KubeRetryable) and (result.status is None or result.status >= 500)
-
-
-def answered(result: DeleteAnswer | BaseException) -> bool:
-    """Whether the API server gave an answer about the row (so it was up when it did)."""
-    return isinstance(result, DeleteAnswer | KubeError) and not needs_probe(result)
-
-
-def status_of(result: DeleteAnswer | BaseException) -> int | None:
-    """The HTTP status the request came back with; None when there was no answer."""
-    if isinstance(result, DeleteAnswer):
-        return result.status
-    return result.status if isinstance(result, KubeError) else None
-
-
-def reason_of(result: DeleteAnswer | BaseException) -> str | None:
-    """The attempt history's ``reason``: the API's Status reason, or the error's kind."""
-    if isinstance(result, DeleteAnswer):
-        return {404: "NotFound", 409: "Conflict"}.get(result.status)
-    if isinstance(result, KubeError) and result.reason:
-        return result.reason
-    cause = result.__cause__
-    return type(cause).__name__ if cause is not None else type(result).__name__
+        """The attempt history's row of it (its reason: the API's, or the failure's kind)."""
+        return Attempt(self.started_at, self.seconds * 1000, self.answer.reason)
 
 
 def decide(
     claim: Claim, sent: Sent, policy: Policy, *, unreachable: str | None = None, refusal: Refusal | None = None
 ) -> Verdict:
     """How the row ends this round, given what its DELETE came back with. ``unreachable``: the outage
-    watch's reason when it found the API server down (a result that ``needs_probe`` only); ``refusal``:
+    watch's reason when it found the API server down (an answer that ``needs_probe`` only); ``refusal``:
     the gate's answer to a 401 or 403."""
-    result, attempt, status = sent.result, sent.attempt, status_of(sent.result)
-    if isinstance(result, DeleteAnswer):
-        if result.status == 404:
-            return Verdict(claim.id, claim.epoch, Result.ABSENT, http_status=404, attempt=attempt)
-        if result.status == 409:
-            if result.holder_uid is None:  # ours vanished between the DELETE and the GET
-                return Verdict(claim.id, claim.epoch, Result.ABSENT, http_status=409, attempt=attempt)
-            if result.holder_uid != str(claim.pod_uid):  # another pod holds the name: left alone
-                return Verdict(claim.id, claim.epoch, Result.REPLACED, http_status=409, attempt=attempt)
-            return _charged(claim, f"409 Conflict but the pod still has uid {claim.pod_uid}", 409, attempt, policy)
-        if result.dry_run:
-            return Verdict(claim.id, claim.epoch, Result.WOULD_DELETE, http_status=result.status, attempt=attempt)
-        confirm_in = result.grace_seconds + CONFIRM_MARGIN_SECONDS if result.grace_seconds else None
-        return Verdict(
-            claim.id, claim.epoch, Result.DELETED, http_status=result.status, attempt=attempt, confirm_in=confirm_in
-        )
-    if isinstance(result, KubeUnauthorized | KubeForbidden):
-        # The daemon's fault (its credentials; its RBAC there), not the row's: back, uncharged.
-        assert refusal is not None, "a 401 or 403 is the gate's to take first"
-        return handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=status, attempt=attempt)
-    if isinstance(result, KubeRejected):  # any other 4xx: the request itself is wrong
-        return Verdict(claim.id, claim.epoch, Result.DEAD, error=str(result), http_status=status, attempt=attempt)
-    if isinstance(result, KubeRetryable):
-        if status == 429:  # the server's load, not the row: wait as long as asked, charge nothing
-            delay = policy.backoff.delay(max(claim.attempts, 1), at_least=result.retry_after)
-            return handed_back(claim, delay=delay, error=str(result), http_status=429, attempt=attempt)
-        if unreachable is not None and needs_probe(result):  # the outage gate holds every row
+    answer, attempt = sent.answer, sent.attempt
+    status, error = answer.status, str(answer)
+    match answer.said:
+        case Said.DONE if answer.dry_run:
+            return Verdict(claim.id, claim.epoch, Result.WOULD_DELETE, http_status=status, attempt=attempt)
+        case Said.DONE:
+            confirm_in = answer.grace_seconds + CONFIRM_MARGIN_SECONDS if answer.grace_seconds else None
+            return Verdict(
+                claim.id, claim.epoch, Result.DELETED, http_status=status, attempt=attempt, confirm_in=confirm_in
+            )
+        case Said.NOT_FOUND:
+            return Verdict(claim.id, claim.epoch, Result.ABSENT, http_status=status, attempt=attempt)
+        case Said.CONFLICT if answer.holder_uid is None:  # ours vanished between the DELETE and the GET
+            return Verdict(claim.id, claim.epoch, Result.ABSENT, http_status=status, attempt=attempt)
+        case Said.CONFLICT if answer.holder_uid != str(claim.pod_uid):  # another pod holds the name: left alone
+            return Verdict(claim.id, claim.epoch, Result.REPLACED, http_status=status, attempt=attempt)
+        case Said.CONFLICT:
+            return _charged(claim, f"409 Conflict but the pod still has uid {claim.pod_uid}", status, attempt, policy)
+        case Said.UNAUTHORIZED | Said.FORBIDDEN:
+            # The daemon's fault (its credentials; its RBAC there), not the row's: back, uncharged.
+            assert refusal is not None, "a 401 or 403 is the gate's to take first"
+            return handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=status, attempt=attempt)
+        case Said.THROTTLED:  # the server's load, not the row: wait as long as asked, charge nothing
+            delay = policy.backoff.delay(max(claim.attempts, 1), at_least=answer.retry_after)
+            return handed_back(claim, delay=delay, error=error, http_status=status, attempt=attempt)
+        case Said.REJECTED:  # the request itself is wrong
+            return Verdict(claim.id, claim.epoch, Result.DEAD, error=error, http_status=status, attempt=attempt)
+        case Said.NO_ANSWER | Said.SERVER_ERROR if unreachable is not None:  # the outage gate holds every row
             return handed_back(claim, error=unreachable, http_status=status, attempt=attempt)
-        return _charged(claim, str(result), status, attempt, policy)
-    # A bug or an answer nobody foresaw: uncertain, so the row is kept for another round.
-    return _charged(claim, f"{type(result).__name__}: {result}"[:500], status, attempt, policy)
+        case Said.NO_ANSWER | Said.SERVER_ERROR | Said.UNFORESEEN:
+            # The row's own trouble, or a bug nobody foresaw: uncertain, so kept for another round.
+            return _charged(claim, error, status, attempt, policy)
 
 
 def _charged(claim: Claim, error: str, status: int | None, attempt: Attempt | None, policy: Policy) -> Verdict:
@@ -170,8 +142,3 @@ def handed_back(
         http_status=http_status,
         attempt=attempt,
     )
-
-
-def answer_label(result: DeleteAnswer | BaseException) -> str:
-    """The ``code`` label of ``pod_sweeper_kube_responses_total``: the HTTP status, or ``none``."""
-    return str(status_of(result) or "none")

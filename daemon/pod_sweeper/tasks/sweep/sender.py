@@ -8,9 +8,10 @@ in this order:
 1. a row no request may be sent for (a name Kubernetes could not hold, a namespace out of scope) ends
    dead at once, and a row a gate holds back (a namespace's 403, a 401, the breaker, the API server
    unreachable, a lease run short, the stop) goes back uncharged;
-2. the DELETE, and the GET after a 409 (``KubeClient.delete_pod``);
+2. the DELETE, and the GET after a 409 (``KubeClient.delete_pod``), which come back as one ``Answer``;
 3. the gates hear of the answer: the outage watch of every answer and of every request that got none
    (or a 5xx), the auth gate of a 401, a namespace's gate of a 403 or of its first answer since;
+   what the answer is, each asks of its ``said`` and properties, never of a status code;
 4. ``answers.decide`` says how the row ends (its ``Verdict``), which goes to the pipeline; the metrics, the
    log line and, for a deleted pod, its Event follow from that ``Verdict``.
 """
@@ -26,11 +27,11 @@ from loguru import logger
 
 from pod_sweeper.core import failpoints
 from pod_sweeper.core.backoff import TokenBucket
-from pod_sweeper.core.errors import KubeError, KubeForbidden, KubeRetryable, KubeUnauthorized
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.states import Result
-from pod_sweeper.kube.api import DeleteAnswer, KubeClient
+from pod_sweeper.kube.answer import Answer, Said
+from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.scope import NamespaceScope, invalid_name
 from pod_sweeper.store.outbox import Claim, Verdict
 from pod_sweeper.tasks.loops.events import EventRecorder
@@ -162,35 +163,32 @@ class Sender:
             # delete_pod() may send a DELETE and then a GET: both must end before the lease does.
             timeout = min(self.settings.request_timeout, self._lease_left(work) / 2)
             started_at, sent = datetime.now(UTC), time.monotonic()
-            result: DeleteAnswer | Exception
             try:
-                result = self.kube.delete_pod(
+                answer = self.kube.delete_pod(
                     claim.pod_namespace,
                     claim.pod_name,
                     str(claim.pod_uid),
                     timeout=timeout,
                     dry_run=self._dry_everywhere or claim.pod_namespace in self._dry_namespaces,
                 )
-            except Exception as exc:  # settled on the event loop, where every kind is told apart
-                result = exc
-                unauthorized = isinstance(exc, KubeUnauthorized)
-                if isinstance(exc, KubeForbidden):
-                    forbidden.add(claim.pod_namespace)
-                unanswered = isinstance(exc, KubeRetryable) and exc.status is None
-            out.append(Sent(started_at, sent, time.monotonic() - sent, result))
+            except Exception as exc:  # a bug, or something nobody foresaw: the answer table keeps the row
+                logger.opt(exception=exc).error("unexpected error deleting row {id}", id=claim.id)
+                answer = Answer.unforeseen(exc)
+            unauthorized = answer.said is Said.UNAUTHORIZED
+            if answer.said is Said.FORBIDDEN:
+                forbidden.add(claim.pod_namespace)
+            unanswered = answer.said is Said.NO_ANSWER
+            out.append(Sent(started_at, sent, time.monotonic() - sent, answer))
         return out
 
     async def _settle(self, claim: Claim, sent: Sent) -> None:
         """What came back: the gates hear of it, the answer table says what it means, the pipeline
         gets that, and the metrics, the log and the Event follow from it."""
-        result = sent.result
         self.metrics.delete_latency.observe(sent.seconds)
-        self.metrics.answered(answers.answer_label(result)).inc()
+        self.metrics.answered(sent.answer.label).inc()
         unreachable = await self._outage_hears(sent)
-        refusal = self._gates_hear(claim, result)
+        refusal = self._gates_hear(claim, sent.answer)
         verdict = answers.decide(claim, sent, self.policy, unreachable=unreachable, refusal=refusal)
-        if isinstance(result, Exception) and not isinstance(result, KubeError):  # a bug, or nobody foresaw it
-            logger.opt(exception=result).error("unexpected error deleting row {id}", id=claim.id)
         log_verdict(claim, verdict)
         if self.events is not None and verdict.result is Result.DELETED:
             self.events.deleted(claim)
@@ -200,26 +198,26 @@ class Sender:
     async def _outage_hears(self, sent: Sent) -> str | None:
         """The outage watch hears of every answer, and judges a request that got none or a 5xx: the
         reason the server is found down, or None."""
-        if answers.needs_probe(sent.result):
+        if sent.answer.needs_probe:
             return self.outage.reason if await self.outage.server_down(sent.sent) else None
-        if answers.answered(sent.result):
+        if sent.answer.answered:
             self.outage.answered(sent.sent)
         return None
 
-    def _gates_hear(self, claim: Claim, result: DeleteAnswer | Exception) -> Refusal | None:
+    def _gates_hear(self, claim: Claim, answer: Answer) -> Refusal | None:
         """A 401 closes the auth gate, a 403 the namespace's (their refusal for the row); any answer
         given past authorization opens them again."""
         namespace = claim.pod_namespace
-        if isinstance(result, KubeUnauthorized):
-            refusal = self.auth.refused(str(result))
+        if answer.said is Said.UNAUTHORIZED:
+            refusal = self.auth.refused(str(answer))
             logger.error(
                 "Kubernetes refused our credentials (401); not claiming for {delay:.0f} s: {error}",
                 delay=refusal.delay,
                 error=refusal.error,
             )
             return refusal
-        if isinstance(result, KubeForbidden):
-            refusal = self.namespaces.refused(namespace, str(result))
+        if answer.said is Said.FORBIDDEN:
+            refusal = self.namespaces.refused(namespace, str(answer))
             logger.error(
                 "Kubernetes refused us in namespace {ns} (403); its rows wait {delay:.0f} s, the others go on: {error}",
                 ns=namespace,
@@ -227,8 +225,7 @@ class Sender:
                 error=refusal.error,
             )
             return refusal
-        # Answers given past authorization (a 429 of Priority and Fairness or a 5xx may come before it).
-        if isinstance(result, DeleteAnswer) or (answers.answered(result) and answers.status_of(result) != 429):
+        if answer.past_authorization:
             self.auth.answered()
             if self.namespaces.answered(namespace):
                 logger.info("namespace {ns} answers again", ns=namespace)
