@@ -6,15 +6,22 @@ that touches one cluster's rows takes the cluster as a required keyword: none fa
 
 No transaction here outlives its statements: a claim commits before any API call is made, and every
 record is fenced on (id, claim_epoch), so a replica that lost its lease changes nothing.
+
+``OutboxStore`` (at the end) is the sweep pipeline's store (``store.interface.SweepStore``): these
+functions on a pooled connection, bound to one cluster and one replica.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
+
+from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.store import queries
@@ -371,3 +378,71 @@ async def namespaces(conn: Connection, *, cluster: str) -> list[str]:
     """The namespaces the outbox names for the cluster (at most 50), for ``check``."""
     rows = await (await conn.execute(queries.load("check_namespaces"), {"cluster": cluster})).fetchall()
     return [r["pod_namespace"] for r in rows]
+
+
+# --- the sweep pipeline's store (store.interface.SweepStore), on PostgreSQL ---------------------------
+
+
+class OutboxSession:
+    """The functions above, on one pooled connection, for one cluster and one replica."""
+
+    def __init__(self, conn: Connection, store: OutboxStore) -> None:
+        self._conn, self._store = conn, store
+        self._cluster, self._owner = store.cluster, store.replica
+
+    def transaction(self) -> AbstractAsyncContextManager[object]:
+        return self._conn.transaction()
+
+    async def claim(
+        self, *, batch: int, lease_seconds: float, disarm: bool, at_claim: AtClaim, guard: list[str] | None
+    ) -> ClaimedBatch:
+        claimed = await claim(
+            self._conn,
+            cluster=self._cluster,
+            owner=self._owner,
+            batch=batch,
+            lease_seconds=lease_seconds,
+            attachments=self._store.attachments,
+            disarm=disarm,
+            at_claim=at_claim,
+            guard=guard,
+        )
+        self._store.attachments = claimed.attachments  # what the re-check read the rows through
+        return claimed
+
+    async def guard_mark(self) -> int:
+        return await guard_mark(self._conn, cluster=self._cluster)
+
+    async def record_results(self, verdicts: list[Verdict]) -> set[int]:
+        return await record_results(self._conn, verdicts, self._owner, cluster=self._cluster)
+
+    async def next_due(self) -> float | None:
+        return await next_due(self._conn, cluster=self._cluster)
+
+    async def arm(self) -> bool:
+        return await arm(self._conn, self._owner, cluster=self._cluster)
+
+    async def breaker_window(self) -> BreakerWindow:
+        return await breaker_window(self._conn, self._cluster)
+
+    async def trip_breaker(self, reason: str) -> None:
+        await trip_breaker(self._conn, self._cluster, reason, self._owner)
+
+    async def notify(self) -> None:
+        await notify(self._conn, cluster=self._cluster)
+
+
+class OutboxStore:
+    """The outbox in PostgreSQL for one replica of one cluster: a session per pooled connection. It keeps
+    the attachments the last claim's re-check read rows through (the start-up's, until a row names one
+    it did not have)."""
+
+    def __init__(
+        self, pool: AsyncConnectionPool[Connection], *, cluster: str, replica: str, attachments: dict[int, Attachment]
+    ) -> None:
+        self.pool, self.cluster, self.replica, self.attachments = pool, cluster, replica, attachments
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[OutboxSession]:
+        async with self.pool.connection() as conn:
+            yield OutboxSession(conn, self)

@@ -38,6 +38,7 @@ from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import attach, controls, db, migrations, outbox
+from pod_sweeper.store.outbox import OutboxStore
 from pod_sweeper.store.recheck import load_attachments
 from pod_sweeper.tasks.loops.confirmer import Confirmer
 from pod_sweeper.tasks.loops.listener import Listener
@@ -195,11 +196,13 @@ class Daemon:
             self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True
             outage = OutageWatch(self.settings, pool, kube, self.metrics)
             schema = SchemaGate(self.metrics.schema_incompatible)
+            store = OutboxStore(
+                pool, cluster=self.settings.cluster, replica=self.settings.replica_id, attachments=attachments
+            )
             sweeper = Sweeper(
                 self.settings,
-                pool,
+                store,
                 kube,
-                attachments=attachments,
                 outage=outage,
                 metrics=self.metrics,
                 schema=schema,

@@ -19,21 +19,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import psycopg
 from loguru import logger
-from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core import failpoints
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.store import outbox
-from pod_sweeper.store.db import Connection
-from pod_sweeper.store.outbox import Claim, ClaimedBatch
-from pod_sweeper.store.recheck import Attachment, Recheck
+from pod_sweeper.store.interface import SweepSession, SweepStore
+from pod_sweeper.store.outbox import Claim, ClaimedBatch, Verdict
+from pod_sweeper.store.recheck import Recheck
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.rules import answers
 from pod_sweeper.tasks.rules.answers import Policy
@@ -53,7 +51,7 @@ class Claimer:
     def __init__(
         self,
         settings: Settings,
-        pool: AsyncConnectionPool[Connection],
+        store: SweepStore,
         pipeline: Pipeline,
         metrics: Metrics,
         *,
@@ -62,17 +60,17 @@ class Claimer:
         breaker: BreakerGate,
         outage: OutageWatch,
         stopping: asyncio.Event,
-        attachments: dict[int, Attachment],
         schema: SchemaGate,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.settings, self.pool, self.pipeline, self.metrics, self.policy = settings, pool, pipeline, metrics, policy
+        self.settings, self.store, self.pipeline, self.metrics, self.policy = settings, store, pipeline, metrics, policy
         self.auth, self.breaker, self.outage, self.stopping = auth, breaker, outage, stopping
         self.schema = schema
-        self._attachments = attachments  # replaced by what each claim's re-check read them through
+        self._clock = clock  # the leases' clock (the sender measures what is left of them on it too)
         self._db_backoff = policy.backoff
         self.wake = asyncio.Event()
         self.wake_source = "start"
-        self.last_turn = time.monotonic()  # the claimer's heartbeat, for the systemd watchdog
+        self.last_turn = clock()  # the claimer's heartbeat, for the systemd watchdog
         # Waiting out a closed gate (the API server unreachable, a 401) on purpose: the heartbeat stands
         # still, and a restart would cure nothing, so the watchdog must not count it as a stall.
         self.gated = False
@@ -86,7 +84,7 @@ class Claimer:
         self.wake_source = source
         self.wake.set()
 
-    def _at_claim(self, claim: Claim, recheck: Recheck) -> outbox.Verdict | None:
+    def _at_claim(self, claim: Claim, recheck: Recheck) -> Verdict | None:
         return answers.at_claim(claim, recheck, self.policy)
 
     async def run(self) -> None:
@@ -95,7 +93,7 @@ class Claimer:
         arm_retry = ARM_RETRY_MIN
         pipeline, settings = self.pipeline, self.settings
         while not self.stopping.is_set():
-            self.last_turn = time.monotonic()
+            self.last_turn = self._clock()
             if not self.outage.open or not self.auth.open or not self.schema.open:
                 await self._wait_out_the_gates()
                 continue
@@ -107,7 +105,7 @@ class Claimer:
                 continue
             want = min(settings.batch_size, room)
             self.wake.clear()  # before the claim: a NOTIFY during it must wake the next sleep
-            started = time.monotonic()
+            started = self._clock()
             try:
                 # A poll-only replica cannot hear NOTIFY, so it neither arms nor clears the flag: clearing
                 # it would silence the retires for listening replicas.
@@ -154,25 +152,19 @@ class Claimer:
         """One claim of up to ``want`` rows; None when the breaker allows none."""
         guard = sorted(self.settings.replication_guard) if self.settings.replication_guard else None
         if guard is not None:  # its own short transaction, before the claim's: see sql/guard_mark.sql
-            async with self.pool.connection() as conn:
-                await outbox.guard_mark(conn, cluster=self.settings.cluster)
-        async with self.pool.connection() as conn, self._breaker_section(conn):
-            want = await self._breaker_budget(conn, want)
+            async with self.store.session() as session:
+                await session.guard_mark()
+        async with self.store.session() as session, self._breaker_section(session):
+            want = await self._breaker_budget(session, want)
             if want == 0:
                 return None
-            batch = await outbox.claim(
-                conn,
-                cluster=self.settings.cluster,
-                owner=self.settings.replica_id,
+            return await session.claim(
                 batch=want,
                 lease_seconds=self.settings.lease_seconds,
-                attachments=self._attachments,
                 disarm=disarm,
                 at_claim=self._at_claim,
                 guard=guard,
             )
-        self._attachments = batch.attachments
-        return batch
 
     def _count(self, batch: ClaimedBatch) -> None:
         """The metrics and the log of a claim: rows taken, and those the claim itself ended."""
@@ -208,11 +200,11 @@ class Claimer:
             await asyncio.wait_for(self.stopping.wait(), seconds)
 
     async def _next_due(self) -> float | None:
-        """Seconds until the next open row is due (see outbox.next_due); None when there is none or
+        """Seconds until the next open row is due (the store's ``next_due``); None when there is none or
         the database failed (then the poll interval applies, and the next claim reports the failure)."""
         try:
-            async with self.pool.connection() as conn:
-                return await outbox.next_due(conn, cluster=self.settings.cluster)
+            async with self.store.session() as session:
+                return await session.next_due()
         except psycopg.Error:
             return None
 
@@ -220,8 +212,8 @@ class Claimer:
         """Arm the wakeup flag before sleeping; False when it cannot be armed now (or the database
         failed: then the claim that follows reports it)."""
         try:
-            async with self.pool.connection() as conn:
-                if await outbox.arm(conn, self.settings.replica_id, cluster=self.settings.cluster):
+            async with self.store.session() as session:
+                if await session.arm():
                     return True
         except psycopg.Error:
             return False
@@ -229,29 +221,29 @@ class Claimer:
         return False
 
     @contextlib.asynccontextmanager
-    async def _breaker_section(self, conn: Connection) -> AsyncIterator[None]:
+    async def _breaker_section(self, session: SweepSession) -> AsyncIterator[None]:
         """With the breaker on, the budget and the claim run in one transaction (the claim's own becomes
         a savepoint), which the budget's read holds the cluster's breaker row in; with it off, nothing."""
         if not self.settings.max_deletes_per_minute:
             yield
             return
-        async with conn.transaction():
+        async with session.transaction():
             yield
 
-    async def _breaker_budget(self, conn: Connection, want: int) -> int:
+    async def _breaker_budget(self, session: SweepSession, want: int) -> int:
         """How many rows this claim may take under the cluster's blast-radius breaker (0: none; tripped or
         the minute's budget spent). Counts the cluster's deletes by every replica, from the attempt history."""
         limit, cluster = self.settings.max_deletes_per_minute, self.settings.cluster
         if not limit:
             return want
-        window = await outbox.breaker_window(conn, cluster)
+        window = await session.breaker_window()
         self.breaker.observe(window.tripped_reason)
         if (budget := breaker_budget(limit, window, want)) > 0 or window.tripped_reason is not None:
             return budget
-        due = await outbox.next_due(conn, cluster=cluster)
+        due = await session.next_due()
         if due is not None and due <= 0:  # work is waiting, and the minute's deletes are spent: trip
             reason = trip_reason(limit, window, cluster)
-            await outbox.trip_breaker(conn, cluster, reason, self.settings.replica_id)
+            await session.trip_breaker(reason)
             self.breaker.observe(reason)
             logger.critical("blast-radius breaker tripped, no more deletes: {reason}", reason=reason)
         return 0

@@ -1,4 +1,4 @@
-"""The recorder: writes the rows' results in batches (``outbox.record_results``), fenced on each
+"""The recorder: writes the rows' results in batches (the store's ``record_results``), fenced on each
 claim's epoch, and counts each one by the ``Result`` it was written from.
 
 It lingers a few milliseconds for a fuller batch, retries a database error with backoff, and keeps the
@@ -14,15 +14,13 @@ from collections.abc import Callable
 
 import psycopg
 from loguru import logger
-from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core import failpoints, periodic
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.states import Status
-from pod_sweeper.store import outbox
-from pod_sweeper.store.db import Connection
+from pod_sweeper.store.interface import SweepStore
 from pod_sweeper.store.outbox import Verdict
 from pod_sweeper.tasks.sweep.pipeline import Pipeline
 
@@ -37,9 +35,7 @@ RECORD_LINGER = 0.025
 class Recorder:
     def __init__(
         self,
-        replica: str,
-        cluster: str,
-        pool: AsyncConnectionPool[Connection],
+        store: SweepStore,
         pipeline: Pipeline,
         metrics: Metrics,
         *,
@@ -47,7 +43,7 @@ class Recorder:
         stopping: asyncio.Event,
         wake_claimer: Callable[[str], None],
     ) -> None:
-        self.replica, self.cluster, self.pool, self.pipeline, self.metrics = replica, cluster, pool, pipeline, metrics
+        self.store, self.pipeline, self.metrics = store, pipeline, metrics
         self.backoff, self.stopping, self.wake_claimer = backoff, stopping, wake_claimer
 
     async def run(self) -> None:
@@ -80,8 +76,8 @@ class Recorder:
         await self.pipeline.write_results(self._write, RECORD_BATCH)
 
     async def _write(self, batch: list[Verdict]) -> None:
-        async with self.pool.connection() as conn, conn.transaction():
-            owned = await outbox.record_results(conn, batch, self.replica, cluster=self.cluster)
+        async with self.store.session() as session, session.transaction():
+            owned = await session.record_results(batch)
             failpoints.hit("during_record")
         for verdict in batch:
             if verdict.id in owned:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -65,10 +66,12 @@ class Sender:
         outage: OutageWatch,
         stopping: asyncio.Event,
         events: EventRecorder | None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings, self.kube, self.pipeline, self.metrics, self.policy = settings, kube, pipeline, metrics, policy
         self.auth, self.namespaces, self.breaker, self.outage = auth, namespaces, breaker, outage
         self.stopping, self.events = stopping, events
+        self._clock = clock  # the claimer's: the leases' deadlines are on it
         self.scope = NamespaceScope(settings.namespaces)
         # The one owner of "is this DELETE a dry run": everywhere (POD_SWEEPER_DRY_RUN), or in the
         # namespaces of a staged rollout (POD_SWEEPER_DRY_RUN_NAMESPACES).
@@ -126,10 +129,9 @@ class Sender:
             return answers.handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=403)
         return answers.handed_back(claim, error=self.outage.reason or self.auth.error or self.breaker.reason)
 
-    @staticmethod
-    def _lease_left(work: Work) -> float:
+    def _lease_left(self, work: Work) -> float:
         """Seconds a request for this row may still take, the margin kept before its lease ends."""
-        return work.lease_deadline - time.monotonic() - LEASE_MARGIN_SECONDS
+        return work.lease_deadline - self._clock() - LEASE_MARGIN_SECONDS
 
     def _may_send(self, work: Work) -> bool:
         """Whether a DELETE for this row may start now (enough lease left, the API server reachable,

@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import psycopg
 from loguru import logger
-from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import KubeClient
-from pod_sweeper.store import outbox
-from pod_sweeper.store.db import Connection
-from pod_sweeper.store.recheck import Attachment
+from pod_sweeper.store.interface import SweepStore
 from pod_sweeper.tasks.loops.events import EventRecorder
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.rules import answers
@@ -102,15 +100,16 @@ class Sweeper:
     def __init__(
         self,
         settings: Settings,
-        pool: AsyncConnectionPool[Connection],
+        store: SweepStore,
         kube: KubeClient,
         *,
-        attachments: dict[int, Attachment],
         outage: OutageWatch,
         metrics: Metrics,
         schema: SchemaGate | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.settings, self.pool = settings, pool
+        self.settings = settings
+        self.store = store  # the pipeline's one way to the database (store.outbox.OutboxStore in the daemon)
         backoff = Backoff(settings.backoff_base, settings.backoff_max)
         policy = Policy(settings.max_attempts, backoff)
         auth = AuthGate(backoff, floor=settings.backoff_base, gauge=metrics.kube_refusing)  # 401: every row
@@ -126,7 +125,7 @@ class Sweeper:
         pipeline = self.pipeline = Pipeline(settings.concurrency + settings.batch_size)
         self.claimer = Claimer(
             settings,
-            pool,
+            store,
             pipeline,
             metrics,
             policy=policy,
@@ -134,8 +133,8 @@ class Sweeper:
             breaker=breaker,
             outage=outage,
             stopping=stopping,
-            attachments=attachments,
             schema=schema or SchemaGate(),
+            clock=clock,
         )
         # Events on deleted pods (best effort, paced, off the rows' path); none in a dry run.
         self.events = (
@@ -153,11 +152,10 @@ class Sweeper:
             outage=outage,
             stopping=stopping,
             events=self.events,
+            clock=clock,
         )
         self.recorder = Recorder(
-            settings.replica_id,
-            settings.cluster,
-            pool,
+            store,
             pipeline,
             metrics,
             backoff=backoff,
@@ -189,7 +187,7 @@ class Sweeper:
                 self._tasks.append(group.create_task(self.events.run(), name="events"))
 
     async def drain(self, deadline: float) -> None:
-        """Stop claiming, let in-flight deletes finish until ``deadline`` (monotonic), hand back the
+        """Stop claiming, let in-flight deletes finish until ``deadline`` (time.monotonic), hand back the
         rest without charging an attempt, record everything, send the queued Events in the time left
         (counting what cannot be sent), and stop the tasks."""
         pipeline = self.pipeline
@@ -229,7 +227,7 @@ class Sweeper:
         # This replica may have cleared the wakeup flag (it was claiming) and is leaving: retires do not
         # NOTIFY now, and the other replicas sleep. One NOTIFY makes them claim, and arm it themselves.
         try:
-            async with asyncio.timeout(2), self.pool.connection() as conn:
-                await outbox.notify(conn, cluster=self.settings.cluster)
+            async with asyncio.timeout(2), self.store.session() as session:
+                await session.notify()
         except (psycopg.Error, TimeoutError) as exc:
             logger.warning("could not wake the other replicas on the way out: {error}", error=first_line(exc))

@@ -1,0 +1,62 @@
+"""What the sweep pipeline asks of the outbox, as an interface: ``SweepStore`` gives ``SweepSession``s,
+each one connection's worth of the outbox for one cluster and one replica.
+
+The claimer and the recorder (and the sweeper's goodbye NOTIFY) reach the database only through these
+methods, so the pipeline can run on another store: ``store.outbox.OutboxStore`` is the real one,
+PostgreSQL through the pool; ``testing.memstore.MemoryStore`` keeps rows in memory on a fake clock, for
+unit tests of the tasks, and is held to the real one by tests/integration/test_store_contract.py.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from pod_sweeper.store.outbox import AtClaim, BreakerWindow, ClaimedBatch, Verdict
+
+
+class SweepSession(Protocol):
+    """One connection's worth of one cluster's outbox, as one replica sees it (see ``store.outbox`` for
+    what each statement does)."""
+
+    def transaction(self) -> AbstractAsyncContextManager[object]:
+        """What runs inside commits together (the breaker's budget and the claim; a record)."""
+        ...
+
+    async def claim(
+        self, *, batch: int, lease_seconds: float, disarm: bool, at_claim: AtClaim, guard: list[str] | None
+    ) -> ClaimedBatch:
+        """Claim and re-check up to ``batch`` due rows; those ``at_claim`` ends are recorded at once."""
+        ...
+
+    async def guard_mark(self) -> int:
+        """The replication guard's mark of the open rows no mark vouches for yet."""
+        ...
+
+    async def record_results(self, verdicts: list[Verdict]) -> set[int]:
+        """Write the verdicts, fenced on each row's claim epoch; the ids this replica still owned."""
+        ...
+
+    async def next_due(self) -> float | None:
+        """Seconds until the next open row is due (negative: due now); None: none is open."""
+        ...
+
+    async def arm(self) -> bool:
+        """Arm the wakeup flag before sleeping; False while it cannot be armed now."""
+        ...
+
+    async def breaker_window(self) -> BreakerWindow:
+        """Inside a transaction: the cluster's breaker, its row held until the transaction ends."""
+        ...
+
+    async def trip_breaker(self, reason: str) -> None: ...
+
+    async def notify(self) -> None:
+        """Wake the cluster's listening replicas."""
+        ...
+
+
+class SweepStore(Protocol):
+    def session(self) -> AbstractAsyncContextManager[SweepSession]:
+        """A session for as long as the block runs (a pooled connection, for the real store)."""
+        ...

@@ -1,0 +1,229 @@
+"""The outbox in memory: a ``store.interface.SweepStore`` for unit tests of the sweep pipeline's tasks
+(the claimer, the sender, the recorder, the drain) without PostgreSQL, on a ``FakeClock``.
+
+It keeps what the SQL under ``sql/`` keeps for the rows the pipeline touches, and nothing else: a claim
+takes due rows in due order, bumps each one's epoch and charges its attempt, takes over an expired lease
+(saying whose it was) and records at once what ``at_claim`` ends; a record is fenced on the epoch and
+the claimed status, gives an uncharged attempt back, and sets the due time of a row pending again.
+``tests/integration/test_store_contract.py`` runs the same scenarios on it and on the real store and
+compares every row. Not modelled: several replicas' row locks (one store, one replica at a time),
+pauses and holds, the replication guard's standbys (``guard_mark`` marks nothing), the attempt
+history's columns beyond the result.
+
+What a test may look at or arrange: ``rows`` (by id), ``writes`` (every ``record_results`` call's
+ids, in order), ``activate`` (a generation active again: the re-check finds it), ``fail`` (the next
+calls of a method raise a database error), ``arm_refusals``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+
+import psycopg
+
+from pod_sweeper.core.states import Outcome, Result, Status
+from pod_sweeper.store.outbox import AtClaim, BreakerWindow, Claim, ClaimedBatch, Verdict
+from pod_sweeper.store.recheck import Recheck
+from pod_sweeper.testing.clock import FakeClock
+
+BREAKER_WINDOW_SECONDS = 60.0
+
+
+@dataclass
+class Row:
+    """One outbox row, with the columns the pipeline reads and writes."""
+
+    id: int
+    sandbox_id: str
+    generation: int
+    pod_namespace: str
+    pod_name: str
+    pod_uid: uuid.UUID
+    next_attempt_at: float
+    status: Status = Status.PENDING
+    attempts: int = 0
+    claim_epoch: int = 0
+    claimed_by: str | None = None
+    outcome: Outcome | None = None
+    last_error: str | None = None
+    last_http_status: int | None = None
+    reason: str = "retired"
+    results: list[Result] = field(default_factory=list)  # the attempt history's results, recorded or not
+
+
+class MemoryStore:
+    """One cluster's outbox for one replica (``replica``), on ``clock``."""
+
+    def __init__(self, clock: FakeClock, *, replica: str = "memory") -> None:
+        self.clock, self.replica = clock, replica
+        self.rows: dict[int, Row] = {}
+        self.writes: list[list[int]] = []  # each record_results call's ids, as given
+        self.armed = False
+        self.arm_refusals = 0  # the next arms that find an enqueue still open
+        self.tripped: str | None = None
+        self._active: set[tuple[str, int]] = set()
+        self._failing: dict[str, int] = {}
+        self._deleted_at: list[tuple[float, str]] = []  # (when, namespace): the breaker's window
+
+    # --- arranging and reading, for the tests -------------------------------------------------------
+
+    def retire(self, sandbox_id: str, *, generation: int = 1, namespace: str = "sandboxes", name: str = "") -> Row:
+        """What the trigger enqueues when a generation is retired: a row due now."""
+        row = Row(
+            len(self.rows) + 1,
+            sandbox_id,
+            generation,
+            namespace,
+            name or f"pod-{sandbox_id}",
+            uuid.uuid4(),
+            self.clock(),
+        )
+        self.rows[row.id] = row
+        return row
+
+    def activate(self, sandbox_id: str, generation: int = 1) -> None:
+        """The generation is active again: the claim's re-check finds it so."""
+        self._active.add((sandbox_id, generation))
+
+    def fail(self, method: str, times: int = 1) -> None:
+        """The next ``times`` calls of ``method`` raise a database error, as a lost connection would."""
+        self._failing[method] = times
+
+    def in_status(self, status: Status) -> list[Row]:
+        return [row for row in self.rows.values() if row.status is status]
+
+    # --- the interface ---------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[MemorySession]:
+        self._maybe_fail("session")
+        yield MemorySession(self)
+
+    def _maybe_fail(self, method: str) -> None:
+        left = self._failing.get(method, 0)
+        if left:
+            self._failing[method] = left - 1
+            raise psycopg.OperationalError(f"the memory store's {method} failed, as the test asked")
+
+
+class MemorySession:
+    """A session of the memory store: each method is one statement, applied whole or not at all."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def transaction(self) -> AbstractAsyncContextManager[object]:
+        return contextlib.nullcontext()
+
+    async def claim(
+        self, *, batch: int, lease_seconds: float, disarm: bool, at_claim: AtClaim, guard: list[str] | None
+    ) -> ClaimedBatch:
+        store = self._store
+        store._maybe_fail("claim")
+        now = store.clock()
+        if disarm:
+            store.armed = False
+        due = sorted(
+            (
+                r
+                for r in store.rows.values()
+                if r.status in (Status.PENDING, Status.CLAIMED) and r.next_attempt_at <= now
+            ),
+            key=lambda r: (r.next_attempt_at, r.id),
+        )[:batch]
+        claims = []
+        for row in due:
+            expired_from = row.claimed_by if row.status is Status.CLAIMED else None
+            row.status, row.claimed_by = Status.CLAIMED, store.replica
+            row.attempts += 1
+            row.claim_epoch += 1
+            row.next_attempt_at = now + lease_seconds
+            claims.append(
+                Claim(
+                    row.id,
+                    row.claim_epoch,
+                    1,
+                    row.sandbox_id,
+                    row.generation,
+                    row.pod_namespace,
+                    row.pod_name,
+                    row.pod_uid,
+                    row.attempts,
+                    row.reason,
+                    expired_from,
+                )
+            )
+        active = frozenset(c.id for c in claims if (c.sandbox_id, c.generation) in store._active)
+        checked = Recheck(active, {}, {})
+        decided = [(c, verdict) for c in claims if (verdict := at_claim(c, checked)) is not None]
+        if decided:
+            self._record([verdict for _, verdict in decided])
+        ended = {c.id for c, _ in decided}
+        return ClaimedBatch([c for c in claims if c.id not in ended], decided, {})
+
+    async def guard_mark(self) -> int:
+        return 0
+
+    async def record_results(self, verdicts: list[Verdict]) -> set[int]:
+        self._store._maybe_fail("record_results")
+        self._store.writes.append([verdict.id for verdict in verdicts])
+        return self._record(verdicts)
+
+    def _record(self, verdicts: list[Verdict]) -> set[int]:
+        store, now = self._store, self._store.clock()
+        owned = set()
+        for verdict in verdicts:
+            row = store.rows.get(verdict.id)
+            if row is None:
+                continue
+            if verdict.attempt is not None:
+                row.results.append(verdict.result)
+            if row.claim_epoch != verdict.epoch or row.status is not Status.CLAIMED:
+                continue  # fenced: another replica took the lease over
+            owned.add(row.id)
+            row.status, row.outcome = verdict.status, verdict.outcome
+            if not verdict.charged:
+                row.attempts -= 1
+            if verdict.status is Status.PENDING:
+                row.next_attempt_at = now + verdict.delay
+            if verdict.status is Status.DONE:
+                row.last_error, row.last_http_status = None, verdict.http_status
+            else:
+                row.last_error = verdict.error or row.last_error
+                row.last_http_status = verdict.http_status or row.last_http_status
+            if verdict.result is Result.DELETED:
+                store._deleted_at.append((now, row.pod_namespace))
+        return owned
+
+    async def next_due(self) -> float | None:
+        store = self._store
+        store._maybe_fail("next_due")
+        open_rows = [r.next_attempt_at for r in store.rows.values() if r.status in (Status.PENDING, Status.CLAIMED)]
+        return min(open_rows) - store.clock() if open_rows else None
+
+    async def arm(self) -> bool:
+        store = self._store
+        if store.arm_refusals:
+            store.arm_refusals -= 1
+            return False
+        store.armed = True
+        return True
+
+    async def breaker_window(self) -> BreakerWindow:
+        store = self._store
+        since = store.clock() - BREAKER_WINDOW_SECONDS
+        deletes: dict[str, int] = {}
+        for at, namespace in store._deleted_at:
+            if at > since:
+                deletes[namespace] = deletes.get(namespace, 0) + 1
+        return BreakerWindow(store.tripped, deletes, len(store.in_status(Status.CLAIMED)))
+
+    async def trip_breaker(self, reason: str) -> None:
+        self._store.tripped = reason
+
+    async def notify(self) -> None:
+        return None

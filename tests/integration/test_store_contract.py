@@ -1,0 +1,204 @@
+"""The in-memory store (``testing.memstore``) held to the real one: the same scenario of claims, records,
+fences, re-checks and an expired lease, run on ``store.outbox.OutboxStore`` over real PostgreSQL (rows
+enqueued by the real trigger) and on ``MemoryStore``, every row compared after each step. The unit tests
+of the tasks (tests/unit/test_sweep_tasks.py) run on the memory store because of this test."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, Protocol
+
+import psycopg
+
+from helpers import settings_for
+from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.core.states import Result
+from pod_sweeper.store import db
+from pod_sweeper.store.interface import SweepStore
+from pod_sweeper.store.outbox import Claim, ClaimedBatch, OutboxStore, Verdict
+from pod_sweeper.store.recheck import load_attachments
+from pod_sweeper.tasks.rules import answers
+from pod_sweeper.testing.clock import FakeClock
+from pod_sweeper.testing.memstore import MemoryStore
+
+POLICY = answers.Policy(10, Backoff(1.0, 1.0))
+SANDBOXES = [f"s{i}" for i in range(5)]
+# The columns the pipeline reads and writes, per sandbox.
+COLUMNS = ("status", "outcome", "attempts", "claim_epoch", "claimed_by", "last_error", "last_http_status")
+
+
+class World(Protocol):
+    store: SweepStore
+
+    def retire(self, sandbox: str) -> None: ...
+    def activate(self, sandbox: str) -> None: ...
+    async def until_due(self) -> None: ...
+    def rows(self) -> dict[str, tuple[Any, ...]]: ...
+
+
+class Postgres:
+    """The real outbox: executions attached, retired one statement at a time (the trigger enqueues)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], store: OutboxStore) -> None:
+        self.conn, self.store = conn, store
+        for sandbox in SANDBOXES:
+            conn.execute(
+                "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+                " VALUES (%s, 1, 'sandboxes', %s, %s, true)",
+                (sandbox, f"pod-{sandbox}", uuid.uuid4()),
+            )
+
+    def retire(self, sandbox: str) -> None:
+        self.conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (sandbox,))
+
+    def activate(self, sandbox: str) -> None:
+        self.conn.execute("UPDATE executions SET active = true WHERE sandbox_id = %s", (sandbox,))
+
+    async def until_due(self) -> None:
+        """Until the database's own clock makes the next open row due (it moves by itself)."""
+        deadline = time.monotonic() + 10
+        while (due := await next_due(self)) is not None and due > 0:
+            assert time.monotonic() < deadline, "nothing fell due"
+            await asyncio.sleep(min(due, 0.05))
+
+    def rows(self) -> dict[str, tuple[Any, ...]]:
+        found = self.conn.execute("SELECT * FROM pod_sweeper.outbox").fetchall()
+        return {r["sandbox_id"]: tuple(r[c] for c in COLUMNS) for r in found}
+
+
+class Memory:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.store = self.memory = MemoryStore(self.clock, replica="contract")
+
+    def retire(self, sandbox: str) -> None:
+        self.memory.retire(sandbox)
+        self.clock.advance(0.001)  # each retire its own transaction, so each its own enqueue time
+
+    def activate(self, sandbox: str) -> None:
+        self.memory.activate(sandbox)
+
+    async def until_due(self) -> None:
+        due = await next_due(self)
+        assert due is not None
+        self.clock.advance(max(due, 0.0))
+
+    def rows(self) -> dict[str, tuple[Any, ...]]:
+        out = {}
+        for r in self.memory.rows.values():
+            status = r.status.value
+            outcome = r.outcome.value if r.outcome is not None else None
+            out[r.sandbox_id] = (
+                status,
+                outcome,
+                r.attempts,
+                r.claim_epoch,
+                r.claimed_by,
+                r.last_error,
+                r.last_http_status,
+            )
+        return out
+
+
+async def claim(world: World, batch: int, lease: float = 30) -> ClaimedBatch:
+    async with world.store.session() as session:
+        return await session.claim(
+            batch=batch,
+            lease_seconds=lease,
+            disarm=True,
+            at_claim=lambda c, checked: answers.at_claim(c, checked, POLICY),
+            guard=None,
+        )
+
+
+async def record(world: World, verdicts: list[Verdict]) -> set[str]:
+    """Write the verdicts; the sandboxes of the rows the store said were still ours."""
+    async with world.store.session() as session, session.transaction():
+        owned = await session.record_results(verdicts)
+    return {sandbox for sandbox, row_id in ids(world).items() if row_id in owned}
+
+
+async def next_due(world: World) -> float | None:
+    async with world.store.session() as session:
+        return await session.next_due()
+
+
+def ids(world: World) -> dict[str, int]:
+    if isinstance(world, Memory):
+        return {r.sandbox_id: r.id for r in world.memory.rows.values()}
+    assert isinstance(world, Postgres)
+    return {r["sandbox_id"]: r["id"] for r in world.conn.execute("SELECT sandbox_id, id FROM pod_sweeper.outbox")}
+
+
+def by_sandbox(claims: list[Claim]) -> dict[str, Claim]:
+    return {c.sandbox_id: c for c in claims}
+
+
+async def scenario(world: World) -> list[Any]:
+    """Every step's observations: what a claim took, what a record owned, the rows after."""
+    seen: list[Any] = []
+    for sandbox in SANDBOXES:
+        world.retire(sandbox)
+    seen.append(("enqueued", world.rows()))
+
+    first = await claim(world, 3)
+    taken = by_sandbox(first.to_send)
+    seen.append(("first claim", sorted(taken), [c.attempts for c in first.to_send], world.rows()))
+
+    a, b, c = taken["s0"], taken["s1"], taken["s2"]
+    owned = await record(
+        world,
+        [
+            Verdict(a.id, a.epoch, Result.DELETED, http_status=200),
+            Verdict(b.id, b.epoch, Result.RETRY, delay=600, error="503 ServiceUnavailable", http_status=503),
+            answers.handed_back(c, error="the stop"),
+        ],
+    )
+    seen.append(("recorded", sorted(owned), world.rows()))
+
+    stale = await record(world, [Verdict(a.id, a.epoch - 1, Result.DEAD, error="a replica that lost its lease")])
+    seen.append(("a stale epoch is fenced", sorted(stale), world.rows()))
+
+    due = await next_due(world)
+    seen.append(("something is due now", due is not None and due <= 0))
+
+    world.activate("s3")
+    second = await claim(world, 10, lease=0.5)
+    decided = {claim.sandbox_id: verdict.result for claim, verdict in second.decided}
+    seen.append(("second claim", sorted(by_sandbox(second.to_send)), decided, world.rows()))
+
+    await world.until_due()  # the second claim's leases expire (the retry of s1 is ten minutes away)
+    third = await claim(world, 10)
+    expired = {c.sandbox_id: c.lease_expired_from for c in third.to_send}
+    seen.append(("leases taken over", expired, world.rows()))
+
+    late = by_sandbox(second.to_send)["s4"]
+    fenced = await record(world, [Verdict(late.id, late.epoch, Result.DELETED, http_status=200)])
+    seen.append(("the old lease's record is fenced", sorted(fenced), world.rows()))
+    return seen
+
+
+def test_the_memory_store_answers_as_the_real_one(execs: psycopg.Connection[Any], db_url: str) -> None:
+    settings = settings_for(db_url, replica_id="contract")
+
+    async def on_postgres() -> list[Any]:
+        pool = db.make_pool(settings, max_size=2)
+        await pool.open(wait=True, timeout=10)
+        try:
+            async with pool.connection() as conn:
+                attachments = await load_attachments(conn)
+            store = OutboxStore(pool, cluster=settings.cluster, replica="contract", attachments=attachments)
+            return await scenario(Postgres(execs, store))
+        finally:
+            await pool.close()
+
+    real = asyncio.run(on_postgres())
+    memory = asyncio.run(scenario(Memory()))
+    for step_real, step_memory in zip(real, memory, strict=True):
+        assert step_memory == step_real, step_real[0]
+    # The scenario reached what it meant to: each kind of end, a fence, a re-check and a takeover.
+    rows = real[-1][-1]
+    assert rows["s0"][:2] == ("done", "deleted") and rows["s3"][:2] == ("done", "skipped_active")
+    assert real[-2][1] == {"s2": "contract", "s4": "contract"} and real[-1][1] == []

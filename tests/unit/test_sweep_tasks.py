@@ -1,0 +1,392 @@
+"""The sweep pipeline's tasks alone, without PostgreSQL: the claimer's batches, the sender's chunks and
+gates, the recorder's batches, retries and write-once rule, and the drain's hand-back at shutdown, on the
+in-memory store (held to the real one by tests/integration/test_store_contract.py) and a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from pod_sweeper.core.states import Outcome, Result, Status
+from pod_sweeper.kube.answer import Answer
+from pod_sweeper.store.outbox import Claim, Verdict
+from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.sweep import recorder as recorder_module
+from pod_sweeper.tasks.sweep.sender import LEASE_MARGIN_SECONDS, MAX_CHUNK, MIN_REQUEST_SECONDS
+from unit.sweep_kit import Answers, Rig, rig, running, until
+
+
+def go(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def writes_of(r: Rig) -> list[int]:
+    """The size of each write of verdicts the store was given."""
+    return [len(ids) for ids in r.store.writes]
+
+
+# --- the claimer -------------------------------------------------------------------------------------
+
+
+def test_the_claimer_takes_a_whole_batch_and_then_waits_for_room() -> None:
+    """With 25 rows due, ``batch_size`` 10 and ``concurrency`` 2 (room for 12), it takes 10, and no more
+    while more than ``concurrency`` wait in the queue and a batch does not fit; rows let go make room."""
+    r = rig(batch_size=10, concurrency=2)
+    for i in range(25):
+        r.store.retire(f"s{i}")
+    pipeline, claimer = r.sweeper.pipeline, r.sweeper.claimer
+
+    async def scenario() -> None:
+        async def body() -> None:
+            await until(lambda: pipeline.in_hand == 10, what="the first claim")
+            for _ in range(50):  # let it turn: it must not claim the 2 rows of room left
+                await asyncio.sleep(0)
+            assert pipeline.in_hand == 10 and len(r.store.in_status(Status.CLAIMED)) == 10
+            # Workers take 9 and their verdicts are written: 1 queued, room for 11, a batch fits.
+            taken = [await pipeline.next_work() for _ in range(9)]
+            for work in taken:
+                pipeline.record(Verdict(work.claim.id, work.claim.epoch, Result.DELETED, http_status=200))
+            await r.sweeper.recorder.flush()
+            await until(lambda: pipeline.in_hand == 11, what="the second claim")
+            assert {row.attempts for row in r.store.in_status(Status.CLAIMED)} == {1}
+
+        await running(claimer.run(), body)
+
+    go(scenario())
+    assert r.count("pod_sweeper_claimed_rows_total") == 20
+
+
+def test_each_claimed_row_has_its_lease_deadline_on_the_claimers_clock() -> None:
+    r = rig(lease_seconds=30)
+    r.store.retire("s")
+    pipeline = r.sweeper.pipeline
+
+    async def scenario() -> float:
+        started = r.clock()
+
+        async def body() -> None:
+            await until(lambda: pipeline.queued == 1, what="the claim")
+
+        await running(r.sweeper.claimer.run(), body)
+        work = pipeline.more_work(1)[0]
+        return work.lease_deadline - started
+
+    assert go(scenario()) == 30
+    (row,) = r.store.rows.values()
+    assert row.next_attempt_at == r.clock() + 30  # the store's lease, on the same clock
+
+
+def test_what_the_claim_settles_is_recorded_in_the_claim_and_never_reaches_a_worker() -> None:
+    r = rig(max_attempts=1)
+    r.store.retire("active-again")
+    r.store.activate("active-again")
+    crashed = r.store.retire("crashed-its-daemon")
+    crashed.status, crashed.attempts, crashed.claimed_by = Status.CLAIMED, 1, "a-replica-that-died"
+    r.store.retire("to-send")
+    pipeline = r.sweeper.pipeline
+
+    async def scenario() -> list[Claim]:
+        async def body() -> None:
+            await until(lambda: pipeline.queued == 1, what="the claim")
+
+        await running(r.sweeper.claimer.run(), body)
+        return [work.claim for work in pipeline.more_work(3)]
+
+    (sent,) = go(scenario())
+    assert sent.sandbox_id == "to-send"
+    by_sandbox = {row.sandbox_id: row for row in r.store.rows.values()}
+    assert by_sandbox["active-again"].outcome is Outcome.SKIPPED_ACTIVE
+    assert by_sandbox["crashed-its-daemon"].status is Status.DEAD  # its lease expired once more than its attempts
+    assert "a-replica-that-died" in (by_sandbox["crashed-its-daemon"].last_error or "")
+    assert r.store.writes == []  # recorded by the claim itself, not by the recorder
+
+
+def test_a_failed_claim_is_retried_with_backoff_and_counted() -> None:
+    r = rig()
+    r.store.retire("s")
+    r.store.fail("claim", times=3)
+    pipeline = r.sweeper.pipeline
+
+    async def scenario() -> None:
+        async def body() -> None:
+            await until(lambda: pipeline.queued == 1, what="the claim after three failures")
+
+        await running(r.sweeper.claimer.run(), body)
+
+    go(scenario())
+    assert r.count("pod_sweeper_db_errors_total") == 3
+
+
+# --- the sender --------------------------------------------------------------------------------------
+
+
+def chunk_sizes(r: Rig) -> list[int]:
+    """Spy on the sender's hand-offs to its threads: the size of each chunk."""
+    sizes: list[int] = []
+    send = r.sweeper.sender._send
+
+    def spy(chunk: list[Any]) -> Any:
+        sizes.append(len(chunk))
+        return send(chunk)
+
+    r.sweeper.sender._send = spy  # type: ignore[method-assign]
+    return sizes
+
+
+def sweep_until_done(r: Rig, n: int) -> None:
+    """The whole sweeper on the memory store until ``n`` rows are done."""
+
+    async def scenario() -> None:
+        async def body() -> None:
+            await until(lambda: len(r.store.in_status(Status.DONE)) == n, what=f"{n} rows done")
+
+        await running(r.sweeper.run(), body)
+        r.sweeper.sender.close()
+
+    go(scenario())
+
+
+def test_a_deep_queue_goes_to_the_threads_in_chunks_and_a_single_row_alone() -> None:
+    r = rig(concurrency=2, batch_size=200)
+    sizes = chunk_sizes(r)
+    for i in range(200):
+        r.store.retire(f"s{i}")
+    sweep_until_done(r, 200)
+    assert max(sizes) == MAX_CHUNK and sum(sizes) == 200
+    assert sorted(r.kube.calls) == sorted(f"pod-s{i}" for i in range(200))  # each sent once
+
+    alone = rig(concurrency=2)
+    alone_sizes = chunk_sizes(alone)
+    alone.store.retire("one")
+    sweep_until_done(alone, 1)
+    assert alone_sizes == [1]
+
+
+def test_a_row_no_request_may_be_sent_for_ends_dead_unsent() -> None:
+    r = rig()
+    r.store.retire("bad", name="Not_A_Pod_Name")
+    r.store.retire("good")
+
+    async def scenario() -> None:
+        async def body() -> None:
+            await until(lambda: len(r.store.in_status(Status.PENDING)) == 0 and not r.store.in_status(Status.CLAIMED))
+
+        await running(r.sweeper.run(), body)
+        r.sweeper.sender.close()
+
+    go(scenario())
+    by_sandbox = {row.sandbox_id: row for row in r.store.rows.values()}
+    assert by_sandbox["bad"].status is Status.DEAD and by_sandbox["good"].outcome is Outcome.DELETED
+    assert r.kube.calls == ["pod-good"]
+    assert r.count("pod_sweeper_unsendable_rows_total", why="invalid_name") == 1
+
+
+def test_a_row_whose_lease_ran_short_in_the_queue_goes_back_unsent_and_uncharged() -> None:
+    r = rig(lease_seconds=30)
+    r.store.retire("s")
+    pipeline, sender = r.sweeper.pipeline, r.sweeper.sender
+
+    async def scenario() -> None:
+        async def body() -> None:
+            await until(lambda: pipeline.queued == 1, what="the claim")
+
+        await running(r.sweeper.claimer.run(), body)
+        # It waited in the queue until less than a request's worth of its lease is left.
+        r.clock.advance(30 - LEASE_MARGIN_SECONDS - MIN_REQUEST_SECONDS + 0.5)
+        await running(sender.worker(), lambda: until(lambda: pipeline.unwritten == 1, what="the verdict"))
+        await r.sweeper.recorder.flush()
+        sender.close()
+
+    go(scenario())
+    (row,) = r.store.rows.values()
+    assert r.kube.calls == [] and (row.status, row.attempts) == (Status.PENDING, 0)
+
+
+def test_a_401_stops_the_rest_of_its_chunk_and_every_row_goes_back_uncharged() -> None:
+    kube = Answers(answer=lambda name: Answer.of(401, "Unauthorized", "401 Unauthorized"))
+    r = rig(kube, concurrency=1, batch_size=8)
+    for i in range(8):
+        r.store.retire(f"s{i}")
+    pipeline, sender = r.sweeper.pipeline, r.sweeper.sender
+
+    async def scenario() -> None:
+        async def body() -> None:
+            await until(lambda: pipeline.queued == 8, what="the claim")
+
+        await running(r.sweeper.claimer.run(), body)
+        await running(sender.worker(), lambda: until(lambda: pipeline.unwritten == 8, what="8 verdicts"))
+        await r.sweeper.recorder.flush()
+        sender.close()
+
+    go(scenario())
+    assert r.kube.calls == ["pod-s0"]  # one 401, and the chunk's other seven never went out
+    assert {(row.status, row.attempts) for row in r.store.rows.values()} == {(Status.PENDING, 0)}
+    assert r.sweeper.status.refusing is not None
+
+
+# --- the recorder ------------------------------------------------------------------------------------
+
+
+def claimed(r: Rig, n: int) -> list[Claim]:
+    """``n`` rows claimed as the claimer claims them."""
+    for i in range(n):
+        r.store.retire(f"s{i}")
+
+    async def claim() -> list[Claim]:
+        async with r.store.session() as session:
+            batch = await session.claim(
+                batch=n, lease_seconds=30, disarm=False, at_claim=lambda c, checked: None, guard=None
+            )
+        return batch.to_send
+
+    taken: list[Claim] = go(claim())
+    r.sweeper.pipeline.add(taken, r.clock() + 30)
+    r.sweeper.pipeline.more_work(n)  # the workers took them
+    return taken
+
+
+def test_the_recorder_writes_in_batches_of_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recorder_module, "RECORD_BATCH", 7)
+    r = rig()
+    for claim in claimed(r, 17):
+        r.sweeper.pipeline.record(Verdict(claim.id, claim.epoch, Result.DELETED, http_status=200))
+    go(r.sweeper.recorder.flush())
+    assert writes_of(r) == [7, 7, 3] and r.sweeper.pipeline.in_hand == 0
+    assert len(r.store.in_status(Status.DONE)) == 17
+
+
+def test_a_failed_write_is_retried_and_each_verdict_is_written_once() -> None:
+    r = rig()
+    for claim in claimed(r, 5):
+        r.sweeper.pipeline.record(answers.handed_back(claim, delay=60))
+    r.store.fail("record_results", times=2)
+
+    async def scenario() -> None:
+        await running(
+            r.sweeper.recorder.run(), lambda: until(lambda: r.sweeper.pipeline.in_hand == 0, what="the write")
+        )
+
+    go(scenario())
+    assert r.count("pod_sweeper_db_errors_total") == 2
+    assert writes_of(r) == [5]  # the failed attempts wrote nothing; the one that did wrote each row once
+    assert {(row.status, row.attempts, row.next_attempt_at) for row in r.store.rows.values()} == {
+        (Status.PENDING, 0, r.clock() + 60)
+    }
+
+
+def test_two_writers_at_once_write_each_verdict_once() -> None:
+    """The recorder's task and the shutdown drain both flush; the pipeline lets one write at a time."""
+    r = rig()
+    for claim in claimed(r, 10):
+        r.sweeper.pipeline.record(Verdict(claim.id, claim.epoch, Result.DELETED, http_status=200))
+    writing = asyncio.Event()
+    store_record = r.store.session
+
+    def slow_session() -> Any:
+        session_cm = store_record()
+
+        class Slow:
+            async def __aenter__(self) -> Any:
+                session = await session_cm.__aenter__()
+                record = session.record_results
+
+                async def record_results(verdicts: list[Verdict]) -> set[int]:
+                    await writing.wait()  # the first writer is inside its write when the second comes
+                    return await record(verdicts)
+
+                session.record_results = record_results
+                return session
+
+            async def __aexit__(self, *exc: object) -> None:
+                await session_cm.__aexit__(*exc)
+
+        return Slow()
+
+    r.store.session = slow_session  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        first = asyncio.ensure_future(r.sweeper.recorder.flush())
+        second = asyncio.ensure_future(r.sweeper.recorder.flush())
+        await asyncio.sleep(0)
+        writing.set()
+        await asyncio.gather(first, second)
+
+    go(scenario())
+    assert writes_of(r) == [10]
+    assert r.count("pod_sweeper_results_fenced_total") == 0
+
+
+# --- the drain at shutdown -----------------------------------------------------------------------------
+
+
+def test_the_drain_hands_back_what_was_not_answered_by_its_deadline_uncharged_and_once() -> None:
+    kube = Answers(hold=frozenset(f"pod-s{i}" for i in range(20)))  # no request is answered in time
+    r = rig(kube, concurrency=2, batch_size=20)
+    for i in range(20):
+        r.store.retire(f"s{i}")
+
+    async def scenario() -> None:
+        run = asyncio.ensure_future(r.sweeper.run())
+        try:
+            # Both workers are stuck in a request, each with its chunk behind it; the rest wait queued.
+            await until(lambda: len(kube.calls) == 2, what="two requests in flight")
+            await r.sweeper.drain(time.monotonic() + 0.3)
+            await asyncio.wait_for(run, 5)  # the drain ends the sweeper's tasks
+        finally:
+            kube.release.set()
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+
+    try:
+        go(scenario())
+    finally:
+        kube.release.set()
+    rows = r.store.rows.values()
+    assert {(row.status, row.attempts) for row in rows} == {(Status.PENDING, 0)}  # all back, uncharged
+    written = [i for ids in r.store.writes for i in ids]
+    assert sorted(written) == sorted(row.id for row in rows)  # each once
+    assert len(kube.calls) == 2  # nothing else was sent after the stop
+
+
+def test_the_whole_pipeline_on_the_memory_store_ends_every_row_once() -> None:
+    """Claimer, workers and recorder together: a mix of answers, each row's verdict written once."""
+
+    def answer(name: str) -> Answer:
+        number = int(name.removeprefix("pod-s"))
+        if number % 5 == 0:
+            return Answer.of(404, "NotFound", "404 NotFound")
+        if number % 7 == 0:
+            return Answer.of(422, "Invalid", "422 Invalid")
+        return Answer.of(200)
+
+    r = rig(Answers(answer=answer), concurrency=4, batch_size=16)
+    for i in range(1, 101):
+        r.store.retire(f"s{i}")
+
+    async def scenario() -> None:
+        async def body() -> None:
+            await until(lambda: not r.store.in_status(Status.PENDING) and not r.store.in_status(Status.CLAIMED))
+
+        await running(r.sweeper.run(), body)
+        r.sweeper.sender.close()
+
+    go(scenario())
+    ends = {row.sandbox_id: (row.status, row.outcome) for row in r.store.rows.values()}
+    assert ends["s5"] == (Status.DONE, Outcome.ABSENT) and ends["s7"] == (Status.DEAD, None)
+    assert ends["s1"] == (Status.DONE, Outcome.DELETED)
+    written = [i for ids in r.store.writes for i in ids]
+    assert sorted(written) == list(range(1, 101))
+    assert len(r.kube.calls) == 100
+
+
+def test_the_fake_clock_stands_still_until_moved() -> None:
+    r = rig()
+    before = r.clock()
+    assert r.clock() == before
+    r.clock.advance(5)
+    assert r.clock() == before + 5
+    with pytest.raises(ValueError):
+        r.clock.advance(-1)
