@@ -8,7 +8,7 @@ queue, claim (``FOR UPDATE SKIP LOCKED``), NOTIFY and status log do the rest. It
 mode and stops itself when its last job is done (pgqueuer's drain mode stopped early on large
 backlogs).
 
-Used by ``bench/suite.py`` only; pgqueuer is in the ``dev`` extra.
+Used by the ``pgqueuer peer`` step (``bench/steps/ceilings.py``) only; pgqueuer is in the ``dev`` extra.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The benchmark's steps, a module each; ``bench/suite.py`` runs them in order."""

@@ -1,0 +1,71 @@
+"""The trigger's cost: retires per second through pgbench with the trigger (the wakeup flag clear and
+armed) against the same table without it."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+import psycopg
+from rig import Rig
+
+from pod_sweeper.testing.postgres import find_bindir
+
+RETIRE_ROWS = 100_000
+
+
+def seed_retire_tables(url: str) -> None:
+    """``RETIRE_ROWS`` active executions with pod UIDs, and ``plain``: a copy of the table without the trigger."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid)"
+            " SELECT 's' || g, 1, 'ns', 'p' || g, gen_random_uuid() FROM generate_series(1, %s) g",
+            (RETIRE_ROWS,),
+        )
+        conn.execute("CREATE TABLE plain (LIKE executions INCLUDING ALL)")
+        conn.execute("INSERT INTO plain SELECT * FROM executions")
+        conn.execute("VACUUM ANALYZE")
+
+
+def retire_tps(url: str, table: str, seconds: int) -> float:
+    """pgbench, 8 writers for ``seconds``, one retire per transaction on ``table``: transactions/s.
+    Each retire names a fresh UID, so with the trigger every transaction enqueues one row."""
+    script = Path(tempfile.mkdtemp()) / "retire.sql"
+    script.write_text(
+        f"\\set id random(1, {RETIRE_ROWS})\n"
+        f"UPDATE {table} SET active = false, pod_uid = gen_random_uuid() "
+        "WHERE sandbox_id = 's' || :id AND generation = 1;\n"
+    )
+    out = subprocess.run(
+        [str(find_bindir() / "pgbench"), "-n", "-c", "8", "-j", "2", "-T", str(seconds), "-f", str(script), url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return next(float(line.split("=")[1].split()[0]) for line in out.splitlines() if line.startswith("tps"))
+
+
+def trigger_ratio(rig: Rig) -> None:
+    """8 concurrent writers, one retire per transaction (pgbench), with and without the trigger,
+    interleaved; with the trigger twice: the wakeup flag clear (a sweeper is claiming, so retires
+    do not NOTIFY: migration 0007) and armed (every sweeper asleep: each retire NOTIFYs)."""
+    url = rig.fresh_db()
+    seed_retire_tables(url)
+    rounds = 2 if rig.quick else 4
+    seconds = 3 if rig.quick else 8
+    figures: dict[str, list[float]] = {"clear": [], "armed": [], "plain": []}
+    for _ in range(rounds):
+        for case in ("clear", "plain", "armed"):
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("UPDATE pod_sweeper.wakeup SET armed = %s", (case == "armed",))
+            figures[case].append(retire_tps(url, "plain" if case == "plain" else "executions", seconds))
+    clear, armed, without = (statistics.median(figures[k]) for k in ("clear", "armed", "plain"))
+    rig.results.update(
+        trigger_tps=round(clear),
+        trigger_armed_tps=round(armed),
+        no_trigger_tps=round(without),
+        trigger_ratio=round(clear / without, 3),
+        trigger_ratio_armed=round(armed / without, 3),
+    )
