@@ -77,6 +77,41 @@ class RemoteFake:
         self.proc.wait(10)
 
 
+class DaemonThread:
+    """The daemon in a thread of its own (its own event loop), as long as the block runs: started on
+    entry (``ready()`` waits for its readiness), asked to stop and joined on exit."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._started = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.daemon: Daemon | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> int:
+        self._loop = asyncio.get_running_loop()
+        self.daemon = Daemon(self._settings, handle_signals=False)
+        self._started.set()
+        return await self.daemon.run()
+
+    def __enter__(self) -> DaemonThread:
+        self._thread.start()
+        self._started.wait(30)
+        return self
+
+    def ready(self) -> Daemon:
+        """Until the daemon is ready (its first claim made); the daemon."""
+        assert self.daemon is not None
+        while not self.daemon.ready:
+            time.sleep(0.01)
+        return self.daemon
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self.daemon is not None:
+            self._loop.call_soon_threadsafe(self.daemon.stop_requested.set)
+        self._thread.join(30)
+
+
 class Rig:
     """The steps' shared ground, and the figures they write (``results``)."""
 
@@ -137,32 +172,19 @@ class Rig:
         """Rows per second from the daemon's start to the last record. The process's CPU time over the
         same span, per row, goes in ``self.cpu_ms_per_row``: the daemon's own cost (the API server runs
         in another process; the sampling below is one indexed query every 20 ms)."""
-        daemon_box: dict[str, Any] = {}
-
-        def main() -> None:
-            async def body() -> int:
-                daemon_box["loop"] = asyncio.get_running_loop()
-                daemon_box["d"] = Daemon(self.settings(url, **overrides), handle_signals=False)
-                return await daemon_box["d"].run()
-
-            asyncio.run(body())
-
         # One connection for the sampling, and a probe the claim's partial index answers: a new
         # connection and a count over the whole table every 20 ms cost the daemon CPU it is measured on.
         with psycopg.connect(url, autocommit=True) as probe:
             started, cpu_started = time.monotonic(), time.process_time()
-            thread = threading.Thread(target=main, daemon=True)
-            thread.start()
-            while probe.execute(
-                "SELECT EXISTS (SELECT 1 FROM pod_sweeper.outbox WHERE status IN ('pending', 'claimed'))"
-            ).fetchone() != (False,):
-                time.sleep(0.02)  # the benchmark's own sampling interval
-            elapsed, cpu = time.monotonic() - started, time.process_time() - cpu_started
-        self.cpu_ms_per_row = 1000 * cpu / n
-        if (done := self.done(url)) != n:
-            print(f"  warning: {n - done} of {n} rows did not end done", file=sys.stderr)
-        daemon_box["loop"].call_soon_threadsafe(daemon_box["d"].stop_requested.set)
-        thread.join(30)
+            with DaemonThread(self.settings(url, **overrides)):
+                while probe.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pod_sweeper.outbox WHERE status IN ('pending', 'claimed'))"
+                ).fetchone() != (False,):
+                    time.sleep(0.02)  # the benchmark's own sampling interval
+                elapsed, cpu = time.monotonic() - started, time.process_time() - cpu_started
+                self.cpu_ms_per_row = 1000 * cpu / n
+                if (done := self.done(url)) != n:
+                    print(f"  warning: {n - done} of {n} rows did not end done", file=sys.stderr)
         return n / elapsed
 
     def client_calls(self, n: int) -> float:
@@ -186,33 +208,18 @@ class Rig:
     ) -> list[float]:
         """An idle daemon; each sandbox of ``pods`` (sandbox id -> pod name) retired alone, 10-30 ms
         apart; the milliseconds from each commit to the time ``arrived()`` gives its pod, sorted."""
-        box: dict[str, Any] = {}
-
-        def main() -> None:
-            async def body() -> int:
-                box["loop"] = asyncio.get_running_loop()
-                box["d"] = Daemon(self.settings(url, **overrides), handle_signals=False)
-                return await box["d"].run()
-
-            asyncio.run(body())
-
-        thread = threading.Thread(target=main, daemon=True)
-        thread.start()
-        while not (box.get("d") and box["d"].ready):
-            time.sleep(0.01)
         rng = random.Random(5)
         committed: dict[str, float] = {}
-        with psycopg.connect(url, autocommit=True) as conn:
+        with DaemonThread(self.settings(url, **overrides)) as running, psycopg.connect(url, autocommit=True) as conn:
+            running.ready()
             for sandbox, pod in pods.items():
                 conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (sandbox,))
                 committed[pod] = time.monotonic()
                 time.sleep(rng.uniform(0.010, 0.030))
-        deadline = time.monotonic() + 30
-        while len(arrived()) < len(pods) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        box["loop"].call_soon_threadsafe(box["d"].stop_requested.set)
-        thread.join(30)
-        at = arrived()
+            deadline = time.monotonic() + 30
+            while len(arrived()) < len(pods) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            at = arrived()
         return sorted((at[k] - t) * 1000 for k, t in committed.items() if k in at)
 
     @staticmethod

@@ -4,21 +4,17 @@ account's client ceiling."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import psycopg
-from rig import NS, ROOT, Rig
+from rig import NS, ROOT, DaemonThread, Rig
 
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
-from pod_sweeper.tasks.process.runner import Daemon
 from pod_sweeper.testing.kubeapiserver import KubeApiServerError
 from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
 from pod_sweeper.testing.kubecluster import KubeCluster
@@ -99,25 +95,10 @@ def sustained(rig: Rig, cluster: KubeCluster, account: Path, seconds: float, rat
         admin.close()
     url = rig.fresh_db()
     rig.record(url, pods, retire=False)
-    box: dict[str, Any] = {}
-
-    def main() -> None:
-        async def body() -> int:
-            box["loop"] = asyncio.get_running_loop()
-            box["d"] = Daemon(
-                rig.settings(url, kubeconfig=account, rate_limit_qps=50.0, rate_limit_burst=100, poll_interval=5),
-                handle_signals=False,
-            )
-            return await box["d"].run()
-
-        asyncio.run(body())
-
-    thread = threading.Thread(target=main, daemon=True)
-    thread.start()
-    while not (box.get("d") and box["d"].ready):
-        time.sleep(0.01)
-    started = time.monotonic()
-    with psycopg.connect(url, autocommit=True) as conn:
+    settings = rig.settings(url, kubeconfig=account, rate_limit_qps=50.0, rate_limit_burst=100, poll_interval=5)
+    with DaemonThread(settings) as running, psycopg.connect(url, autocommit=True) as conn:
+        daemon = running.ready()
+        started = time.monotonic()
         for i in range(n):
             conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (f"s{i}",))
             time.sleep(max(0.0, started + (i + 1) / rate - time.monotonic()))
@@ -130,9 +111,7 @@ def sustained(rig: Rig, cluster: KubeCluster, account: Path, seconds: float, rat
                 "SELECT extract(epoch FROM done_at - enqueued_at)::float8 FROM pod_sweeper.outbox WHERE status = 'done'"
             ).fetchall()
         )
-        throttled = box["d"].metrics.value("pod_sweeper_kube_responses_total", code="429")
-    box["loop"].call_soon_threadsafe(box["d"].stop_requested.set)
-    thread.join(30)
+        throttled = daemon.metrics.value("pod_sweeper_kube_responses_total", code="429")
     rig.results.update(
         cluster_sustained_seconds=round(elapsed),
         cluster_sustained_retires_per_s=round(n / elapsed, 1),

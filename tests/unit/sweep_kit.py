@@ -75,6 +75,16 @@ class Rig:
     def count(self, name: str, **labels: str) -> float:
         return self.metrics.value(name, **labels)
 
+    def retire(self, n: int) -> None:
+        """Sandboxes ``s0`` .. ``s<n-1>`` retired: a row each, due now."""
+        for i in range(n):
+            self.store.retire(f"s{i}")
+
+    async def claim(self, queued: int) -> None:
+        """The claimer runs until ``queued`` rows wait in the pipeline for a worker, then stops."""
+        pipeline = self.sweeper.pipeline
+        await running(self.sweeper.claimer.run(), lambda: until(lambda: pipeline.queued == queued, what="the claim"))
+
 
 def rig(kube: Answers | None = None, **overrides: Any) -> Rig:
     clock = FakeClock()

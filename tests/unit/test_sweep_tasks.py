@@ -35,8 +35,7 @@ def test_the_claimer_takes_a_whole_batch_and_then_waits_for_room() -> None:
     """With 25 rows due, ``batch_size`` 10 and ``concurrency`` 2 (room for 12), it takes 10, and no more
     while more than ``concurrency`` wait in the queue and a batch does not fit; rows let go make room."""
     r = rig(batch_size=10, concurrency=2)
-    for i in range(25):
-        r.store.retire(f"s{i}")
+    r.retire(25)
     pipeline, claimer = r.sweeper.pipeline, r.sweeper.claimer
 
     async def scenario() -> None:
@@ -66,11 +65,7 @@ def test_each_claimed_row_has_its_lease_deadline_on_the_claimers_clock() -> None
 
     async def scenario() -> float:
         started = r.clock()
-
-        async def body() -> None:
-            await until(lambda: pipeline.queued == 1, what="the claim")
-
-        await running(r.sweeper.claimer.run(), body)
+        await r.claim(queued=1)
         work = pipeline.more_work(1)[0]
         return work.lease_deadline - started
 
@@ -89,10 +84,7 @@ def test_what_the_claim_settles_is_recorded_in_the_claim_and_never_reaches_a_wor
     pipeline = r.sweeper.pipeline
 
     async def scenario() -> list[Claim]:
-        async def body() -> None:
-            await until(lambda: pipeline.queued == 1, what="the claim")
-
-        await running(r.sweeper.claimer.run(), body)
+        await r.claim(queued=1)
         return [work.claim for work in pipeline.more_work(3)]
 
     (sent,) = go(scenario())
@@ -108,15 +100,7 @@ def test_a_failed_claim_is_retried_with_backoff_and_counted() -> None:
     r = rig()
     r.store.retire("s")
     r.store.fail("claim", times=3)
-    pipeline = r.sweeper.pipeline
-
-    async def scenario() -> None:
-        async def body() -> None:
-            await until(lambda: pipeline.queued == 1, what="the claim after three failures")
-
-        await running(r.sweeper.claimer.run(), body)
-
-    go(scenario())
+    go(r.claim(queued=1))
     assert r.count("pod_sweeper_db_errors_total") == 3
 
 
@@ -152,8 +136,7 @@ def sweep_until_done(r: Rig, n: int) -> None:
 def test_a_deep_queue_goes_to_the_threads_in_chunks_and_a_single_row_alone() -> None:
     r = rig(concurrency=2, batch_size=200)
     sizes = chunk_sizes(r)
-    for i in range(200):
-        r.store.retire(f"s{i}")
+    r.retire(200)
     sweep_until_done(r, 200)
     assert max(sizes) == MAX_CHUNK and sum(sizes) == 200
     assert sorted(r.kube.calls) == sorted(f"pod-s{i}" for i in range(200))  # each sent once
@@ -190,10 +173,7 @@ def test_a_row_whose_lease_ran_short_in_the_queue_goes_back_unsent_and_uncharged
     pipeline, sender = r.sweeper.pipeline, r.sweeper.sender
 
     async def scenario() -> None:
-        async def body() -> None:
-            await until(lambda: pipeline.queued == 1, what="the claim")
-
-        await running(r.sweeper.claimer.run(), body)
+        await r.claim(queued=1)
         # It waited in the queue until less than a request's worth of its lease is left.
         r.clock.advance(30 - LEASE_MARGIN_SECONDS - MIN_REQUEST_SECONDS + 0.5)
         await running(sender.worker(), lambda: until(lambda: pipeline.unwritten == 1, what="the verdict"))
@@ -208,15 +188,11 @@ def test_a_row_whose_lease_ran_short_in_the_queue_goes_back_unsent_and_uncharged
 def test_a_401_stops_the_rest_of_its_chunk_and_every_row_goes_back_uncharged() -> None:
     kube = Answers(answer=lambda name: Answer.of(401, "Unauthorized", "401 Unauthorized"))
     r = rig(kube, concurrency=1, batch_size=8)
-    for i in range(8):
-        r.store.retire(f"s{i}")
+    r.retire(8)
     pipeline, sender = r.sweeper.pipeline, r.sweeper.sender
 
     async def scenario() -> None:
-        async def body() -> None:
-            await until(lambda: pipeline.queued == 8, what="the claim")
-
-        await running(r.sweeper.claimer.run(), body)
+        await r.claim(queued=8)
         await running(sender.worker(), lambda: until(lambda: pipeline.unwritten == 8, what="8 verdicts"))
         await r.sweeper.recorder.flush()
         sender.close()
@@ -325,8 +301,7 @@ def test_two_writers_at_once_write_each_verdict_once() -> None:
 def test_the_drain_hands_back_what_was_not_answered_by_its_deadline_uncharged_and_once() -> None:
     kube = Answers(hold=frozenset(f"pod-s{i}" for i in range(20)))  # no request is answered in time
     r = rig(kube, concurrency=2, batch_size=20)
-    for i in range(20):
-        r.store.retire(f"s{i}")
+    r.retire(20)
 
     async def scenario() -> None:
         run = asyncio.ensure_future(r.sweeper.run())
