@@ -59,8 +59,7 @@ def decide(
     """How the row ends this round, given what its DELETE came back with. ``unreachable``: the outage
     watch's reason when it found the API server down (an answer that ``needs_probe`` only); ``refusal``:
     the gate's answer to a 401 or 403."""
-    answer, attempt = sent.answer, sent.attempt
-    status, error = answer.status, str(answer)
+    answer, attempt, status = sent.answer, sent.attempt, sent.answer.status
     match answer.said:
         case Said.DONE if answer.dry_run:
             return Verdict(claim.id, claim.epoch, Result.WOULD_DELETE, http_status=status, attempt=attempt)
@@ -83,14 +82,14 @@ def decide(
             return handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=status, attempt=attempt)
         case Said.THROTTLED:  # the server's load, not the row: wait as long as asked, charge nothing
             delay = policy.backoff.delay(max(claim.attempts, 1), at_least=answer.retry_after)
-            return handed_back(claim, delay=delay, error=error, http_status=status, attempt=attempt)
+            return handed_back(claim, delay=delay, error=str(answer), http_status=status, attempt=attempt)
         case Said.REJECTED:  # the request itself is wrong
-            return Verdict(claim.id, claim.epoch, Result.DEAD, error=error, http_status=status, attempt=attempt)
+            return Verdict(claim.id, claim.epoch, Result.DEAD, error=str(answer), http_status=status, attempt=attempt)
         case Said.NO_ANSWER | Said.SERVER_ERROR if unreachable is not None:  # the outage gate holds every row
             return handed_back(claim, error=unreachable, http_status=status, attempt=attempt)
         case Said.NO_ANSWER | Said.SERVER_ERROR | Said.UNFORESEEN:
             # The row's own trouble, or a bug nobody foresaw: uncertain, so kept for another round.
-            return _charged(claim, error, status, attempt, policy)
+            return _charged(claim, str(answer), status, attempt, policy)
 
 
 def _charged(claim: Claim, error: str, status: int | None, attempt: Attempt | None, policy: Policy) -> Verdict:
