@@ -55,11 +55,6 @@ class SweeperStatus:
         self._breaker, self._events = breaker, events
 
     @property
-    def claimed_once(self) -> bool:
-        """The start-up catch-up claim ran."""
-        return self._claimer.first_claim_done.is_set()
-
-    @property
     def asleep(self) -> bool:
         """The claimer sleeps with nothing due, the wakeup flag armed when it listens: a retire now
         reaches it by NOTIFY (or, poll-only, at the next poll)."""
