@@ -10,6 +10,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -185,6 +186,23 @@ def test_a_namespace_the_identity_may_not_touch_answers_403(kube_apiserver: Kube
         assert not user.may("delete", "pods", ns, timeout=5)
     finally:
         user.close()
+    assert core.read_namespaced_pod("p", ns).metadata.uid == pod.metadata.uid
+
+
+def test_a_token_the_server_does_not_accept_answers_401(kube_apiserver: KubeApiServer, tmp_path: Path) -> None:
+    """A bearer token the real server cannot authenticate: the DELETE's answer is unauthorized (what
+    closes the auth gate), not an error, and the pod is left alone."""
+    core = core_api(kube_apiserver.admin_kubeconfig)
+    ns = kube_apiserver.namespace("unauthorized")
+    pod = core.create_namespaced_pod(ns, manifest("p"))
+    kubeconfig = kube_apiserver.token_kubeconfig(tmp_path / "bad.kubeconfig", "not-a-token-it-knows", namespace=ns)
+    stranger = KubeClient(load_configuration(kubeconfig, None, pool_size=2))
+    try:
+        answer = stranger.delete_pod(ns, "p", pod.metadata.uid, timeout=5)
+    finally:
+        stranger.close()
+    assert (answer.said, answer.status, answer.reason) == (Said.UNAUTHORIZED, 401, "Unauthorized")
+    assert not answer.past_authorization and answer.answered
     assert core.read_namespaced_pod("p", ns).metadata.uid == pod.metadata.uid
 
 

@@ -29,6 +29,10 @@ class Said(StrEnum):
     UNFORESEEN = "unforeseen"  # a failure of ours nobody foresaw (a bug): no news about the server
 
 
+# The 4xx statuses with a meaning of their own; any other 4xx is a rejection.
+_CLIENT_ERRORS = {404: Said.NOT_FOUND, 401: Said.UNAUTHORIZED, 403: Said.FORBIDDEN, 429: Said.THROTTLED}
+
+
 def said(status: int | None, reason: str = "") -> Said:
     """The one reading of an HTTP status (None or 0: no answer). A 409 is a precondition's conflict only
     with the reason ``Conflict``; the API server's other 409 (``AlreadyExists``) is not the DELETE's."""
@@ -38,10 +42,9 @@ def said(status: int | None, reason: str = "") -> Said:
         return Said.DONE
     if status >= 500:
         return Said.SERVER_ERROR
-    known = {404: Said.NOT_FOUND, 401: Said.UNAUTHORIZED, 403: Said.FORBIDDEN, 429: Said.THROTTLED}
     if status == 409 and reason == "Conflict":
         return Said.CONFLICT
-    return known.get(status, Said.REJECTED)
+    return _CLIENT_ERRORS.get(status, Said.REJECTED)
 
 
 @dataclass(frozen=True)

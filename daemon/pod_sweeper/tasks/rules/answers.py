@@ -7,7 +7,8 @@ due again, what ``last_error`` says). The sender and the claimer only apply what
   by its status), and, for no answer or a 5xx, whether the outage watch found the API server down.
 - ``at_claim``: before anything is sent: a lease that expired with its attempts used up, a generation
   active again, a re-check that could not be made.
-- ``unsendable``, ``held``: a row no request may be sent for; a row held back by a gate.
+- ``unsendable``, ``handed_back``: a row no request may be sent for; a row a gate, a stop or the
+  server sends back uncharged.
 
 Attempts are charged only for answers about the row itself; "used up" is ``core.states.exhausted``.
 No I/O and no clock, so every row of the table is a unit test (tests/unit/test_answers.py).
