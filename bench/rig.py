@@ -151,6 +151,8 @@ class Rig:
             "http_port": 0,
             "rate_limit_qps": 0,
             "max_deletes_per_minute": 0,
+            "breaker_surge_factor": 0,
+            "breaker_transaction_rows": 0,
             "log_level": "WARNING",
             "poll_interval": 30,
         }

@@ -36,11 +36,16 @@ def with_dbname(url: str, dbname: str) -> str:
     return make_conninfo(url, dbname=dbname)
 
 
+# The blast-radius breaker, every rule of it, off: throughput tests retire thousands in one transaction.
+BREAKER_OFF: dict[str, Any] = {"max_deletes_per_minute": 0, "breaker_surge_factor": 0, "breaker_transaction_rows": 0}
+BREAKER_OFF_ENV = {f"POD_SWEEPER_{key.upper()}": str(value) for key, value in BREAKER_OFF.items()}
+
+
 def settings_for(url: str, **overrides: Any) -> Settings:
     # The blast-radius breaker is off unless a test turns it on: throughput tests would trip it. Events
     # too: the request logs the tests assert on then hold the pods' calls alone (tests/integration/
     # test_events.py and tests/realkube turn them on).
-    return Settings(**{"database_url": url, "http_port": 0, "max_deletes_per_minute": 0, "events": False, **overrides})
+    return Settings(**{"database_url": url, "http_port": 0, "events": False, **BREAKER_OFF, **overrides})
 
 
 def real_kube(request: pytest.FixtureRequest) -> KubeApiServer:
@@ -198,7 +203,7 @@ def daemon_env(url: str, kubeconfig: Any, **overrides: str) -> dict[str, str]:
             "POD_SWEEPER_BACKOFF_BASE": "0.1",
             "POD_SWEEPER_BACKOFF_MAX": "0.5",
             "POD_SWEEPER_RATE_LIMIT_QPS": "0",
-            "POD_SWEEPER_MAX_DELETES_PER_MINUTE": "0",
+            **BREAKER_OFF_ENV,
             "POD_SWEEPER_EVENTS": "false",  # as settings_for: the request logs hold the pods' calls
             **overrides,
         }

@@ -22,6 +22,8 @@ def rss(rig: Rig, n: int) -> None:
         "POD_SWEEPER_HTTP_PORT": "0",
         "POD_SWEEPER_RATE_LIMIT_QPS": "0",
         "POD_SWEEPER_MAX_DELETES_PER_MINUTE": "0",
+        "POD_SWEEPER_BREAKER_SURGE_FACTOR": "0",
+        "POD_SWEEPER_BREAKER_TRANSACTION_ROWS": "0",
         "POD_SWEEPER_LOG_LEVEL": "WARNING",
     }
     proc = subprocess.Popen([sys.executable, "-m", "pod_sweeper", "run"], env=env)

@@ -46,6 +46,8 @@ def spawn_replica(url: str, kubeconfig: Path, name: str, **env: str) -> subproce
             "POD_SWEEPER_MAX_ATTEMPTS": "50",
             "POD_SWEEPER_RATE_LIMIT_QPS": "0",
             "POD_SWEEPER_MAX_DELETES_PER_MINUTE": "0",
+            "POD_SWEEPER_BREAKER_SURGE_FACTOR": "0",
+            "POD_SWEEPER_BREAKER_TRANSACTION_ROWS": "0",
             "POD_SWEEPER_LOG_LEVEL": "WARNING",
             **env,
         }

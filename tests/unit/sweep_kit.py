@@ -29,6 +29,8 @@ def settings(**overrides: Any) -> Settings:
         "database_url": "postgresql://nobody@nowhere.invalid/none",
         "http_port": 0,
         "max_deletes_per_minute": 0,
+        "breaker_surge_factor": 0,
+        "breaker_transaction_rows": 0,
         "events": False,
         "listen": False,  # poll-only: nothing arms or clears a wakeup flag
         "poll_interval": 0.05,

@@ -44,7 +44,8 @@ def test_the_breaker_budget() -> None:
     def window(deletes: int, claimed: int = 0, tripped: str | None = None) -> BreakerWindow:
         return BreakerWindow(tripped, {"a": deletes}, claimed)
 
-    assert breaker_budget(0, window(10_000), want=100) == 100  # off
+    assert breaker_budget(0, window(10_000), want=100) == 100  # the ceiling off
+    assert breaker_budget(0, window(0, tripped="a surge"), want=100) == 0  # tripped by another rule
     assert breaker_budget(1000, window(0), want=100) == 100
     assert breaker_budget(1000, window(950), want=100) == 50
     assert breaker_budget(1000, window(950, claimed=40), want=100) == 10  # rows held may still go

@@ -140,7 +140,10 @@ async def run_demo(database_url: str | None, rate: float, duration: float | None
                 poll_interval=5,
                 replica_id="demo",
                 rate_limit_qps=0,
-                max_deletes_per_minute=0,  # the demo retires far more than a real cluster would
+                # The breaker is off: `--rate` may retire far more than a real cluster would.
+                max_deletes_per_minute=0,
+                breaker_surge_factor=0,
+                breaker_transaction_rows=0,
             )
             async with await db.connect(settings) as conn:
                 await migrations.migrate(conn)

@@ -9,6 +9,7 @@ from typing import Any
 
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.text import printable
+from pod_sweeper.store import rates
 
 
 def _of(cluster: str) -> str:
@@ -96,6 +97,20 @@ def _render_text(status: dict[str, Any]) -> str:
         keys = ["id", "cluster", "pod_namespace", "pod_name", "pod_uid", "done_at", "stuck_at"]
         parts.append(
             "pods still terminating past the limit\n" + render_table(keys, [[r[k] for k in keys] for r in terminating])
+        )
+    by_rate = status.get("rates") or []
+    if by_rate:
+        rows = [[r["cluster"], r["arrival_rate"], r["sweep_rate"]] for r in by_rate]
+        parts.append(
+            "rows a second over the last minute (arrived above swept for minutes: the backlog grows)\n"
+            + render_table(["cluster", "arrived/s", "swept/s"], rows)
+        )
+    holding = rates.holding_long([rates.XminHolder(**h) for h in status.get("xmin_horizon") or []])
+    if holding is not None:
+        parts.insert(
+            0,
+            f"XMIN HORIZON HELD by {holding.describe()}: vacuum can remove no row version younger than it, so "
+            "every claim and record costs more the longer it lasts (docs/dba.md, 'A held snapshot')",
         )
     clusters = status.get("clusters") or []
     if any(c["cluster"] != DEFAULT_CLUSTER for c in clusters):

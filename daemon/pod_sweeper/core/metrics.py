@@ -73,6 +73,30 @@ class Metrics:
             ["pod_cluster"],
             registry=r,
         )
+        self.cluster_arrival_rate = Gauge(
+            "pod_sweeper_cluster_arrival_rate",
+            "Outbox rows a second enqueued in each pod cluster over the last minute",
+            ["pod_cluster"],
+            registry=r,
+        )
+        self.cluster_sweep_rate = Gauge(
+            "pod_sweeper_cluster_sweep_rate",
+            "Outbox rows a second ended done in each pod cluster over the last minute",
+            ["pod_cluster"],
+            registry=r,
+        )
+        self.xmin_horizon_seconds = Gauge(
+            "pod_sweeper_xmin_horizon_seconds",
+            "Seconds the oldest open transaction of the database has held its xmin horizon (0: none; a slot "
+            "or a standby counts in pod_sweeper_xmin_horizon_age_xids only)",
+            registry=r,
+        )
+        self.xmin_horizon_age = Gauge(
+            "pod_sweeper_xmin_horizon_age_xids",
+            "Transactions since the database's xmin horizon: how far back vacuum is held (by a transaction, "
+            "a replication slot, a prepared transaction or a standby's feedback)",
+            registry=r,
+        )
         self.dead_rows = Gauge("pod_sweeper_dead_rows", "Rows that went dead and wait for an operator", registry=r)
         self.rejected = Gauge(
             "pod_sweeper_rejected_retires",
@@ -182,6 +206,12 @@ class Metrics:
             "pod_sweeper_unsendable_rows",
             "Rows ended dead before any request: a name Kubernetes could not hold, or a namespace outside the scope",
             ["why"],
+            registry=r,
+        )
+        self.breaker_surge_threshold = Gauge(
+            "pod_sweeper_breaker_surge_threshold",
+            "Retires a second of the replica's cluster above which the breaker's surge rule trips now",
+            ["pod_cluster"],
             registry=r,
         )
         self.breaker_tripped = Gauge(

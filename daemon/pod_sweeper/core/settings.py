@@ -278,12 +278,36 @@ class Settings(BaseSettings):
         description="Seconds to wait for a database connection. Default 5.",
     )
     max_deletes_per_minute: Annotated[int, Field(ge=0)] = Field(
-        default=1000,
-        description="Blast-radius breaker: deletes allowed per minute in one namespace and in total, "
-        "counted across all replicas of a cluster; a burst beyond it stops that cluster's deletes until "
-        "`pod-sweeper reset-breaker --cluster NAME` (other clusters go on). "
-        "0 turns it off. Default 1000: far above steady churn, far below 'a bad migration retired "
-        "everything'.",
+        default=30000,
+        description="Blast-radius breaker, the far backstop: deletes allowed per minute in one cluster, "
+        "counted across all of its replicas; past it the cluster's deletes stop until `pod-sweeper "
+        "reset-breaker --cluster NAME` (other clusters go on). The surge and transaction rules below trip "
+        "first on what a bad migration or script looks like; this only bounds what a cluster can lose "
+        "whatever its history. 0 turns it off. Default 30000: 500 a second, five times the ~100 pod "
+        "deletions a second SIG Scalability plans for one cluster.",
+    )
+    breaker_surge_factor: Annotated[float, Field(ge=0)] = Field(
+        default=4.0,
+        description="Blast-radius breaker, the surge rule: the cluster's breaker trips when its host "
+        "retires of the last 2 s arrive faster than this many times its own recent rate (an average over "
+        "about 10 minutes, read from the outbox at start and followed since) and faster than "
+        "`POD_SWEEPER_BREAKER_SURGE_FLOOR`. Steady churn, or churn that grows over minutes, never trips "
+        "it; a script retiring thousands in seconds does. 0 turns the rule off. Default 4.",
+    )
+    breaker_surge_floor: Annotated[float, Field(gt=0)] = Field(
+        default=200.0,
+        description="Retires a second below which the surge rule never trips, whatever the recent rate "
+        "(a quiet cluster's rate is near 0, so any retire would be a surge). Default 200: twice the "
+        "~100 a second SIG Scalability plans for one cluster, and low enough that a script retiring "
+        "5,000 over 10 s trips it within 1 s.",
+    )
+    breaker_transaction_rows: Annotated[int, Field(ge=0)] = Field(
+        default=500,
+        description="Blast-radius breaker, the transaction rule: the cluster's breaker trips when one host "
+        "transaction retires this many executions of it (its rows share the transaction's time), before "
+        "any of them is deleted. Backfill and reconciliation rows do not count. 0 turns the rule off. "
+        "Default 500: a control plane retires executions one or a few at a time; a migration or a "
+        "script's UPDATE retires them by the thousand.",
     )
     stuck_terminating_seconds: Seconds = Field(
         default=900.0,
@@ -454,6 +478,11 @@ class Settings(BaseSettings):
     def listens(self) -> bool:
         """Whether the LISTEN connection runs: asked for, and with a route that is not a pooler."""
         return self.listen and (self.listen_database_url is not None or not self.transaction_pooler)
+
+    @property
+    def breaker_on(self) -> bool:
+        """Whether any of the breaker's rules is on (the claim then reads the cluster's breaker row)."""
+        return bool(self.max_deletes_per_minute or self.breaker_surge_factor or self.breaker_transaction_rows)
 
     def wakeup_mode(self) -> str:
         """How a replica with these settings wakes up, in words (the start-up line, ``check``)."""

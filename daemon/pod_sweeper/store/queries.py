@@ -86,6 +86,7 @@ SPANS_CLUSTERS: Mapping[str, str] = {
     "status_clusters": _STATUS,
     "cluster_gauges": "every replica exports every cluster's gauges, so a cluster whose replicas are all down"
     " still pages from the others",
+    "cluster_rates": "every replica exports every cluster's rates, as cluster_gauges; `status` shows them",
     "status_summary": _STATUS,
     "status_failures": _STATUS,
     "status_rejects": _STATUS,

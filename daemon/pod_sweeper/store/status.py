@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pod_sweeper.store import queries
+from pod_sweeper.store import queries, rates
 from pod_sweeper.store.db import Connection
 
 
@@ -28,7 +28,14 @@ async def read_status(conn: Connection) -> dict[str, Any]:
     rejects = await (await conn.execute(queries.load("status_rejects"))).fetchall()
     clusters = await (await conn.execute(queries.load("status_clusters"))).fetchall()
     controls = await (await conn.execute(queries.load("status_controls"))).fetchall()
+    by_rate = await rates.cluster_rates(conn)
+    xmin = await rates.xmin_holders(conn)
     return {
+        "rates": [{"cluster": r.cluster, "arrival_rate": r.arrival_rate, "sweep_rate": r.sweep_rate} for r in by_rate],
+        "xmin_horizon": [
+            {"kind": h.kind, "holder": h.holder, "detail": h.detail, "age_xids": h.age_xids, "seconds": h.seconds}
+            for h in xmin
+        ],
         "controls": [dict(row) for row in controls],
         "clusters": [dict(row) for row in clusters],
         "recent_rejects": [dict(row) for row in rejects],

@@ -26,7 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 from pod_sweeper.core import periodic
 from pod_sweeper.core.errors import ConfigError, first_line
 from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.store import controls, outbox
+from pod_sweeper.store import controls, outbox, rates
 from pod_sweeper.store.db import Connection
 
 # The loop beats every second; livez fails after this many seconds without a beat.
@@ -165,11 +165,14 @@ async def refresh_gauges(
     """Every ``interval`` seconds, one query (the lag view) sets the database gauges; its success or
     failure is also the readiness probe's view of the database."""
     clusters_seen = {cluster}  # the replica's own cluster reads 0 from the first refresh
+    holding_before: rates.XminHolder | None = None  # logged once when it starts, once when it ends
     while True:
         try:
             async with pool.connection(timeout=max(1.0, interval)) as conn:
                 lag = await outbox.lag(conn)
                 by_cluster = await outbox.cluster_gauges(conn)
+                by_rate = {r.cluster: r for r in await rates.cluster_rates(conn)}
+                xmin = await rates.xmin_holders(conn)
                 in_force = await controls.in_force(conn)
                 standbys = await outbox.guard_lag(conn, guard) if guard else None
             if standbys is not None:
@@ -192,7 +195,23 @@ async def refresh_gauges(
                 metrics.cluster_dead.labels(name).set(row.dead)
                 metrics.cluster_oldest_claim.labels(name).set(row.oldest_claim_seconds)
                 metrics.cluster_rejected.labels(name).set(row.rejected)
-            clusters_seen |= set(current)
+                rate = by_rate.get(name, rates.ClusterRates(name))
+                metrics.cluster_arrival_rate.labels(name).set(rate.arrival_rate)
+                metrics.cluster_sweep_rate.labels(name).set(rate.sweep_rate)
+            clusters_seen |= set(current) | set(by_rate)
+            metrics.xmin_horizon_age.set(max((h.age_xids for h in xmin), default=0))
+            metrics.xmin_horizon_seconds.set(max((h.seconds or 0.0 for h in xmin), default=0.0))
+            holding = rates.holding_long(xmin)
+            if holding is not None and holding_before is None:
+                logger.warning(
+                    "the database's xmin horizon is held by {holder}: vacuum can remove no row version "
+                    "younger than it, so each claim and record costs more the longer it lasts (docs/dba.md, "
+                    "'A held snapshot')",
+                    holder=holding.describe(),
+                )
+            elif holding is None and holding_before is not None:
+                logger.info("the database's xmin horizon is no longer held long")
+            holding_before = holding
             if lag is not None:
                 for status, rows in (("pending", lag.pending), ("claimed", lag.claimed), ("dead", lag.dead)):
                     metrics.outbox_rows.labels(status).set(rows)

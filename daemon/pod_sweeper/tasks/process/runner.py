@@ -44,10 +44,12 @@ from pod_sweeper.tasks.loops.confirmer import Confirmer
 from pod_sweeper.tasks.loops.listener import Listener
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.loops.reconciler import Reconciler
+from pod_sweeper.tasks.loops.surge import SurgeWatch
 from pod_sweeper.tasks.process.health import Health, HealthServer, refresh_gauges
 from pod_sweeper.tasks.process.sdnotify import Notifier
 from pod_sweeper.tasks.process.startup import StartGate
-from pod_sweeper.tasks.rules.gates import SchemaGate
+from pod_sweeper.tasks.rules.gates import BreakerGate, SchemaGate
+from pod_sweeper.tasks.rules.surge import SurgeRules
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 
 GAUGE_REFRESH_SECONDS = 5.0
@@ -199,6 +201,7 @@ class Daemon:
             store = OutboxStore(
                 pool, cluster=self.settings.cluster, replica=self.settings.replica_id, attachments=attachments
             )
+            breaker = BreakerGate(self.metrics.breaker_tripped.labels(self.settings.cluster))
             sweeper = Sweeper(
                 self.settings,
                 store,
@@ -206,6 +209,7 @@ class Daemon:
                 outage=outage,
                 metrics=self.metrics,
                 schema=schema,
+                breaker=breaker,
             )
             listener = Listener(self.settings, pool, sweeper.notify, self.metrics) if self.settings.listens else None
             self.sweeper, self.listener, self.outage = sweeper, listener, outage
@@ -230,6 +234,9 @@ class Daemon:
                     group.create_task(_named("shutdown", self._shutdown_when_asked(sweeper)), name="shutdown")
                     group.create_task(_named("retention", self._retention(pool)), name="retention")
                     group.create_task(_named("schema watch", self._watch_schema(pool, schema)), name="schema watch")
+                    if SurgeRules.of(self.settings).on:
+                        surge = SurgeWatch(self.settings, pool, breaker, self.metrics)
+                        group.create_task(_named("surge watch", surge.run()), name="surge watch")
                     confirmer = Confirmer(self.settings, pool, kube, self.metrics, outage)
                     group.create_task(_named("confirmer", confirmer.run()), name="confirmer")
                     if self.settings.reconcile:

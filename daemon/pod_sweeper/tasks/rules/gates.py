@@ -14,9 +14,10 @@ so too). That is nobody's fault a row could answer for, so every row waits uncha
 closed, and nothing is sent but a probe of the server, after a backoff that grows to half a minute; the
 first probe the server answers opens the gate again.
 
-``breaker_budget`` and ``trip_reason``: how many rows a claim may take within the minute's deletes
-(counted across replicas from the attempt history, plus the claims held right now), and why the
-breaker trips when the budget is spent while work is waiting.
+``breaker_budget`` and ``trip_reason``: how many rows a claim may take within the ceiling's minute of
+deletes (counted across replicas from the attempt history, plus the claims held right now), and why the
+breaker trips when that far backstop is spent while work is waiting. The rules that trip it first, on a
+surge or one large host transaction, are in ``surge``.
 """
 
 from __future__ import annotations
@@ -223,12 +224,12 @@ class SchemaGate:
 
 
 def breaker_budget(limit: int, window: BreakerWindow, want: int) -> int:
-    """Rows a claim may take: ``want`` with the breaker off (``limit`` 0), none while it is tripped,
-    else what is left of the minute's deletes after those done and those claimed right now."""
-    if not limit:
-        return want
+    """Rows a claim may take: none while the breaker is tripped (by any rule), ``want`` with the ceiling
+    off (``limit`` 0), else what is left of the minute's deletes after those done and those claimed now."""
     if window.tripped_reason is not None:
         return 0
+    if not limit:
+        return want
     return max(0, min(want, limit - window.total - window.claimed))
 
 

@@ -224,21 +224,22 @@ class Claimer:
     async def _breaker_section(self, session: SweepSession) -> AsyncIterator[None]:
         """With the breaker on, the budget and the claim run in one transaction (the claim's own becomes
         a savepoint), which the budget's read holds the cluster's breaker row in; with it off, nothing."""
-        if not self.settings.max_deletes_per_minute:
+        if not self.settings.breaker_on:
             yield
             return
         async with session.transaction():
             yield
 
     async def _breaker_budget(self, session: SweepSession, want: int) -> int:
-        """How many rows this claim may take under the cluster's blast-radius breaker (0: none; tripped or
-        the minute's budget spent). Counts the cluster's deletes by every replica, from the attempt history."""
+        """How many rows this claim may take under the cluster's blast-radius breaker (0: none; tripped, by
+        any of its rules, or the ceiling's minute spent). The ceiling counts the cluster's deletes by every
+        replica, from the attempt history; the surge and transaction rules trip it from the surge watch."""
         limit, cluster = self.settings.max_deletes_per_minute, self.settings.cluster
-        if not limit:
+        if not self.settings.breaker_on:
             return want
         window = await session.breaker_window()
         self.breaker.observe(window.tripped_reason)
-        if (budget := breaker_budget(limit, window, want)) > 0 or window.tripped_reason is not None:
+        if (budget := breaker_budget(limit, window, want)) > 0 or window.tripped_reason is not None or not limit:
             return budget
         due = await session.next_due()
         if due is not None and due <= 0:  # work is waiting, and the minute's deletes are spent: trip

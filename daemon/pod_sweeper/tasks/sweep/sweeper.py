@@ -101,6 +101,7 @@ class Sweeper:
         outage: OutageWatch,
         metrics: Metrics,
         schema: SchemaGate | None = None,
+        breaker: BreakerGate | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
@@ -111,7 +112,8 @@ class Sweeper:
         namespaces = NamespaceGates(  # 403: one namespace's rows
             backoff, floor=settings.backoff_base, gauge=metrics.namespace_refused
         )
-        breaker = BreakerGate(metrics.breaker_tripped.labels(settings.cluster))
+        # Shared with the surge watch (tasks/loops/surge.py), which trips it between claims.
+        breaker = breaker or BreakerGate(metrics.breaker_tripped.labels(settings.cluster))
         stopping = self._stopping = asyncio.Event()
         # Rows held at once: one batch queued behind the deletes in flight, so the workers never wait
         # for a claim round trip. (Capping the queue at `concurrency` made claims small and frequent:

@@ -1,0 +1,80 @@
+"""The breaker's two rules for telling a bad migration or script from steady churn, free of I/O.
+
+An absolute count of deletes cannot tell a busy day from a bad script: 60 retires a second is 3,600 a
+minute of honest churn, and a script retiring 5,000 at once may be the first thing a quiet cluster sees
+all day. What a mistake looks like is a departure from the cluster's own recent rate, or one host
+transaction retiring many executions at once. Both are read from the outbox by the surge watch
+(tasks/loops/surge.py) before the rows are deleted, which an after-the-fact count of deletes cannot do.
+
+``judge`` says whether what arrived trips the breaker, and why; ``Baseline`` is the cluster's recent
+rate that the surge rule compares with, an average over about ten minutes that follows churn as it
+grows and forgets a quiet night. The numbers behind the defaults are in docs/operations.md ("The
+blast-radius breaker").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.store.rates import Arrivals
+
+# Seconds of arrivals the surge rule looks at, and seconds between looks. A short window sees a script
+# within a second of its start; two seconds of a steady 100 a second is 200 rows, far from noise.
+SURGE_WINDOW = 2.0
+SURGE_INTERVAL = 0.5
+# Seconds over which the recent rate forgets: long enough that a surge of a minute moves it little,
+# short enough that a platform's daily rise (minutes to hours) is followed.
+BASELINE_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class SurgeRules:
+    """The rules as the settings have them; 0 turns a rule off."""
+
+    factor: float  # the surge rule: times the recent rate
+    floor: float  # retires a second below which the surge rule never trips
+    transaction_rows: int  # the transaction rule: rows of one host transaction
+
+    @classmethod
+    def of(cls, settings: Settings) -> SurgeRules:
+        return cls(settings.breaker_surge_factor, settings.breaker_surge_floor, settings.breaker_transaction_rows)
+
+    @property
+    def on(self) -> bool:
+        return bool(self.factor or self.transaction_rows)
+
+    def threshold(self, recent_rate: float) -> float:
+        """Retires a second above which the surge rule trips now."""
+        return max(self.floor, self.factor * recent_rate)
+
+
+class Baseline:
+    """The cluster's recent arrival rate: an exponentially weighted average over ``BASELINE_SECONDS``."""
+
+    def __init__(self, rate: float = 0.0, horizon: float = BASELINE_SECONDS) -> None:
+        self.rate = rate
+        self._horizon = horizon
+
+    def learn(self, rate: float, seconds: float) -> None:
+        """Fold ``rate``, seen for ``seconds``, into the average."""
+        weight = min(1.0, max(0.0, seconds) / self._horizon)
+        self.rate += weight * (rate - self.rate)
+
+
+def judge(rules: SurgeRules, arrivals: Arrivals, recent_rate: float, cluster: str) -> str | None:
+    """Why the cluster's breaker trips now (None: it does not). The transaction rule first: its rows
+    are all there at once, and none of them has been deleted yet."""
+    reset = f"check what retired them, then run `pod-sweeper reset-breaker --cluster {cluster}`"
+    if rules.transaction_rows and arrivals.largest_transaction >= rules.transaction_rows:
+        return (
+            f"cluster {cluster}: one host transaction retired {arrivals.largest_transaction} executions "
+            f"(POD_SWEEPER_BREAKER_TRANSACTION_ROWS={rules.transaction_rows}); {reset}"
+        )
+    if rules.factor and arrivals.rate > rules.threshold(recent_rate):
+        return (
+            f"cluster {cluster}: {arrivals.arrived} retires in {arrivals.window:g} s ({arrivals.rate:.0f}/s) "
+            f"against a recent rate of {recent_rate:.1f}/s (POD_SWEEPER_BREAKER_SURGE_FACTOR="
+            f"{rules.factor:g}, POD_SWEEPER_BREAKER_SURGE_FLOOR={rules.floor:g}/s); {reset}"
+        )
+    return None

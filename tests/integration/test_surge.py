@@ -1,0 +1,133 @@
+"""The breaker's surge and transaction rules on PostgreSQL, at the shipped defaults (two replicas, the
+default rate limit): one host transaction retiring 5,000, and a script retiring 5,000 over 10 s, each
+trip the breaker before a tenth of them is deleted; steady churn of 100 retires a second does not trip
+it (here for a minute; bench/ runs it for ten); a reset lets the judged rows go. The rules alone, without
+I/O: tests/unit/test_surge.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import DaemonThread, run, seed_executions, settings_for, wait_until
+from pod_sweeper.core.settings import Settings
+from pod_sweeper.store import db, outbox, rates
+
+SHIPPED = {
+    name: Settings.model_fields[name].default
+    for name in ("max_deletes_per_minute", "breaker_surge_factor", "breaker_surge_floor", "breaker_transaction_rows")
+}
+
+
+def accepted(kube: Any) -> int:
+    return sum(1 for d in kube.deletes() if d.status == 200)
+
+
+def tripped(execs: psycopg.Connection[Any]) -> str | None:
+    row = execs.execute("SELECT reason FROM pod_sweeper.breaker WHERE cluster = 'default'").fetchone()
+    return None if row is None else row["reason"]
+
+
+def settled(execs: psycopg.Connection[Any]) -> bool:
+    return execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'claimed'").fetchone()["n"] == 0
+
+
+def replicas(db_url: str, kube: Any, n: int = 2, **overrides: Any) -> list[DaemonThread]:
+    settings = settings_for(db_url, kubeconfig=kube.kubeconfig, **SHIPPED, **overrides)
+    return [DaemonThread(settings.model_copy(update={"replica_id": f"r{i}"})).start() for i in range(n)]
+
+
+def test_one_transaction_retiring_5000_trips_the_breaker_before_any_delete(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    seed_executions(execs, kube, 5_000)
+    daemons = replicas(db_url, kube)
+    try:
+        execs.execute("UPDATE executions SET active = false")  # a bad migration
+        wait_until(lambda: tripped(execs), timeout=30, what="the breaker to trip")
+        wait_until(lambda: all(d.daemon.sweeper.status.breaker for d in daemons), what="every replica to see it")
+        wait_until(lambda: settled(execs), what="the claims in hand to settle")
+        assert accepted(kube) < 500, "a tenth of the transaction's pods went before the trip"
+        assert "one host transaction retired 5000 executions" in (tripped(execs) or "")
+        pending = execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'pending'").fetchone()
+        assert pending["n"] == 5_000 - accepted(kube)  # nothing charged: the rest waits
+
+        async def reset() -> dict[str, bool]:
+            async with db.connection(settings_for(db_url)) as conn:
+                return await outbox.resume_breakers(conn, cluster="default", all_clusters=False, who="test")
+
+        # A reset lets the judged rows go: the rules count only what arrived after it.
+        assert run(reset()) == {"default": True}
+        before = accepted(kube)
+        wait_until(lambda: accepted(kube) >= before + 500, timeout=60, what="deletes to go on after the reset")
+        assert tripped(execs) is None
+    finally:
+        assert all(d.stop() == 0 for d in daemons)
+
+
+def test_a_script_retiring_5000_over_10_s_trips_the_breaker_before_a_tenth_is_deleted(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    seed_executions(execs, kube, 5_000)
+    daemons = replicas(db_url, kube)
+    stop = threading.Event()
+
+    def script() -> None:  # 50 transactions a second of 10 retires each, for 10 s
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            for batch in range(500):
+                if stop.is_set():
+                    return
+                due = start + batch * 0.02
+                time.sleep(max(0.0, due - time.monotonic()))  # pacing the writer, not waiting on a result
+                conn.execute(
+                    "UPDATE executions SET active = false WHERE sandbox_id = ANY(%s)",
+                    ([f"s{batch * 10 + i}" for i in range(10)],),
+                )
+
+    start = time.monotonic()
+    writer = threading.Thread(target=script)
+    writer.start()
+    try:
+        wait_until(lambda: tripped(execs), timeout=30, what="the breaker to trip")
+        wait_until(lambda: settled(execs), what="the claims in hand to settle")
+        assert accepted(kube) < 500, "a tenth of the script's pods went before the trip"
+        assert "retires in 2 s" in (tripped(execs) or "")
+    finally:
+        stop.set()
+        writer.join()
+        assert all(d.stop() == 0 for d in daemons)
+
+
+@pytest.mark.parametrize("rate", [100])
+def test_steady_churn_never_trips_the_breaker(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any, rate: int
+) -> None:
+    seconds = 60
+    total = rate * seconds
+    seed_executions(execs, kube, total)
+    daemons = replicas(db_url, kube, n=3)  # docs/operations.md, "Sizing": 3 replicas for 100 a second
+    start = time.monotonic()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for i in range(total):  # one retire a transaction, as a control plane does
+            time.sleep(max(0.0, start + i / rate - time.monotonic()))  # pacing the writer
+            conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (f"s{i}",))
+            if i % rate == 0:
+                assert tripped(execs) is None, f"tripped after {i} retires: {tripped(execs)}"
+    try:
+        wait_until(lambda: accepted(kube) == total, timeout=60, what="every pod to be deleted")
+        assert tripped(execs) is None
+
+        async def read() -> list[rates.ClusterRates]:
+            async with db.connection(settings_for(db_url)) as conn:
+                return await rates.cluster_rates(conn)
+
+        # The last minute's arrivals and sweeps, as the gauges and status show them: about the rate.
+        (default,) = run(read())
+        assert rate * 0.6 <= default.arrival_rate <= rate * 1.2
+        assert rate * 0.6 <= default.sweep_rate <= rate * 1.2
+    finally:
+        assert all(d.stop() == 0 for d in daemons)
