@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # rig, steps/ and pgqueuer_peer.py
 
 from rig import RemoteFake, Rig
-from steps import ceilings, memory, node, real_api, scaling, trigger, wakeups, whole_cluster
+from steps import busy, ceilings, memory, node, real_api, scaling, trigger, wakeups, whole_cluster
 
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
@@ -65,11 +65,18 @@ def main() -> int:
             ("real node", lambda: node.real_node(rig, 10 if quick else 50)),
             ("claim scaling", lambda: scaling.claim_scaling(rig, 1_000_000 if quick else 10_000_000)),
             ("memory", lambda: memory.rss(rig, 4_000 if quick else 200_000)),
+            # docs/operations.md, "Sizing": 3 replicas for 100 retires a second.
+            ("busy", lambda: busy.busy(rig, 100.0, 120.0 if quick else 600.0, 3)),
+            ("held snapshot", lambda: busy.held(rig, 100.0, 240.0 if quick else 1800.0, 3)),
         ]
         if quick and not args.only:
             # Two minutes of sustained sweeping alone would double the quick run: the whole cluster's
             # figures come with the full run, or with --only "whole cluster".
-            steps = [(label, step) for label, step in steps if label not in ("whole cluster", "real node")]
+            steps = [
+                (label, step)
+                for label, step in steps
+                if label not in ("whole cluster", "real node", "busy", "held snapshot")
+            ]
         if args.only:
             wanted = {w.strip() for w in args.only.split(",")}
             # The ratios need their ceilings: a drain brings the client and SQL ceilings along.
