@@ -39,7 +39,9 @@ SHIPPED = {
 
 
 def postgres_cpu_seconds() -> float:
-    """User and system CPU of every postgres process on the machine (the bench's throwaway cluster)."""
+    """User and system CPU of the machine's PostgreSQL (the bench's throwaway cluster): its postmasters'
+    own and their reaped children's, plus every live backend's (a backend that exits takes its own time
+    with it, into its postmaster's children's time)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
     for pid in os.listdir("/proc"):
@@ -47,11 +49,18 @@ def postgres_cpu_seconds() -> float:
             continue
         try:
             with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)
-            if not fields[0].endswith("(postgres"):
+                head, rest = f.read().rsplit(")", 1)
+            if not (head.endswith("(postgres") or head.endswith("(postmaster")):
                 continue
-            values = fields[1].split()
-            total += int(values[11]) + int(values[12])
+            values = rest.split()
+            total += int(values[11]) + int(values[12])  # utime, stime
+            if values[1] == "1" or head.endswith("(postmaster"):  # no postgres parent: the postmaster
+                total += int(values[13]) + int(values[14])  # cutime, cstime
+            else:
+                with open(f"/proc/{values[1]}/stat") as f:
+                    parent = f.read().rsplit(")", 1)[0]
+                if not parent.endswith("(postgres"):
+                    total += int(values[13]) + int(values[14])
         except (OSError, IndexError, ValueError):
             continue
     return total / tick

@@ -278,13 +278,14 @@ class Settings(BaseSettings):
         description="Seconds to wait for a database connection. Default 5.",
     )
     max_deletes_per_minute: Annotated[int, Field(ge=0)] = Field(
-        default=30000,
-        description="Blast-radius breaker, the far backstop: deletes allowed per minute in one cluster, "
-        "counted across all of its replicas; past it the cluster's deletes stop until `pod-sweeper "
-        "reset-breaker --cluster NAME` (other clusters go on). The surge and transaction rules below trip "
-        "first on what a bad migration or script looks like; this only bounds what a cluster can lose "
-        "whatever its history. 0 turns it off. Default 30000: 500 a second, five times the ~100 pod "
-        "deletions a second SIG Scalability plans for one cluster.",
+        default=0,
+        description="Blast-radius breaker, an exact ceiling: deletes allowed per minute in one cluster, "
+        "counted across all of its replicas from the attempt history, the cluster's breaker row locked for "
+        "each claim; past it the cluster's deletes stop until `pod-sweeper reset-breaker --cluster NAME`. "
+        "The count costs each claim a read of the last minute's deletes, which at 100 retires a second is "
+        "what the claims spend most on (bench/README.md, step busy), and serializes the replicas' claims. "
+        "The surge and transaction rules below trip on what a bad migration or script looks like without "
+        "either. Default 0: off.",
     )
     breaker_surge_factor: Annotated[float, Field(ge=0)] = Field(
         default=4.0,

@@ -49,6 +49,10 @@ class SweepSession(Protocol):
         """Inside a transaction: the cluster's breaker, its row held until the transaction ends."""
         ...
 
+    async def breaker_tripped(self) -> str | None:
+        """Why the cluster's breaker is tripped (None: it is not); no lock, no count."""
+        ...
+
     async def trip_breaker(self, reason: str) -> None: ...
 
     async def notify(self) -> None:

@@ -264,6 +264,12 @@ async def breaker_window(conn: Connection, cluster: str) -> BreakerWindow:
     return BreakerWindow(tripped, {r["pod_namespace"]: r["deletes"] for r in rows if r["pod_namespace"]}, claimed)
 
 
+async def breaker_tripped(conn: Connection, cluster: str) -> str | None:
+    """Why the cluster's breaker is tripped (None: it is not): one row by its key, no lock, no count."""
+    row = await (await conn.execute(queries.load("breaker_state"), {"cluster": cluster})).fetchone()
+    return None if row is None else row["tripped_reason"]
+
+
 async def trip_breaker(conn: Connection, cluster: str, reason: str, who: str) -> None:
     await conn.execute(queries.load("breaker_trip"), {"cluster": cluster, "reason": reason, "who": who})
 
@@ -424,6 +430,9 @@ class OutboxSession:
 
     async def breaker_window(self) -> BreakerWindow:
         return await breaker_window(self._conn, self._cluster)
+
+    async def breaker_tripped(self) -> str | None:
+        return await breaker_tripped(self._conn, self._cluster)
 
     async def trip_breaker(self, reason: str) -> None:
         await trip_breaker(self._conn, self._cluster, reason, self._owner)

@@ -222,6 +222,9 @@ class MemorySession:
                 deletes[namespace] = deletes.get(namespace, 0) + 1
         return BreakerWindow(store.tripped, deletes, len(store.in_status(Status.CLAIMED)))
 
+    async def breaker_tripped(self) -> str | None:
+        return self._store.tripped
+
     async def trip_breaker(self, reason: str) -> None:
         self._store.tripped = reason
 

@@ -223,8 +223,9 @@ class Claimer:
     @contextlib.asynccontextmanager
     async def _breaker_section(self, session: SweepSession) -> AsyncIterator[None]:
         """With the breaker on, the budget and the claim run in one transaction (the claim's own becomes
-        a savepoint), which the budget's read holds the cluster's breaker row in; with it off, nothing."""
-        if not self.settings.breaker_on:
+        a savepoint), which the budget's read holds the cluster's breaker row in; without the ceiling, the
+        claim only reads whether the breaker is tripped, and needs no transaction of its own."""
+        if not self.settings.max_deletes_per_minute:
             yield
             return
         async with session.transaction():
@@ -237,6 +238,10 @@ class Claimer:
         limit, cluster = self.settings.max_deletes_per_minute, self.settings.cluster
         if not self.settings.breaker_on:
             return want
+        if not limit:  # the rules alone: one row read by its key, no lock, no count of the minute's deletes
+            tripped = await session.breaker_tripped()
+            self.breaker.observe(tripped)
+            return 0 if tripped is not None else want
         window = await session.breaker_window()
         self.breaker.observe(window.tripped_reason)
         if (budget := breaker_budget(limit, window, want)) > 0 or window.tripped_reason is not None or not limit:
