@@ -441,10 +441,11 @@ def test_pause_wait_returns_once_the_rows_claimed_before_it_are_no_longer_in_fli
 ) -> None:
     add_execution(execs, kube, "flying", namespace="delta")
     retire(execs, "flying")
-    # A replica holds the row (its lease runs 2 s more), as one does mid-DELETE.
+    # A replica holds the row (its lease runs 8 s more), as one does mid-DELETE: long enough for both
+    # commands below to start and look while it is held, on a loaded machine too (2 s was not).
     execs.execute(
         "UPDATE pod_sweeper.outbox SET status = 'claimed', claimed_by = 'r1', claim_epoch = 1, attempts = 1,"
-        " claimed_at = now(), next_attempt_at = now() + interval '2 seconds'"
+        " claimed_at = now(), next_attempt_at = now() + interval '8 seconds'"
     )
     short = cli("pause", "--namespace", "delta", "--reason", "x", "--wait", "--wait-timeout", "0.2", url=db_url)
     assert short.returncode == 1 and short.stdout.splitlines()[-1] == "still 1 row(s) in flight after 0.2 s"
