@@ -6,6 +6,7 @@ I/O: tests/unit/test_surge.py."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
@@ -41,7 +42,7 @@ def replicas(db_url: str, kube: Any, n: int = 2, **overrides: Any) -> list[Daemo
     return [DaemonThread(settings.model_copy(update={"replica_id": f"r{i}"})).start() for i in range(n)]
 
 
-def test_one_transaction_retiring_5000_trips_the_breaker_before_any_delete(
+def test_one_transaction_retiring_5000_trips_the_breaker_before_a_tenth_is_deleted(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
     seed_executions(execs, kube, 5_000)
@@ -52,7 +53,8 @@ def test_one_transaction_retiring_5000_trips_the_breaker_before_any_delete(
         wait_until(lambda: all(d.daemon.sweeper.status.breaker for d in daemons), what="every replica to see it")
         wait_until(lambda: settled(execs), what="the claims in hand to settle")
         assert accepted(kube) < 500, "a tenth of the transaction's pods went before the trip"
-        assert "one host transaction retired 5000 executions" in (tripped(execs) or "")
+        # The watch looks every half second: what the sweep finished before its look is not counted.
+        assert re.search(r"one host transaction retired at least (\d+) executions", tripped(execs) or "")
         pending = execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'pending'").fetchone()
         assert pending["n"] == 5_000 - accepted(kube)  # nothing charged: the rest waits
 

@@ -64,11 +64,11 @@ class Baseline:
 
 def judge(rules: SurgeRules, arrivals: Arrivals, recent_rate: float, cluster: str) -> str | None:
     """Why the cluster's breaker trips now (None: it does not). The transaction rule first: its rows
-    are all there at once, and none of them has been deleted yet."""
+    are all there at once (the count is of those still open, so 'at least')."""
     reset = f"check what retired them, then run `pod-sweeper reset-breaker --cluster {cluster}`"
     if rules.transaction_rows and arrivals.largest_transaction >= rules.transaction_rows:
         return (
-            f"cluster {cluster}: one host transaction retired {arrivals.largest_transaction} executions "
+            f"cluster {cluster}: one host transaction retired at least {arrivals.largest_transaction} executions "
             f"(POD_SWEEPER_BREAKER_TRANSACTION_ROWS={rules.transaction_rows}); {reset}"
         )
     if rules.factor and arrivals.rate > rules.threshold(recent_rate):
