@@ -24,7 +24,7 @@ from steps import busy, ceilings, memory, node, real_api, scaling, trigger, wake
 
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
-from pod_sweeper.testing.postgres import ThrowawayCluster
+from pod_sweeper.testing.postgres import ThrowawayCluster, find_bindir
 
 
 def main() -> int:
@@ -40,7 +40,12 @@ def main() -> int:
     # and the fake server are stopped rather than left running.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
-    with ThrowawayCluster() as cluster, tempfile.TemporaryDirectory() as tmp:
+    # pg_stat_statements, when the machine's PostgreSQL has it: the busy and held steps say which
+    # statements PostgreSQL's time goes to.
+    bindir = find_bindir()
+    statements = (bindir.parent / "lib" / "pg_stat_statements.so").exists()
+    extra = {"shared_preload_libraries": "pg_stat_statements"} if statements else {}
+    with ThrowawayCluster(bindir=bindir, extra_settings=extra) as cluster, tempfile.TemporaryDirectory() as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"
         kube = RemoteFake(kubeconfig)  # its own process: it must not share the client's interpreter
         rig = Rig(cluster, kube, kubeconfig, quick)

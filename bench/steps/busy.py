@@ -10,6 +10,7 @@ the interval, PostgreSQL's CPU per row done, and the outbox's dead tuples.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
@@ -120,6 +121,34 @@ def sample(conn: psycopg.Connection[Any], since: float) -> dict[str, Any]:
     }
 
 
+def statement_times(conn: psycopg.Connection[Any]) -> dict[str, tuple[float, int]]:
+    """Each statement's total execution time (ms) and calls so far, by its first line, when
+    pg_stat_statements is loaded (bench/suite.py loads it where the machine has it); else nothing."""
+    try:
+        rows = conn.execute(
+            "SELECT query, total_exec_time, calls FROM pg_stat_statements WHERE dbid ="
+            " (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ).fetchall()
+    except psycopg.Error:
+        return {}
+    times: dict[str, tuple[float, int]] = {}
+    for query, total, calls in rows:
+        # The daemon's statements open with a comment naming what they do: the first line names them.
+        name = query.strip().splitlines()[0][:70]
+        before = times.get(name, (0.0, 0))
+        times[name] = (before[0] + total, before[1] + calls)
+    return times
+
+
+def top_statements(before: dict[str, tuple[float, int]], after: dict[str, tuple[float, int]], done: int) -> str:
+    """The four statements PostgreSQL spent most time on between two samples, in ms per row done."""
+    spent = sorted(
+        ((after[k][0] - before.get(k, (0.0, 0))[0], after[k][1] - before.get(k, (0.0, 0))[1], k) for k in after),
+        reverse=True,
+    )[:4]
+    return "; ".join(f"{ms / max(done, 1):.2f}ms/row x{calls} {name!r}" for ms, calls, name in spent if ms > 0)
+
+
 def stream(rig: Rig, key: str, rate: float, seconds: float, replicas: int, *, hold_after: float | None) -> None:
     """``rate`` retires a second for ``seconds`` with live pods and ``replicas`` replicas at the
     shipped defaults; with ``hold_after``, a snapshot is held open from that second on."""
@@ -130,6 +159,9 @@ def stream(rig: Rig, key: str, rate: float, seconds: float, replicas: int, *, ho
     interval = 30.0 if seconds >= 300 else 15.0
     rows: list[dict[str, Any]] = []
     with ExitStack() as stack, psycopg.connect(url, autocommit=True) as probe:
+        with contextlib.suppress(psycopg.Error):
+            probe.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        last_statements = statement_times(probe)
         for i in range(replicas):
             stack.enter_context(DaemonThread(settings.model_copy(update={"replica_id": f"busy-{i}"}))).ready()
         holder = None
@@ -148,7 +180,9 @@ def stream(rig: Rig, key: str, rate: float, seconds: float, replicas: int, *, ho
             figures["retired"] = retired[0]
             figures["held"] = holder is not None
             figures["pg_cpu_ms_per_row"] = 1000 * (cpu - last_cpu) / figures["done"] if figures["done"] else 0.0
-            last_wall, last_cpu = time.time(), cpu
+            statements = statement_times(probe)
+            spent = top_statements(last_statements, statements, figures["done"])
+            last_wall, last_cpu, last_statements = time.time(), cpu, statements
             rows.append(figures)
             print(
                 f"  {key} t={figures['t']}s retired={figures['retired']} done+={figures['done']} "
@@ -159,6 +193,8 @@ def stream(rig: Rig, key: str, rate: float, seconds: float, replicas: int, *, ho
                 file=sys.stderr,
                 flush=True,
             )
+            if spent:
+                print(f"    where PostgreSQL's time went: {spent}", file=sys.stderr, flush=True)
     base = [r for r in rows if not r["held"]][1:] or rows
     last = rows[-1]
     rig.results[f"{key}_trips"] = sum(1 for r in rows if r["tripped"])
