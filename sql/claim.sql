@@ -7,6 +7,10 @@
 -- Each row comes back with what it was before (was, held_by): a lease that expired is the answer
 -- table's to judge (a row that crashed its daemon as many times as it has attempts goes dead; the daemon
 -- decides that, in tasks/rules/answers.py, never here).
+-- %(floor)s is where the claim starts reading the claim index (store/cursor.py): '-infinity' for a
+-- discovery claim, else a position below which no open row was due when the process last looked. While
+-- the xmin horizon is held, every version the claims and records left behind stays in the index below
+-- the open rows, and a claim from the start would walk them all (bench held snapshot).
 -- With the replication guard (%(guard)s: the standbys it names; NULL: off, migration 0014), a row is
 -- claimed only when its mark vouches for its current enqueue and every named standby has flushed the
 -- WAL up to the mark; a standby that is not connected (or positions this role may not read) holds all.
@@ -14,10 +18,16 @@ WITH disarm AS (
     -- This sweeper is awake and will claim again until nothing is claimable: retires need not NOTIFY
     -- (migration 0007). The claim right after arming passes false, or it would undo the arming.
     -- Clearing is only a saving, never needed for safety: a row another sweeper holds is skipped.
+    -- A flag armed less than %(disarm_after)s seconds ago is left armed: under steady churn the
+    -- sweepers sleep between retires, and clearing and arming again at every one made two versions of
+    -- this one row per retire, which every retire and claim reads past while the xmin horizon is held.
     UPDATE pod_sweeper.wakeup
     SET armed = false, changed_at = now(), changed_by = %(owner)s
     WHERE cluster IN (
-        SELECT cluster FROM pod_sweeper.wakeup WHERE cluster = %(cluster)s AND armed AND %(disarm)s FOR UPDATE SKIP LOCKED
+        SELECT cluster FROM pod_sweeper.wakeup
+        WHERE cluster = %(cluster)s AND armed AND %(disarm)s
+          AND changed_at <= now() - make_interval(secs => %(disarm_after)s)
+        FOR UPDATE SKIP LOCKED
     )
 ),
 standbys AS (
@@ -30,6 +40,7 @@ due AS (
     FROM pod_sweeper.outbox
     WHERE status IN ('pending', 'claimed')
       AND cluster = %(cluster)s
+      AND next_attempt_at >= %(floor)s
       AND next_attempt_at <= now()
       -- An on-call's controls: a row that a pause or a hold keeps back (pod_sweeper.keeping, the one
       -- statement of that rule, migration 0015) is not claimed, so it is neither sent nor charged.
@@ -54,4 +65,4 @@ SET status = 'claimed',
 FROM due
 WHERE o.id = due.id
 RETURNING o.id, o.claim_epoch, o.attachment_id, o.sandbox_id, o.generation, o.pod_namespace, o.pod_name,
-          o.pod_uid, o.attempts, o.reason, due.was, due.held_by
+          o.pod_uid, o.attempts, o.reason, o.enqueued_at, due.was, due.held_by

@@ -36,9 +36,16 @@ updated AS (
         updated_at = now()
     FROM f
     WHERE o.id = f.id
+      -- the ids once more, as an array parameter the primary key is searched with: the planner knows
+      -- it is a few rows (of the JSON it guesses 100, and on a young table chose a scan of all of it)
+      AND o.id = ANY (%(ids)s::bigint[])
       AND o.cluster = %(cluster)s
       AND o.claim_epoch = f.epoch
-      AND o.status = 'claimed'
+      -- Still claimed, said through lease_expires_at (set exactly while status = 'claimed') rather than
+      -- status itself: `status = 'claimed'` would let the planner read the claimed rows off the claim
+      -- index, every open row's, and while the xmin horizon is held, every version the claims and
+      -- records left behind in it (bench held snapshot).
+      AND o.lease_expires_at IS NOT NULL
     RETURNING o.id
 ),
 history AS (

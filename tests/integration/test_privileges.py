@@ -29,6 +29,7 @@ from helpers import (
     wait_until,
 )
 from pod_sweeper.store import db, migrations, roles
+from pod_sweeper.store.cursor import START
 
 pytestmark = pytest.mark.versions
 
@@ -205,7 +206,16 @@ def test_migration_0011_gives_an_upgraded_runtime_role_what_the_claim_and_the_tr
         for migration in (m for m in shipped() if m.version > 11):
             for text in [text for _, text in migration.steps] or [migration.text]:
                 conn.execute(text)  # type: ignore[call-overload]
-    params = {"batch": 10, "owner": "r", "lease_seconds": 60, "disarm": False, "cluster": "default", "guard": None}
+    params = {
+        "batch": 10,
+        "owner": "r",
+        "lease_seconds": 60,
+        "disarm": False,
+        "cluster": "default",
+        "guard": None,
+        "floor": START,
+        "disarm_after": 0.0,
+    }
     with psycopg.connect(as_role(empty_db_url, runtime), autocommit=True) as conn:
         conn.execute(queries.load("claim"), params)  # reads pod_sweeper.pauses and pod_sweeper.holds
         trip = {"cluster": "default", "reason": "a burst", "who": "r"}

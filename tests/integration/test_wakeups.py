@@ -127,13 +127,14 @@ def test_an_idle_daemon_arms_the_flag_and_a_retire_wakes_it(
 
 
 def test_a_retire_left_open_keeps_the_daemon_polling_not_asleep(
-    execs: psycopg.Connection[Any], db_url: str, kube: Any
+    execs: psycopg.Connection[Any], db_url: str, kube: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A retire whose enqueue read the flag clear (no NOTIFY) and whose transaction is still open when
     # the daemon runs dry must not leave the daemon asleep: it cannot arm, so it polls at a short
     # pace and takes the row soon after the commit, not after the 30 s poll interval.
     add_execution(execs, kube, "a")
     add_execution(execs, kube, "b")
+    monkeypatch.setattr(outbox, "DISARM_AFTER_SECONDS", 0.0)  # its claim clears the flag it just armed
     with DaemonThread(daemon_settings(db_url, kube)) as daemon:
         deferred = lambda: daemon.daemon.metrics.registry.get_sample_value(  # noqa: E731
             "pod_sweeper_wakeup_arm_deferred_total"

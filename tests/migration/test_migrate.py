@@ -16,6 +16,7 @@ from helpers import run, settings_for
 from migration.readable import major_of, readable_schema
 from pod_sweeper.core.errors import MigrationError, SchemaError
 from pod_sweeper.store import db, migrations, queries
+from pod_sweeper.store.cursor import START
 
 REFERENCE = Path(__file__).with_name("reference_schema.txt")
 READABLE = Path(__file__).resolve().parents[2] / "docs" / "schema.sql"
@@ -192,7 +193,16 @@ def test_claim_query_uses_the_partial_index_at_100k_done_rows(pg: psycopg.Connec
     for guard in (None, ["standby"]):
         plan_rows = pg.execute(
             psycopg.sql.SQL("EXPLAIN (FORMAT TEXT) {}").format(queries.load("claim")),
-            {"batch": 100, "owner": "t", "lease_seconds": 60, "disarm": True, "cluster": "default", "guard": guard},
+            {
+                "batch": 100,
+                "owner": "t",
+                "lease_seconds": 60,
+                "disarm": True,
+                "cluster": "default",
+                "guard": guard,
+                "floor": START,
+                "disarm_after": 0.0,
+            },
         ).fetchall()
         plan = "\n".join(r["QUERY PLAN"] for r in plan_rows)
         assert "outbox_claimable" in plan, plan

@@ -1,19 +1,27 @@
 """The breaker's surge and transaction rules (tasks/rules/surge.py), without I/O: steady churn at any
-rate, and churn that grows over minutes, never trips them; a script's surge and one large host
-transaction do, within the first look. On PostgreSQL with the daemon: tests/integration/test_surge.py."""
+rate, and churn that grows over minutes, never trips the surge rule; a script's surge does, within the
+first look. The transaction rule's count is the claim's (store/outbox.py); here, what it says. On
+PostgreSQL with the daemon: tests/integration/test_surge.py."""
 
 from __future__ import annotations
 
 import random
 
 from pod_sweeper.store.rates import Arrivals
-from pod_sweeper.tasks.rules.surge import SURGE_INTERVAL, SURGE_WINDOW, Baseline, SurgeRules, judge
+from pod_sweeper.tasks.rules.surge import (
+    SURGE_INTERVAL,
+    SURGE_WINDOW,
+    Baseline,
+    SurgeRules,
+    judge,
+    transaction_reason,
+)
 
 SHIPPED = SurgeRules(factor=4.0, floor=200.0, transaction_rows=500)
 
 
-def seen(rate: float, *, largest: int = 1) -> Arrivals:
-    return Arrivals(round(rate * SURGE_WINDOW), SURGE_WINDOW, largest, None)
+def seen(rate: float) -> Arrivals:
+    return Arrivals(round(rate * SURGE_WINDOW), SURGE_WINDOW, None)
 
 
 def churn(rules: SurgeRules, baseline: Baseline, rates: list[float]) -> list[str]:
@@ -50,7 +58,7 @@ def test_a_script_of_500_a_second_trips_at_its_first_full_window_on_a_quiet_or_a
         assert judge(SHIPPED, seen(500), recent, "c") is not None
         assert judge(SHIPPED, seen(recent + 500), recent, "c") is not None
     # Within the window's first second it has arrived at 250/s: already above the floor.
-    assert judge(SHIPPED, Arrivals(500, SURGE_WINDOW, 10, None), 0.0, "c") is not None
+    assert judge(SHIPPED, Arrivals(500, SURGE_WINDOW, None), 0.0, "c") is not None
 
 
 def test_below_the_floor_nothing_trips_whatever_the_recent_rate() -> None:
@@ -66,18 +74,17 @@ def test_above_the_floor_the_recent_rate_decides() -> None:
     assert "POD_SWEEPER_BREAKER_SURGE_FACTOR=4" in reason and "reset-breaker --cluster c" in reason
 
 
-def test_one_transaction_of_500_trips_at_once_before_any_rate_is_seen() -> None:
-    assert judge(SHIPPED, Arrivals(0, SURGE_WINDOW, 499, None), 0.0, "c") is None
-    reason = judge(SHIPPED, Arrivals(0, SURGE_WINDOW, 5_000, None), 0.0, "c")
-    assert reason is not None and "one host transaction retired at least 5000 executions" in reason
+def test_the_transaction_rule_names_the_size_the_setting_and_the_reset() -> None:
+    reason = transaction_reason(5_000, SHIPPED, "c")
+    assert reason.startswith("cluster c: one host transaction retired at least 5000 executions")
+    assert "POD_SWEEPER_BREAKER_TRANSACTION_ROWS=500" in reason and "reset-breaker --cluster c" in reason
 
 
 def test_each_rule_turns_off_with_zero() -> None:
     no_surge = SurgeRules(factor=0.0, floor=200.0, transaction_rows=500)
     assert judge(no_surge, seen(10_000), 0.0, "c") is None
-    no_transaction = SurgeRules(factor=4.0, floor=200.0, transaction_rows=0)
-    assert judge(no_transaction, Arrivals(0, SURGE_WINDOW, 100_000, None), 0.0, "c") is None
-    assert not SurgeRules(0.0, 200.0, 0).on
+    assert not no_surge.watched  # the watch has no rule left: it does not run
+    assert SurgeRules(factor=4.0, floor=200.0, transaction_rows=0).watched
 
 
 def test_the_baseline_forgets_over_ten_minutes() -> None:

@@ -305,8 +305,9 @@ class Settings(BaseSettings):
     breaker_transaction_rows: Annotated[int, Field(ge=0)] = Field(
         default=500,
         description="Blast-radius breaker, the transaction rule: the cluster's breaker trips when one host "
-        "transaction retires this many executions of it (its rows share the transaction's time), within "
-        "half a second of its commit. Backfill and reconciliation rows do not count. 0 turns the rule off. "
+        "transaction retires this many executions of it (its rows share the transaction's time), found by "
+        "the first claim of its rows, which is rolled back: none of them is sent. Backfill and "
+        "reconciliation rows do not count. 0 turns the rule off. "
         "Default 500: a control plane retires executions one or a few at a time; a migration or a "
         "script's UPDATE retires them by the thousand.",
     )

@@ -24,9 +24,18 @@ class SweepSession(Protocol):
         ...
 
     async def claim(
-        self, *, batch: int, lease_seconds: float, disarm: bool, at_claim: AtClaim, guard: list[str] | None
+        self,
+        *,
+        batch: int,
+        lease_seconds: float,
+        disarm: bool,
+        at_claim: AtClaim,
+        guard: list[str] | None,
+        transaction_rows: int = 0,
     ) -> ClaimedBatch:
-        """Claim and re-check up to ``batch`` due rows; those ``at_claim`` ends are recorded at once."""
+        """Claim and re-check up to ``batch`` due rows; those ``at_claim`` ends are recorded at once.
+        With ``transaction_rows``, raise ``LargeTransaction`` and claim nothing when the rows of one host
+        transaction taken and still pending come to that many (the breaker's transaction rule)."""
         ...
 
     async def guard_mark(self) -> int:

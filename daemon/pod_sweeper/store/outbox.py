@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.store import queries
+from pod_sweeper.store.cursor import START, ClaimCursor
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment, Recheck, recheck
 
@@ -94,6 +96,24 @@ class ClaimedBatch:
         return len(self.to_send) + len(self.decided)
 
 
+# The daemon's claims leave a wakeup flag armed this recently as it is (sql/claim.sql): at most two
+# writes of the flag's row every 10 s under steady churn, and retires NOTIFY for at most 10 s of a drain.
+DISARM_AFTER_SECONDS = 10.0
+
+
+class LargeTransaction(Exception):
+    """A claim found rows of one host transaction at least the breaker's transaction rule allows
+    (``size``: this claim's share and the rows still pending); the claim was rolled back."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"one host transaction retired at least {size} executions")
+        self.size = size
+
+
+# The reasons the host's own retires are enqueued with (not a backfill's or a reconciliation's).
+HOST_REASONS = ("retired", "row_deleted")
+
+
 # What the claim itself decides of a claimed row, given the re-check: its Verdict, or None to send it.
 AtClaim = Callable[[Claim, Recheck], "Verdict | None"]
 
@@ -109,13 +129,18 @@ async def claim(
     disarm: bool,
     at_claim: AtClaim,
     guard: list[str] | None = None,
+    floor: datetime = START,
+    transaction_rows: int = 0,
+    disarm_after: float = 0.0,
 ) -> ClaimedBatch:
-    """Claim up to ``batch`` due rows of ``cluster`` (each one's attempt charged, its epoch bumped),
-    re-check them, and record the rows ``at_claim`` ends at once (a generation active again, a re-check
-    that could not be made, a lease that expired once too often), all in one short transaction. The claim
-    also clears the wakeup flag (see :func:`arm`), except with ``disarm=False``: the claim right after
-    arming. With ``guard`` (the standbys the replication guard names), only rows whose enqueue every one
-    of them has flushed (:func:`guard_mark` first)."""
+    """Claim up to ``batch`` due rows of ``cluster`` (each one's attempt charged, its epoch bumped), re-check them, and
+    record the rows ``at_claim`` ends at once (a generation active again, a re-check that could not be made, a lease
+    that expired once too often), all in one short transaction. The claim also clears the wakeup flag (see
+    :func:`arm`), except with ``disarm=False`` (the claim right after arming) or when it was armed less than
+    ``disarm_after`` seconds ago. With ``guard`` (the standbys the replication guard names), only rows whose enqueue
+    every one of them has flushed (:func:`guard_mark` first). Reads the claim index from ``floor`` up
+    (store/cursor.py). With ``transaction_rows``, raises :class:`LargeTransaction` (and claims nothing) when the
+    rows of one host transaction it took and those still pending come to that many."""
     async with conn.transaction():
         cur = await conn.execute(
             queries.load("claim"),
@@ -126,8 +151,13 @@ async def claim(
                 "disarm": disarm,
                 "cluster": cluster,
                 "guard": guard,
+                "floor": floor,
+                "disarm_after": disarm_after,
             },
         )
+        rows = await cur.fetchall()
+        if transaction_rows:
+            await _transaction_rule(conn, rows, cluster, transaction_rows, batch)
         claims = [
             Claim(
                 r["id"],
@@ -142,7 +172,7 @@ async def claim(
                 r["reason"],
                 r["held_by"] if r["was"] == Status.CLAIMED else None,
             )
-            for r in await cur.fetchall()
+            for r in rows
         ]
         if not claims:
             return ClaimedBatch([], [], attachments)
@@ -152,6 +182,24 @@ async def claim(
             await record_results(conn, [verdict for _, verdict in decided], owner, cluster=cluster)
         ended = {c.id for c, _ in decided}
         return ClaimedBatch([c for c in claims if c.id not in ended], decided, checked.attachments)
+
+
+async def _transaction_rule(
+    conn: Connection, rows: list[dict[str, object]], cluster: str, limit: int, batch: int
+) -> None:
+    """The breaker's transaction rule, in the claim's transaction and before anything is sent: a host
+    transaction's rows share their enqueued_at (its start), and while pending their due time too, so
+    its rows still pending are counted on the claim index by that one key (at most ``limit`` of them),
+    not by reading every open row. Looked at only for a key this claim took two or more rows of (any,
+    for a claim of one row): one row a transaction, steady churn's shape, costs nothing."""
+    shares = Counter(r["enqueued_at"] for r in rows if r["reason"] in HOST_REASONS and r["was"] == Status.PENDING)
+    keys = [at for at, n in shares.items() if n >= min(2, batch)]
+    if not keys:
+        return
+    cur = await conn.execute(queries.load("breaker_transaction"), {"cluster": cluster, "keys": keys, "limit": limit})
+    for r in await cur.fetchall():
+        if (size := shares[r["at"]] + int(r["pending"])) >= limit:
+            raise LargeTransaction(size)
 
 
 async def guard_mark(conn: Connection, *, cluster: str) -> int:
@@ -196,15 +244,25 @@ async def record_results(conn: Connection, verdicts: list[Verdict], replica: str
         }
         for f in verdicts
     ]
-    params = {"replica": replica, "cluster": cluster, "rows": json.dumps(rows)}
+    params = {"replica": replica, "cluster": cluster, "rows": json.dumps(rows), "ids": [f.id for f in verdicts]}
     cur = await conn.execute(queries.load("record_results"), params)
     return {r["id"] for r in await cur.fetchall()}
 
 
-async def next_due(conn: Connection, *, cluster: str) -> float | None:
-    """Seconds until the cluster's next open row becomes claimable (negative: already due); None: none."""
-    row = await (await conn.execute(queries.load("next_due"), {"cluster": cluster})).fetchone()
-    return None if row is None or row["seconds"] is None else float(row["seconds"])
+async def next_due(
+    conn: Connection, *, cluster: str, cursor: ClaimCursor | None = None, horizon: float = 86_400.0
+) -> float | None:
+    """Seconds until the cluster's next open row becomes claimable (negative: already due); None: none
+    within ``horizon`` seconds. With ``cursor``, read from where its claim read (store/cursor.py), and
+    move its floor up."""
+    floor = cursor.due_from() if cursor is not None else START
+    params = {"cluster": cluster, "floor": floor, "horizon": horizon}
+    row = await (await conn.execute(queries.load("next_due"), params)).fetchone()
+    if row is None:
+        return None
+    if cursor is not None:
+        cursor.looked(row["low"], row["now"])
+    return None if row["seconds"] is None else float(row["seconds"])
 
 
 async def arm(conn: Connection, owner: str, *, cluster: str) -> bool:
@@ -400,8 +458,16 @@ class OutboxSession:
         return self._conn.transaction()
 
     async def claim(
-        self, *, batch: int, lease_seconds: float, disarm: bool, at_claim: AtClaim, guard: list[str] | None
+        self,
+        *,
+        batch: int,
+        lease_seconds: float,
+        disarm: bool,
+        at_claim: AtClaim,
+        guard: list[str] | None,
+        transaction_rows: int = 0,
     ) -> ClaimedBatch:
+        cursor = self._store.cursor
         claimed = await claim(
             self._conn,
             cluster=self._cluster,
@@ -412,7 +478,11 @@ class OutboxSession:
             disarm=disarm,
             at_claim=at_claim,
             guard=guard,
+            floor=cursor.claim_from(),
+            transaction_rows=transaction_rows,
+            disarm_after=DISARM_AFTER_SECONDS,
         )
+        cursor.claimed(claimed.taken, batch)
         self._store.attachments = claimed.attachments  # what the re-check read the rows through
         return claimed
 
@@ -423,7 +493,8 @@ class OutboxSession:
         return await record_results(self._conn, verdicts, self._owner, cluster=self._cluster)
 
     async def next_due(self) -> float | None:
-        return await next_due(self._conn, cluster=self._cluster)
+        store = self._store
+        return await next_due(self._conn, cluster=self._cluster, cursor=store.cursor, horizon=store.due_horizon)
 
     async def arm(self) -> bool:
         return await arm(self._conn, self._owner, cluster=self._cluster)
@@ -444,12 +515,21 @@ class OutboxSession:
 class OutboxStore:
     """The outbox in PostgreSQL for one replica of one cluster: a session per pooled connection. It keeps
     the attachments the last claim's re-check read rows through (the start-up's, until a row names one
-    it did not have)."""
+    it did not have), and where its claims read the claim index from (store/cursor.py). ``due_horizon``:
+    how far ahead ``next_due`` looks (the caller's longest sleep, its poll interval)."""
 
     def __init__(
-        self, pool: AsyncConnectionPool[Connection], *, cluster: str, replica: str, attachments: dict[int, Attachment]
+        self,
+        pool: AsyncConnectionPool[Connection],
+        *,
+        cluster: str,
+        replica: str,
+        attachments: dict[int, Attachment],
+        due_horizon: float = 86_400.0,
     ) -> None:
         self.pool, self.cluster, self.replica, self.attachments = pool, cluster, replica, attachments
+        self.cursor = ClaimCursor()
+        self.due_horizon = due_horizon
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[OutboxSession]:

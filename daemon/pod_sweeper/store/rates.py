@@ -16,7 +16,6 @@ class Arrivals:
 
     arrived: int  # host retires enqueued within the window
     window: float  # seconds the count covers
-    largest_transaction: int  # the most open rows one host transaction enqueued
     tripped_reason: str | None  # the breaker as it is now (None: not tripped)
 
     @property
@@ -30,7 +29,7 @@ async def arrivals(conn: Connection, *, cluster: str, window: float) -> Arrivals
     row = await (await conn.execute(queries.load("breaker_arrivals"), params)).fetchone()
     if row is None:
         return None
-    return Arrivals(int(row["arrived"]), window, int(row["largest_transaction"]), row["tripped_reason"])
+    return Arrivals(int(row["arrived"]), window, row["tripped_reason"])
 
 
 async def recent_rate(conn: Connection, *, cluster: str, seconds: float) -> float:

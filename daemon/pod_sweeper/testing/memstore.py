@@ -120,8 +120,17 @@ class MemorySession:
         return contextlib.nullcontext()
 
     async def claim(
-        self, *, batch: int, lease_seconds: float, disarm: bool, at_claim: AtClaim, guard: list[str] | None
+        self,
+        *,
+        batch: int,
+        lease_seconds: float,
+        disarm: bool,
+        at_claim: AtClaim,
+        guard: list[str] | None,
+        transaction_rows: int = 0,
     ) -> ClaimedBatch:
+        # Rows here have no host transaction: the breaker's transaction rule (``transaction_rows``) is
+        # PostgreSQL's alone, tested there (tests/integration/test_surge.py).
         store = self._store
         store._maybe_fail("claim")
         now = store.clock()

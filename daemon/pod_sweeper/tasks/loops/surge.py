@@ -1,5 +1,5 @@
 """The breaker's surge watch: every half second, what arrived in this replica's cluster, judged by the
-surge and transaction rules (tasks/rules/surge.py) before the sweep deletes it.
+surge rule (tasks/rules/surge.py) before the sweep deletes it. (The transaction rule is the claim's.)
 
 The claim itself only reads whether the breaker is tripped (and the far ceiling's count): a rule that
 waited for the claim would judge rows already on their way. Each replica of a cluster watches; the

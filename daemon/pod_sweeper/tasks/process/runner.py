@@ -199,7 +199,11 @@ class Daemon:
             outage = OutageWatch(self.settings, pool, kube, self.metrics)
             schema = SchemaGate(self.metrics.schema_incompatible)
             store = OutboxStore(
-                pool, cluster=self.settings.cluster, replica=self.settings.replica_id, attachments=attachments
+                pool,
+                cluster=self.settings.cluster,
+                replica=self.settings.replica_id,
+                attachments=attachments,
+                due_horizon=self.settings.poll_interval,  # the claimer sleeps no longer than this anyway
             )
             breaker = BreakerGate(self.metrics.breaker_tripped.labels(self.settings.cluster))
             sweeper = Sweeper(
@@ -234,7 +238,7 @@ class Daemon:
                     group.create_task(_named("shutdown", self._shutdown_when_asked(sweeper)), name="shutdown")
                     group.create_task(_named("retention", self._retention(pool)), name="retention")
                     group.create_task(_named("schema watch", self._watch_schema(pool, schema)), name="schema watch")
-                    if SurgeRules.of(self.settings).on:
+                    if SurgeRules.of(self.settings).watched:
                         surge = SurgeWatch(self.settings, pool, breaker, self.metrics)
                         group.create_task(_named("surge watch", surge.run()), name="surge watch")
                     confirmer = Confirmer(self.settings, pool, kube, self.metrics, outage)

@@ -3,10 +3,13 @@
 An absolute count of deletes cannot tell a busy day from a bad script: 60 retires a second is 3,600 a
 minute of honest churn, and a script retiring 5,000 at once may be the first thing a quiet cluster sees
 all day. What a mistake looks like is a departure from the cluster's own recent rate, or one host
-transaction retiring many executions at once. Both are read from the outbox by the surge watch
-(tasks/loops/surge.py) before the rows are deleted, which an after-the-fact count of deletes cannot do.
+transaction retiring many executions at once. Both are read from the outbox before the rows are
+deleted, which an after-the-fact count of deletes cannot do: the surge by the surge watch
+(tasks/loops/surge.py), the transaction by the claim that takes its first rows (store/outbox.py), in
+the claim's own transaction, so none of them is sent.
 
-``judge`` says whether what arrived trips the breaker, and why; ``Baseline`` is the cluster's recent
+``judge`` says whether what arrived trips the breaker, and why; ``transaction_reason`` says it of one
+transaction the claim found; ``Baseline`` is the cluster's recent
 rate that the surge rule compares with, an average over about ten minutes that follows churn as it
 grows and forgets a quiet night. The numbers behind the defaults are in docs/operations.md ("The
 blast-radius breaker").
@@ -41,8 +44,9 @@ class SurgeRules:
         return cls(settings.breaker_surge_factor, settings.breaker_surge_floor, settings.breaker_transaction_rows)
 
     @property
-    def on(self) -> bool:
-        return bool(self.factor or self.transaction_rows)
+    def watched(self) -> bool:
+        """Whether the surge watch has a rule to apply (the transaction rule is the claim's)."""
+        return bool(self.factor)
 
     def threshold(self, recent_rate: float) -> float:
         """Retires a second above which the surge rule trips now."""
@@ -62,15 +66,22 @@ class Baseline:
         self.rate += weight * (rate - self.rate)
 
 
+def _reset(cluster: str) -> str:
+    return f"check what retired them, then run `pod-sweeper reset-breaker --cluster {cluster}`"
+
+
+def transaction_reason(size: int, rules: SurgeRules, cluster: str) -> str:
+    """Why the breaker trips on one host transaction of at least ``size`` rows (those a claim took and
+    those still pending: 'at least', since rows already swept are not counted)."""
+    return (
+        f"cluster {cluster}: one host transaction retired at least {size} executions "
+        f"(POD_SWEEPER_BREAKER_TRANSACTION_ROWS={rules.transaction_rows}); {_reset(cluster)}"
+    )
+
+
 def judge(rules: SurgeRules, arrivals: Arrivals, recent_rate: float, cluster: str) -> str | None:
-    """Why the cluster's breaker trips now (None: it does not). The transaction rule first: its rows
-    are all there at once (the count is of those still open, so 'at least')."""
-    reset = f"check what retired them, then run `pod-sweeper reset-breaker --cluster {cluster}`"
-    if rules.transaction_rows and arrivals.largest_transaction >= rules.transaction_rows:
-        return (
-            f"cluster {cluster}: one host transaction retired at least {arrivals.largest_transaction} executions "
-            f"(POD_SWEEPER_BREAKER_TRANSACTION_ROWS={rules.transaction_rows}); {reset}"
-        )
+    """Why the surge rule trips the cluster's breaker now (None: it does not)."""
+    reset = _reset(cluster)
     if rules.factor and arrivals.rate > rules.threshold(recent_rate):
         return (
             f"cluster {cluster}: {arrivals.arrived} retires in {arrivals.window:g} s ({arrivals.rate:.0f}/s) "

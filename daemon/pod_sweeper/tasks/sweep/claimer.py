@@ -11,7 +11,8 @@ auth gate) it claims nothing, and claims at once when the gate opens.
 What the claim itself settles (a generation active again, a re-check that could not be made, a lease
 that expired once too often) is the answer table's (``answers.at_claim``), recorded in the claim's own
 transaction; the rest go to the pipeline only after that transaction has committed, so no DELETE ever
-runs inside a transaction. A database error is retried with backoff.
+runs inside a transaction. A claim that finds one host transaction too large for the breaker's
+transaction rule is rolled back and trips the breaker instead. A database error is retried with backoff.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store.interface import SweepSession, SweepStore
-from pod_sweeper.store.outbox import Claim, ClaimedBatch, Verdict
+from pod_sweeper.store.outbox import Claim, ClaimedBatch, LargeTransaction, Verdict
 from pod_sweeper.store.recheck import Recheck
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.rules import answers
 from pod_sweeper.tasks.rules.answers import Policy
 from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, SchemaGate, breaker_budget, trip_reason
+from pod_sweeper.tasks.rules.surge import SurgeRules, transaction_reason
 from pod_sweeper.tasks.sweep.pipeline import Pipeline
 from pod_sweeper.tasks.sweep.report import log_verdict
 
@@ -154,17 +156,27 @@ class Claimer:
         if guard is not None:  # its own short transaction, before the claim's: see sql/guard_mark.sql
             async with self.store.session() as session:
                 await session.guard_mark()
-        async with self.store.session() as session, self._breaker_section(session):
-            want = await self._breaker_budget(session, want)
-            if want == 0:
-                return None
-            return await session.claim(
-                batch=want,
-                lease_seconds=self.settings.lease_seconds,
-                disarm=disarm,
-                at_claim=self._at_claim,
-                guard=guard,
-            )
+        rules = SurgeRules.of(self.settings)
+        async with self.store.session() as session:
+            try:
+                async with self._breaker_section(session):
+                    want = await self._breaker_budget(session, want)
+                    if want == 0:
+                        return None
+                    return await session.claim(
+                        batch=want,
+                        lease_seconds=self.settings.lease_seconds,
+                        disarm=disarm,
+                        at_claim=self._at_claim,
+                        guard=guard,
+                        transaction_rows=rules.transaction_rows,
+                    )
+            except LargeTransaction as large:  # the claim was rolled back: nothing of it is sent
+                reason = transaction_reason(large.size, rules, self.settings.cluster)
+                await session.trip_breaker(reason)
+        self.breaker.observe(reason)
+        logger.critical("blast-radius breaker tripped, no more deletes: {reason}", reason=reason)
+        return None
 
     def _count(self, batch: ClaimedBatch) -> None:
         """The metrics and the log of a claim: rows taken, and those the claim itself ended."""

@@ -1,0 +1,73 @@
+"""The claim cursor (store/cursor.py), without I/O: claims read from the floor, one claim every
+DISCOVERY_SECONDS reads from the start and is repeated while it fills its batch, and the floor never
+passes a row the next-due read saw nor comes within MARGIN of the database's clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from pod_sweeper.store.cursor import DISCOVERY_SECONDS, MARGIN, START, ClaimCursor
+
+NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_first_claim_discovers_and_the_next_due_read_sets_the_floor() -> None:
+    cursor = ClaimCursor(Clock())
+    assert cursor.claim_from() == START
+    cursor.claimed(3, 100)
+    assert cursor.due_from() == START
+    cursor.looked(None, NOW)  # nothing open: the floor stays the margin below the database's clock
+    assert cursor.floor == NOW - MARGIN
+    assert cursor.claim_from() == NOW - MARGIN
+
+
+def test_the_floor_stops_at_the_lowest_row_due_and_only_rises_between_discoveries() -> None:
+    clock = Clock()
+    cursor = ClaimCursor(clock)
+    cursor.claim_from()
+    cursor.looked(NOW - timedelta(seconds=30), NOW)  # a row in backoff since 30 s ago
+    assert cursor.floor == NOW - timedelta(seconds=30)
+    clock.t += 1
+    assert cursor.claim_from() == NOW - timedelta(seconds=30)
+    assert cursor.due_from() == NOW - timedelta(seconds=30)
+    cursor.looked(None, NOW + timedelta(seconds=1))
+    assert cursor.floor == NOW + timedelta(seconds=1) - MARGIN
+    cursor.claim_from()
+    cursor.looked(None, NOW - timedelta(seconds=60))  # a read that cannot lower it (the clock went back)
+    assert cursor.floor == NOW + timedelta(seconds=1) - MARGIN
+
+
+def test_every_discovery_interval_one_claim_reads_from_the_start_and_resets_the_floor() -> None:
+    clock = Clock()
+    cursor = ClaimCursor(clock)
+    cursor.claim_from()
+    cursor.looked(None, NOW)
+    clock.t += DISCOVERY_SECONDS - 0.1
+    assert cursor.claim_from() == NOW - MARGIN
+    clock.t += 0.1
+    assert cursor.claim_from() == START
+    assert cursor.due_from() == START
+    older = NOW - timedelta(minutes=10)  # a long host transaction's row, below the old floor
+    cursor.looked(older, NOW)
+    assert cursor.floor == older
+
+
+def test_a_discovery_that_fills_its_batch_is_followed_by_another() -> None:
+    clock = Clock()
+    cursor = ClaimCursor(clock)
+    cursor.claim_from()
+    cursor.claimed(100, 100)
+    assert cursor.claim_from() == START  # full: rows may be left below any floor
+    cursor.claimed(40, 100)
+    cursor.looked(None, NOW)
+    assert cursor.claim_from() == NOW - MARGIN
+    cursor.claimed(100, 100)  # a full claim from the floor reads on from the floor
+    assert cursor.claim_from() == NOW - MARGIN
