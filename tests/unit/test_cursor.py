@@ -7,20 +7,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from pod_sweeper.store.cursor import DISCOVERY_SECONDS, MARGIN, START, ClaimCursor
+from pod_sweeper.testing.clock import FakeClock
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_the_first_claim_discovers_and_the_next_due_read_sets_the_floor() -> None:
-    cursor = ClaimCursor(Clock())
+    cursor = ClaimCursor(FakeClock())
     assert cursor.claim_from() == START
     cursor.claimed(3, 100)
     assert cursor.due_from() == START
@@ -30,12 +23,12 @@ def test_the_first_claim_discovers_and_the_next_due_read_sets_the_floor() -> Non
 
 
 def test_the_floor_stops_at_the_lowest_row_due_and_only_rises_between_discoveries() -> None:
-    clock = Clock()
+    clock = FakeClock()
     cursor = ClaimCursor(clock)
     cursor.claim_from()
     cursor.looked(NOW - timedelta(seconds=30), NOW)  # a row in backoff since 30 s ago
     assert cursor.floor == NOW - timedelta(seconds=30)
-    clock.t += 1
+    clock.advance(1)
     assert cursor.claim_from() == NOW - timedelta(seconds=30)
     assert cursor.due_from() == NOW - timedelta(seconds=30)
     cursor.looked(None, NOW + timedelta(seconds=1))
@@ -46,13 +39,13 @@ def test_the_floor_stops_at_the_lowest_row_due_and_only_rises_between_discoverie
 
 
 def test_every_discovery_interval_one_claim_reads_from_the_start_and_resets_the_floor() -> None:
-    clock = Clock()
+    clock = FakeClock()
     cursor = ClaimCursor(clock)
     cursor.claim_from()
     cursor.looked(None, NOW)
-    clock.t += DISCOVERY_SECONDS - 0.1
+    clock.advance(DISCOVERY_SECONDS - 0.1)
     assert cursor.claim_from() == NOW - MARGIN
-    clock.t += 0.1
+    clock.advance(0.1)
     assert cursor.claim_from() == START
     assert cursor.due_from() == START
     older = NOW - timedelta(minutes=10)  # a long host transaction's row, below the old floor
@@ -61,7 +54,7 @@ def test_every_discovery_interval_one_claim_reads_from_the_start_and_resets_the_
 
 
 def test_a_discovery_that_fills_its_batch_is_followed_by_another() -> None:
-    clock = Clock()
+    clock = FakeClock()
     cursor = ClaimCursor(clock)
     cursor.claim_from()
     cursor.claimed(100, 100)
