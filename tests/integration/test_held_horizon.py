@@ -5,13 +5,17 @@ The versions are made by the daemon's own statements (claim.sql, record_results.
 held open in another session, as a report or an idle-in-transaction client holds one; each statement is
 then run under EXPLAIN (ANALYZE, BUFFERS) and its buffers counted: from the cursor's floor, a handful;
 from the start of the index, every page of the swept rows. The bench's held-snapshot step measures the
-same over half an hour (bench/README.md)."""
+same over half an hour (bench/README.md). The metrics refresher names the holder and reads the gauges
+of every open row less often while the hold lasts."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,8 +23,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pod_sweeper.store import queries
+from helpers import run, settings_for
+from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.store import db, outbox, queries, rates
 from pod_sweeper.store.cursor import MARGIN, START
+from pod_sweeper.tasks.process import health
 
 SWEPT = 3_000
 
@@ -126,3 +133,65 @@ def test_the_surge_watch_and_the_transaction_rule_read_their_window_and_their_tr
     key = swept_under_a_held_horizon - timedelta(minutes=10)  # the swept rows' transaction start
     size, plan = buffers(pg, "breaker_transaction", {"cluster": "default", "keys": [key], "limit": 500})
     assert size <= SWEPT / 10, plan  # its own rows' versions at most, not every open row's
+
+
+async def until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """``wait_until`` for a test that runs the daemon's own coroutines on its event loop."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def test_a_held_horizon_is_named_and_the_gauges_of_every_open_row_are_read_less_often(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The metrics refresher names the holder (its pid, how long) and, once the hold has lasted
+    HELD_AFTER_SECONDS, reads the gauges that walk the whole claim index only every
+    HELD_REFRESH_SECONDS; at the hold's end, at every refresh again."""
+    monkeypatch.setattr(health, "HELD_AFTER_SECONDS", 0.5)
+    monkeypatch.setattr(health, "HELD_REFRESH_SECONDS", 3600.0)
+    calls = {"open rows": 0, "holders": 0}
+    real_gauges, real_holders = outbox.cluster_gauges, rates.xmin_holders
+
+    async def gauges(conn: Any) -> list[outbox.ClusterGauges]:
+        calls["open rows"] += 1
+        return await real_gauges(conn)
+
+    async def holders(conn: Any) -> list[rates.XminHolder]:
+        calls["holders"] += 1
+        return await real_holders(conn)
+
+    monkeypatch.setattr(outbox, "cluster_gauges", gauges)
+    monkeypatch.setattr(rates, "xmin_holders", holders)
+
+    async def scenario() -> None:
+        pool = db.make_pool(settings_for(db_url), max_size=2)
+        await pool.open(wait=True, timeout=10)
+        metrics, state = Metrics(), health.Health()
+        refresher = asyncio.create_task(health.refresh_gauges(pool, metrics, state, 0.05, "default"))
+        horizon = lambda: metrics.registry.get_sample_value("pod_sweeper_xmin_horizon_seconds") or 0.0  # noqa: E731
+        try:
+            await until(lambda: calls["holders"] >= 3, "three refreshes")
+            assert calls["open rows"] == calls["holders"]  # not held: every refresh reads them
+            async with await psycopg.AsyncConnection.connect(db_url) as holder:
+                await holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                await holder.execute("SELECT count(*) FROM pod_sweeper.outbox")  # the snapshot, held
+                async with pool.connection() as conn:
+                    named = await real_holders(conn)
+                assert any(h.kind == "transaction" and h.holder == str(holder.info.backend_pid) for h in named)
+                await until(lambda: horizon() >= 0.5, "the gauge to show the hold")
+                seen, refreshes = calls["open rows"], calls["holders"]
+                await until(lambda: calls["holders"] >= refreshes + 10, "ten more refreshes")
+                assert calls["open rows"] <= seen + 1, calls  # (one may have begun before the hold showed)
+                await holder.rollback()
+            held_reads = calls["open rows"]
+            await until(lambda: calls["open rows"] > held_reads, "the gauges to be read again once it ends")
+        finally:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher
+            await pool.close()
+
+    run(scenario())

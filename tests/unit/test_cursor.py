@@ -1,6 +1,7 @@
 """The claim cursor (store/cursor.py), without I/O: claims read from the floor, one claim every
 DISCOVERY_SECONDS reads from the start and is repeated while it fills its batch, and the floor never
-passes a row the next-due read saw nor comes within MARGIN of the database's clock."""
+passes a row the next-due read saw nor comes within MARGIN of the database's clock. And the metrics
+refresher's rule for the reads of every open row while the xmin horizon is held."""
 
 from __future__ import annotations
 
@@ -64,3 +65,13 @@ def test_a_discovery_that_fills_its_batch_is_followed_by_another() -> None:
     assert cursor.claim_from() == NOW - MARGIN
     cursor.claimed(100, 100)  # a full claim from the floor reads on from the floor
     assert cursor.claim_from() == NOW - MARGIN
+
+
+def test_the_gauges_of_every_open_row_are_read_every_refresh_until_a_hold_has_lasted() -> None:
+    from pod_sweeper.tasks.process.health import HELD_AFTER_SECONDS, HELD_REFRESH_SECONDS, open_rows_due
+
+    assert open_rows_due(0.0, None) and open_rows_due(0.0, 0.1)  # not held: every refresh
+    assert open_rows_due(HELD_AFTER_SECONDS - 1, 0.1)
+    assert open_rows_due(HELD_AFTER_SECONDS, None)  # never read yet: read now
+    assert not open_rows_due(HELD_AFTER_SECONDS, HELD_REFRESH_SECONDS - 1)
+    assert open_rows_due(HELD_AFTER_SECONDS, HELD_REFRESH_SECONDS)

@@ -31,6 +31,22 @@ from pod_sweeper.store.db import Connection
 
 # The loop beats every second; livez fails after this many seconds without a beat.
 LIVENESS_GRACE_SECONDS = 15.0
+# The gauges of every open row (the lag view, each cluster's gauges and rates) read the claim index
+# whole. While the xmin horizon has been held this long, every version the sweep has left since is in
+# it, and those reads run only every HELD_REFRESH_SECONDS instead of at every refresh (docs/design.md,
+# "A held xmin horizon"): the lag gauges then lag by up to that much, against a cost that grows with
+# the hold, paid by every replica.
+HELD_AFTER_SECONDS = 60.0
+HELD_REFRESH_SECONDS = 60.0
+
+
+def open_rows_due(held_seconds: float, since_last: float | None) -> bool:
+    """Whether this refresh reads the gauges of every open row: always, unless the xmin horizon has
+    been held ``HELD_AFTER_SECONDS`` or more and they were read less than ``HELD_REFRESH_SECONDS`` ago
+    (``since_last`` None: never read)."""
+    if since_last is None or held_seconds < HELD_AFTER_SECONDS:
+        return True
+    return since_last >= HELD_REFRESH_SECONDS
 
 
 @dataclass
@@ -154,6 +170,28 @@ class HealthServer:
         self._server.server_close()
 
 
+def _set_cluster_gauges(
+    metrics: Metrics,
+    clusters_seen: set[str],
+    by_cluster: list[outbox.ClusterGauges],
+    by_rate: dict[str, rates.ClusterRates],
+) -> set[str]:
+    """Each cluster's gauges as read; a cluster with nothing left to show reads 0 (not the last value
+    it had). Returns every cluster seen so far."""
+    current = {c.cluster: c for c in by_cluster}
+    for name in clusters_seen | set(current):
+        row = current.get(name, outbox.ClusterGauges(name))
+        metrics.cluster_lag.labels(name).set(row.oldest_claimable_seconds)
+        metrics.cluster_pending.labels(name).set(row.pending)
+        metrics.cluster_dead.labels(name).set(row.dead)
+        metrics.cluster_oldest_claim.labels(name).set(row.oldest_claim_seconds)
+        metrics.cluster_rejected.labels(name).set(row.rejected)
+        rate = by_rate.get(name, rates.ClusterRates(name))
+        metrics.cluster_arrival_rate.labels(name).set(rate.arrival_rate)
+        metrics.cluster_sweep_rate.labels(name).set(rate.sweep_rate)
+    return clusters_seen | set(current) | set(by_rate)
+
+
 async def refresh_gauges(
     pool: AsyncConnectionPool[Connection],
     metrics: Metrics,
@@ -162,17 +200,25 @@ async def refresh_gauges(
     cluster: str,
     guard: list[str] | None = None,
 ) -> None:
-    """Every ``interval`` seconds, one query (the lag view) sets the database gauges; its success or
-    failure is also the readiness probe's view of the database."""
+    """Every ``interval`` seconds, the database gauges (the reads of every open row less often while
+    the xmin horizon is held: ``open_rows_due``); the refresh's success or failure is also the readiness
+    probe's view of the database."""
     clusters_seen = {cluster}  # the replica's own cluster reads 0 from the first refresh
     holding_before: rates.XminHolder | None = None  # logged once when it starts, once when it ends
+    open_read_at: float | None = None  # when the gauges of every open row were last read
     while True:
         try:
             async with pool.connection(timeout=max(1.0, interval)) as conn:
-                lag = await outbox.lag(conn)
-                by_cluster = await outbox.cluster_gauges(conn)
-                by_rate = {r.cluster: r for r in await rates.cluster_rates(conn)}
                 xmin = await rates.xmin_holders(conn)
+                held_for = max((h.seconds or 0.0 for h in xmin), default=0.0)
+                now = time.monotonic()
+                if open_rows_due(held_for, None if open_read_at is None else now - open_read_at):
+                    open_read_at = now
+                    lag = await outbox.lag(conn)
+                    by_cluster = await outbox.cluster_gauges(conn)
+                    by_rate = {r.cluster: r for r in await rates.cluster_rates(conn)}
+                else:  # the gauges keep their values; the rest is read as always
+                    lag, by_cluster, by_rate = None, None, None
                 in_force = await controls.in_force(conn)
                 standbys = await outbox.guard_lag(conn, guard) if guard else None
             if standbys is not None:
@@ -186,19 +232,8 @@ async def refresh_gauges(
                     metrics.paused.labels(cluster, control["pod_namespace"] or "*").set(age)
             held = sum(1 for c in in_force if c["cluster"] == cluster and c["kind"] == "hold")
             metrics.holds.labels(cluster).set(held)
-            # A cluster with nothing left to show reads 0 (not the last value it had).
-            current = {c.cluster: c for c in by_cluster}
-            for name in clusters_seen | set(current):
-                row = current.get(name, outbox.ClusterGauges(name))
-                metrics.cluster_lag.labels(name).set(row.oldest_claimable_seconds)
-                metrics.cluster_pending.labels(name).set(row.pending)
-                metrics.cluster_dead.labels(name).set(row.dead)
-                metrics.cluster_oldest_claim.labels(name).set(row.oldest_claim_seconds)
-                metrics.cluster_rejected.labels(name).set(row.rejected)
-                rate = by_rate.get(name, rates.ClusterRates(name))
-                metrics.cluster_arrival_rate.labels(name).set(rate.arrival_rate)
-                metrics.cluster_sweep_rate.labels(name).set(rate.sweep_rate)
-            clusters_seen |= set(current) | set(by_rate)
+            if by_cluster is not None and by_rate is not None:
+                clusters_seen = _set_cluster_gauges(metrics, clusters_seen, by_cluster, by_rate)
             metrics.xmin_horizon_age.set(max((h.age_xids for h in xmin), default=0))
             metrics.xmin_horizon_seconds.set(max((h.seconds or 0.0 for h in xmin), default=0.0))
             holding = rates.holding_long(xmin)
