@@ -75,3 +75,16 @@ def test_the_gauges_of_every_open_row_are_read_every_refresh_until_a_hold_has_la
     assert open_rows_due(HELD_AFTER_SECONDS, None)  # never read yet: read now
     assert not open_rows_due(HELD_AFTER_SECONDS, HELD_REFRESH_SECONDS - 1)
     assert open_rows_due(HELD_AFTER_SECONDS, HELD_REFRESH_SECONDS)
+
+
+def test_the_claimer_is_told_when_the_next_discovery_is_due() -> None:
+    clock = FakeClock()
+    cursor = ClaimCursor(clock)
+    assert cursor.discovery_in() == 0.05  # no floor yet: the next claim discovers (a sleep, not a spin)
+    cursor.claim_from()
+    cursor.looked(None, NOW)
+    assert cursor.discovery_in() == DISCOVERY_SECONDS
+    clock.advance(DISCOVERY_SECONDS - 1)
+    assert cursor.discovery_in() == 1.0
+    clock.advance(5)
+    assert cursor.discovery_in() == 0.05

@@ -55,6 +55,12 @@ class ClaimCursor:
             return START
         return self._floor or START
 
+    def discovery_in(self) -> float:
+        """Seconds until a claim would read from the start (never quite 0: a sleep, not a spin)."""
+        if self._floor is None:
+            return 0.05
+        return max(0.05, DISCOVERY_SECONDS - (self._clock() - self._discovered_at))
+
     def claimed(self, taken: int, wanted: int) -> None:
         """After a claim: a discovery that filled its batch may have left rows below the floor, so the
         next claim discovers too."""

@@ -73,3 +73,9 @@ class SweepStore(Protocol):
     def session(self) -> AbstractAsyncContextManager[SweepSession]:
         """A session for as long as the block runs (a pooled connection, for the real store)."""
         ...
+
+    def rediscover_in(self) -> float | None:
+        """Seconds until the next claim reads from the start of the claim index (store/cursor.py), so
+        the claimer sleeps no longer than that: a row below the floor (rows a pause kept, a long host
+        transaction's) is found then, not at the next poll. None: the store keeps no floor."""
+        ...

@@ -531,6 +531,9 @@ class OutboxStore:
         self.cursor = ClaimCursor()
         self.due_horizon = due_horizon
 
+    def rediscover_in(self) -> float | None:
+        return self.cursor.discovery_in()
+
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[OutboxSession]:
         async with self.pool.connection() as conn:

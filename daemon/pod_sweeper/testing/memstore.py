@@ -98,6 +98,9 @@ class MemoryStore:
 
     # --- the interface ---------------------------------------------------------------------------------
 
+    def rediscover_in(self) -> float | None:
+        return None  # its claims read every row: no floor
+
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[MemorySession]:
         self._maybe_fail("session")

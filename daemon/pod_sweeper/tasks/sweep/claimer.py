@@ -136,6 +136,10 @@ class Claimer:
             # Only now, with the rows already queued: a woken sweeper's DELETE does not wait for this.
             due = await self._next_due()
             pause = settings.poll_interval if due is None else min(settings.poll_interval, max(due, 0.0))
+            # No longer than the next discovery: rows below the claim cursor's floor (a pause's, a long
+            # host transaction's) are found by it, not by the next poll.
+            if (rediscover := self.store.rediscover_in()) is not None:
+                pause = min(pause, rediscover)
             pause = max(pause, MIN_CLAIM_PAUSE)
             if settings.listens and not after_arming:
                 if await self._arm():
