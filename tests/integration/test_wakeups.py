@@ -16,7 +16,8 @@ import pytest
 from helpers import DaemonThread, add_execution, claim, daemon_settings, retire, row_for, run, settings_for, wait_until
 from pod_sweeper.cli import status_text
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
-from pod_sweeper.store import db, outbox
+from pod_sweeper.store import db, outbox, queries
+from pod_sweeper.store.cursor import START
 
 pytestmark = pytest.mark.versions
 
@@ -179,3 +180,22 @@ def test_status_shows_the_flag(execs: psycopg.Connection[Any], db_url: str) -> N
     assert "wakeup flag: clear" in run(text()) and "by t" in run(text())
     execs.execute("DELETE FROM pod_sweeper.wakeup")
     assert "row missing" in run(text())
+
+
+def test_the_flag_row_is_written_at_most_twice_in_the_disarm_interval(
+    execs: psycopg.Connection[Any], db_url: str
+) -> None:
+    """Every write of the flag's one row is a version that each retire and claim reads past while the
+    xmin horizon is held (docs/design.md, "A held xmin horizon"): arming a flag already armed writes
+    nothing, and the daemon's claims leave a flag armed less than DISARM_AFTER_SECONDS ago as it is."""
+    run(_claim(db_url))
+    assert run(_arm(db_url)) is True
+    written = execs.execute("SELECT xmin::text AS v, changed_at FROM pod_sweeper.wakeup").fetchone()
+    assert run(_arm(db_url)) is True  # armed already: still armed, and not written again
+    assert execs.execute("SELECT xmin::text AS v, changed_at FROM pod_sweeper.wakeup").fetchone() == written
+    params = {"batch": 10, "owner": "t", "lease_seconds": 30, "disarm": True, "cluster": DEFAULT_CLUSTER,
+              "guard": None, "floor": START, "disarm_after": outbox.DISARM_AFTER_SECONDS}  # fmt: skip
+    execs.execute(queries.load("claim"), params).fetchall()
+    assert armed(execs)  # armed a moment ago: the daemon's claim leaves it
+    execs.execute(queries.load("claim"), {**params, "disarm_after": 0.0}).fetchall()
+    assert not armed(execs)

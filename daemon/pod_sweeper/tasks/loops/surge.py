@@ -1,8 +1,9 @@
 """The breaker's surge watch: every half second, what arrived in this replica's cluster, judged by the
 surge rule (tasks/rules/surge.py) before the sweep deletes it. (The transaction rule is the claim's.)
 
-The claim itself only reads whether the breaker is tripped (and the far ceiling's count): a rule that
-waited for the claim would judge rows already on their way. Each replica of a cluster watches; the
+A surge arrives over seconds, in many transactions, so no one claim sees it whole: the watch judges it
+from the outbox before the sweep reaches the rows (one large transaction, which a claim does see whole,
+the claim judges itself). Each replica of a cluster watches; the
 trip is one idempotent UPDATE of the cluster's breaker row, so two replicas judging the same surge trip
 it once, and each replica's workers stop at once on its own trip (the others at their next claim).
 

@@ -235,7 +235,7 @@ async def refresh_gauges(
             if by_cluster is not None and by_rate is not None:
                 clusters_seen = _set_cluster_gauges(metrics, clusters_seen, by_cluster, by_rate)
             metrics.xmin_horizon_age.set(max((h.age_xids for h in xmin), default=0))
-            metrics.xmin_horizon_seconds.set(max((h.seconds or 0.0 for h in xmin), default=0.0))
+            metrics.xmin_horizon_seconds.set(held_for)
             holding = rates.holding_long(xmin)
             if holding is not None and holding_before is None:
                 logger.warning(

@@ -68,6 +68,7 @@ class Claimer:
         self.settings, self.store, self.pipeline, self.metrics, self.policy = settings, store, pipeline, metrics, policy
         self.auth, self.breaker, self.outage, self.stopping = auth, breaker, outage, stopping
         self.schema = schema
+        self.rules = SurgeRules.of(settings)  # the transaction rule, which each claim applies
         self._clock = clock  # the leases' clock (the sender measures what is left of them on it too)
         self._db_backoff = policy.backoff
         self.wake = asyncio.Event()
@@ -160,7 +161,6 @@ class Claimer:
         if guard is not None:  # its own short transaction, before the claim's: see sql/guard_mark.sql
             async with self.store.session() as session:
                 await session.guard_mark()
-        rules = SurgeRules.of(self.settings)
         async with self.store.session() as session:
             try:
                 async with self._breaker_section(session):
@@ -173,13 +173,10 @@ class Claimer:
                         disarm=disarm,
                         at_claim=self._at_claim,
                         guard=guard,
-                        transaction_rows=rules.transaction_rows,
+                        transaction_rows=self.rules.transaction_rows,
                     )
             except LargeTransaction as large:  # the claim was rolled back: nothing of it is sent
-                reason = transaction_reason(large.size, rules, self.settings.cluster)
-                await session.trip_breaker(reason)
-        self.breaker.observe(reason)
-        logger.critical("blast-radius breaker tripped, no more deletes: {reason}", reason=reason)
+                await self._trip(session, transaction_reason(large.size, self.rules, self.settings.cluster))
         return None
 
     def _count(self, batch: ClaimedBatch) -> None:
@@ -247,6 +244,12 @@ class Claimer:
         async with session.transaction():
             yield
 
+    async def _trip(self, session: SweepSession, reason: str) -> None:
+        """Trip the cluster's breaker for ``reason``: its row, this replica's gate, the log."""
+        await session.trip_breaker(reason)
+        self.breaker.observe(reason)
+        logger.critical("blast-radius breaker tripped, no more deletes: {reason}", reason=reason)
+
     async def _breaker_budget(self, session: SweepSession, want: int) -> int:
         """How many rows this claim may take under the cluster's blast-radius breaker (0: none; tripped, by
         any of its rules, or the ceiling's minute spent). The ceiling counts the cluster's deletes by every
@@ -265,9 +268,7 @@ class Claimer:
         due = await session.next_due()
         if due is not None and due <= 0:  # work is waiting, and the minute's deletes are spent: trip
             reason = trip_reason(limit, window, cluster)
-            await session.trip_breaker(reason)
-            self.breaker.observe(reason)
-            logger.critical("blast-radius breaker tripped, no more deletes: {reason}", reason=reason)
+            await self._trip(session, reason)
         return 0
 
 
