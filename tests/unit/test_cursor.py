@@ -39,19 +39,19 @@ def test_the_floor_stops_at_the_lowest_row_due_and_only_rises_between_discoverie
     assert cursor.floor == NOW + timedelta(seconds=1) - MARGIN
 
 
-def test_every_discovery_interval_one_claim_reads_from_the_start_and_resets_the_floor() -> None:
+def test_every_discovery_interval_one_claim_reads_from_the_start_and_the_next_due_read_from_the_floor() -> None:
     clock = FakeClock()
     cursor = ClaimCursor(clock)
     cursor.claim_from()
+    assert cursor.due_from() == START  # no floor known yet
     cursor.looked(None, NOW)
     clock.advance(DISCOVERY_SECONDS - 0.1)
     assert cursor.claim_from() == NOW - MARGIN
     clock.advance(0.1)
-    assert cursor.claim_from() == START
-    assert cursor.due_from() == START
-    older = NOW - timedelta(minutes=10)  # a long host transaction's row, below the old floor
-    cursor.looked(older, NOW)
-    assert cursor.floor == older
+    assert cursor.claim_from() == START  # a long host transaction's row below the floor is claimed here
+    assert cursor.due_from() == NOW - MARGIN  # and what the discovery left below is not due: not read
+    cursor.looked(None, NOW + timedelta(seconds=10))
+    assert cursor.floor == NOW + timedelta(seconds=10) - MARGIN
 
 
 def test_a_discovery_that_fills_its_batch_is_followed_by_another() -> None:

@@ -68,15 +68,17 @@ class ClaimCursor:
             self._discovered_at = -DISCOVERY_SECONDS
 
     def due_from(self) -> datetime:
-        """Where the next-due read starts: where the claim before it started."""
-        return START if self._discovering or self._floor is None else self._floor
+        """Where the next-due read starts: the floor, after a discovery too (the start only while no
+        floor is known). A discovery that came back short took every due row below the floor that was
+        not kept back; what it left there is locked by another replica's claim (due again at that
+        claim's lease end, above the floor, or found by the next discovery if the claim rolls back).
+        Reading from the start again would double a discovery's cost under a held horizon (bench held
+        snapshot: the next-due read was as dear as the discovery claim), for nothing."""
+        return self._floor or START
 
     def looked(self, low: datetime | None, now: datetime) -> None:
         """After a next-due read from ``due_from()``: no open row that is not kept back is due between
         there and ``low`` (None: none at all) as of the database's ``now``. The floor moves up to the
-        lower of ``low`` and ``now`` less the margin; after a discovery it is set afresh."""
+        lower of ``low`` and ``now`` less the margin, never down."""
         candidate = now - MARGIN if low is None else min(low, now - MARGIN)
-        if self._discovering or self._floor is None:
-            self._floor = candidate
-        else:
-            self._floor = max(self._floor, candidate)
+        self._floor = candidate if self._floor is None else max(self._floor, candidate)
