@@ -129,6 +129,8 @@ COMMENT ON TABLE pod_sweeper.outbox IS 'pod-sweeper outbox: one row per pod UID 
 CREATE INDEX outbox_claimable ON pod_sweeper.outbox USING btree (cluster, next_attempt_at) WHERE (status = ANY (ARRAY['pending'::text, 'claimed'::text]));
 CREATE INDEX outbox_dead ON pod_sweeper.outbox USING btree (updated_at) WHERE (status = 'dead'::text);
 CREATE INDEX outbox_done_at ON pod_sweeper.outbox USING btree (done_at) WHERE (status = 'done'::text);
+CREATE INDEX outbox_done_pod ON pod_sweeper.outbox USING btree (pod_namespace, pod_name) WHERE (status = 'done'::text);
+CREATE INDEX outbox_done_sandbox ON pod_sweeper.outbox USING btree (sandbox_id) WHERE (status = 'done'::text);
 CREATE INDEX outbox_to_confirm ON pod_sweeper.outbox USING btree (confirm_after) WHERE ((confirm_after IS NOT NULL) AND (confirmed_at IS NULL));
 
 CREATE TABLE pod_sweeper.pauses (
@@ -252,9 +254,44 @@ CREATE VIEW pod_sweeper.summary AS
     outbox.outcome,
     count(*) AS rows,
     min(outbox.enqueued_at) AS oldest_enqueued_at,
-    max(outbox.updated_at) AS last_updated_at
+    max(outbox.updated_at) AS last_updated_at,
+    NULL::timestamp with time zone AS counted_since,
+    false AS estimated
    FROM pod_sweeper.outbox
-  GROUP BY outbox.status, outbox.outcome;
+  WHERE outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])
+  GROUP BY outbox.status, outbox.outcome
+UNION ALL
+ SELECT outbox.status,
+    outbox.outcome,
+    count(*) AS rows,
+    min(outbox.enqueued_at) AS oldest_enqueued_at,
+    max(outbox.updated_at) AS last_updated_at,
+    NULL::timestamp with time zone AS counted_since,
+    false AS estimated
+   FROM pod_sweeper.outbox
+  WHERE outbox.status = 'dead'::text
+  GROUP BY outbox.status, outbox.outcome
+UNION ALL
+ SELECT outbox.status,
+    outbox.outcome,
+    count(*) AS rows,
+    min(outbox.enqueued_at) AS oldest_enqueued_at,
+    max(outbox.updated_at) AS last_updated_at,
+    now() - '01:00:00'::interval AS counted_since,
+    false AS estimated
+   FROM pod_sweeper.outbox
+  WHERE outbox.status = 'done'::text AND outbox.done_at > (now() - '01:00:00'::interval)
+  GROUP BY outbox.status, outbox.outcome
+UNION ALL
+ SELECT 'done'::text AS status,
+    NULL::text AS outcome,
+    c.reltuples::bigint AS rows,
+    NULL::timestamp with time zone AS oldest_enqueued_at,
+    NULL::timestamp with time zone AS last_updated_at,
+    NULL::timestamp with time zone AS counted_since,
+    true AS estimated
+   FROM pg_class c
+  WHERE c.oid = 'pod_sweeper.outbox_done_at'::regclass::oid AND c.reltuples >= 0::double precision;
 
 -- Functions (the enqueue trigger's among them)
 

@@ -120,14 +120,14 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**environ, **extra}
 
 
-def cli(*args: str, url: str | None = None, timeout: float = 30, **env: str) -> Any:
+def cli(*args: str, url: str | None = None, timeout: float = 30, python_flags: tuple[str, ...] = (), **env: str) -> Any:
     """The real ``pod-sweeper`` command as a subprocess, run to its end (a CompletedProcess)."""
     import subprocess
     import sys
 
     environ = clean_env(**({"POD_SWEEPER_DATABASE_URL": url} if url else {}), **env)
     return subprocess.run(
-        [sys.executable, "-m", "pod_sweeper", *args],
+        [sys.executable, *python_flags, "-m", "pod_sweeper", *args],
         capture_output=True,
         text=True,
         env=environ,

@@ -121,6 +121,12 @@ def sample(conn: psycopg.Connection[Any], since: float) -> dict[str, Any]:
     }
 
 
+def wal_position(conn: psycopg.Connection[Any]) -> int:
+    """The WAL written so far, in bytes."""
+    row = conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
+    return int(row[0]) if row else 0
+
+
 def statement_times(conn: psycopg.Connection[Any]) -> dict[str, tuple[float, int]]:
     """Each statement's total execution time (ms) and calls so far, by its first line, when
     pg_stat_statements is loaded (bench/suite.py loads it where the machine has it); else nothing."""
@@ -167,27 +173,29 @@ def stream(rig: Rig, key: str, rate: float, seconds: float, replicas: int, *, ho
         holder = None
         started = time.monotonic()
         retired = stack.enter_context(writer(url, rate, total))
-        last_wall, last_cpu = time.time(), postgres_cpu_seconds()
+        last_wall, last_cpu, last_wal = time.time(), postgres_cpu_seconds(), wal_position(probe)
         while (elapsed := time.monotonic() - started) < seconds:
             time.sleep(interval)  # the benchmark's sampling interval
             if hold_after is not None and holder is None and elapsed >= hold_after:
                 holder = stack.enter_context(psycopg.connect(url))
                 holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 holder.execute("SELECT count(*) FROM pod_sweeper.breaker").fetchone()  # takes the snapshot
-            cpu = postgres_cpu_seconds()
+            cpu, wal = postgres_cpu_seconds(), wal_position(probe)
             figures = sample(probe, last_wall)
             figures["t"] = round(time.monotonic() - started)
             figures["retired"] = retired[0]
             figures["held"] = holder is not None
             figures["pg_cpu_ms_per_row"] = 1000 * (cpu - last_cpu) / figures["done"] if figures["done"] else 0.0
+            figures["wal_per_row"] = (wal - last_wal) / figures["done"] if figures["done"] else 0.0
             statements = statement_times(probe)
             spent = top_statements(last_statements, statements, figures["done"])
-            last_wall, last_cpu, last_statements = time.time(), cpu, statements
+            last_wall, last_cpu, last_wal, last_statements = time.time(), cpu, wal, statements
             rows.append(figures)
             print(
                 f"  {key} t={figures['t']}s retired={figures['retired']} done+={figures['done']} "
                 f"open={figures['open']} p50={figures['p50']:.0f}ms p99={figures['p99']:.0f}ms "
-                f"pg_cpu/row={figures['pg_cpu_ms_per_row']:.2f}ms dead_tuples={figures['dead_tuples']}"
+                f"pg_cpu/row={figures['pg_cpu_ms_per_row']:.2f}ms wal/row={figures['wal_per_row']:.0f}B "
+                f"dead_tuples={figures['dead_tuples']}"
                 + (" HELD" if figures["held"] else "")
                 + (f" TRIPPED: {figures['tripped']}" if figures["tripped"] else ""),
                 file=sys.stderr,
@@ -205,6 +213,8 @@ def stream(rig: Rig, key: str, rate: float, seconds: float, replicas: int, *, ho
     rig.results[f"{key}_p99_ms_worst"] = round(max(r["p99"] for r in rows))
     rig.results[f"{key}_pg_cpu_ms_per_row_base"] = round(statistics.median(r["pg_cpu_ms_per_row"] for r in base), 2)
     rig.results[f"{key}_pg_cpu_ms_per_row_end"] = round(whole[-1]["pg_cpu_ms_per_row"], 2)
+    # WAL a retire costs, the host's UPDATE and its enqueue included (docs/dba.md, "History").
+    rig.results[f"{key}_wal_bytes_per_row"] = round(statistics.median(r["wal_per_row"] for r in base))
 
 
 def busy(rig: Rig, rate: float, seconds: float, replicas: int) -> None:

@@ -61,6 +61,23 @@ def test_quick_start_migrate_attach_retire_status(empty_db_url: str) -> None:
     assert "claimable" in text.stdout and "pending" in text.stdout
 
 
+@pytest.mark.parametrize(
+    "args",
+    [("status",), ("status", "--json"), ("explain", "ns/p1"), ("explain", "s1"), ("retry", "--dead", "--dry-run")],
+)
+def test_a_command_that_does_not_talk_to_kubernetes_does_not_import_its_client(
+    db_url: str, args: tuple[str, ...]
+) -> None:
+    """`python -X importtime` names every module the command imported, on stderr: the Kubernetes
+    client (half a second to import) and the daemon's machinery are not among them."""
+    done = cli(*args, url=db_url, python_flags=("-X", "importtime"))
+    assert done.returncode == 0, done.stderr
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "pod_sweeper.store.db" in imported  # the measure works: it saw the command's own modules
+    assert not {m for m in imported if m.split(".")[0] in ("kubernetes", "psycopg_pool")}, sorted(imported)
+    assert "pod_sweeper.tasks.process.runner" not in imported
+
+
 def test_migrate_dry_run_prints_and_changes_nothing(empty_db_url: str) -> None:
     result = cli("migrate", "--dry-run", url=empty_db_url)
     assert result.returncode == 0

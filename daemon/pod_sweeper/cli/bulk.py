@@ -49,6 +49,9 @@ def filters_of(args: argparse.Namespace) -> bulk.Filters:
             raise ConfigError(f"--status {args.status}: {args.command} acts on {' or '.join(allowed)} rows only")
     else:
         statuses = allowed if args.ids and not narrowed else (Status.DEAD,)
+    if Status.DONE in statuses and args.namespace is None and not args.ids:
+        # The done rows are the history: read through their (namespace, name) index or by id, never all.
+        raise ConfigError("--status done needs --namespace or row ids: the done history is not read whole")
     if args.outcome is not None and args.outcome not in {o.value for o in Outcome}:
         raise ConfigError(f"--outcome {args.outcome!r}: one of {', '.join(o.value for o in Outcome)}")
     return bulk.Filters(

@@ -105,7 +105,8 @@ class ControlPlane:
 
 
 def _screen(current: dict[str, Any], plane: ControlPlane, kube: FakeKube, elapsed: float) -> str:
-    done = {r["outcome"]: r["rows"] for r in current["summary"] if r["status"] == "done"}
+    # the done rows by outcome (the last hour's: the demo's all), not the planner's estimate of them all
+    done = {r["outcome"]: r["rows"] for r in current["summary"] if r["status"] == "done" and not r["estimated"]}
     lag = current["lag"]
     rows = [
         ["pending", lag["pending"]],

@@ -1,6 +1,10 @@
 """The ``pod-sweeper`` command line: parses flags, reads settings, runs one command, and turns every
 failure into one line on stderr and the exit code docs/design.md fixes (0 ok, 1 failure, 2 bad
-configuration or usage, 3 schema missing or of another version)."""
+configuration or usage, 3 schema missing or of another version).
+
+A command imports what it alone needs when it runs: the Kubernetes client (half a second to import) and
+the daemon's machinery load for ``run`` and ``check``, never for ``status``, ``explain`` or the other
+commands that talk to the database alone (tests/acceptance/test_cli.py holds that)."""
 
 from __future__ import annotations
 
@@ -18,8 +22,8 @@ from loguru import logger
 from pod_sweeper import __version__
 from pod_sweeper.cli import args as flag
 from pod_sweeper.cli import bulk as bulk_cli
-from pod_sweeper.cli import check, status_text
 from pod_sweeper.cli import controls as controls_cli
+from pod_sweeper.cli import status_text
 from pod_sweeper.core.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError, first_line
 from pod_sweeper.core.logs import setup_logging, writes_to_journal
 from pod_sweeper.core.settings import (
@@ -33,7 +37,6 @@ from pod_sweeper.core.settings import (
 from pod_sweeper.core.text import printable
 from pod_sweeper.store import attach, backfill, controls, migrations, outbox, queries, roles, status
 from pod_sweeper.store.db import connection
-from pod_sweeper.tasks.process import runner, startup
 
 Handler = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -123,6 +126,8 @@ async def cmd_explain(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    from pod_sweeper.tasks.process import runner
+
     settings.require_database_url()
     logger.info(
         "starting pod-sweeper {version}; database {db}", version=__version__, db=settings.redacted_database_url()
@@ -165,6 +170,8 @@ async def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
+    from pod_sweeper.cli import check
+
     settings.require_database_url()
     checks = await check.run_checks(settings, args.namespace)
     for item in checks:
@@ -416,7 +423,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = load_settings()
         except ConfigError as exc:
             # A sidecar with a bad setting stays up, so that its pod's other containers start.
-            if args.command != "run" or startup.mode_from_environment() != startup.WAIT:
+            if args.command != "run":
+                raise
+            from pod_sweeper.tasks.process import startup
+
+            if startup.mode_from_environment() != startup.WAIT:
                 raise
             waited = asyncio.run(startup.settings_when_valid(exc))
             if waited is None:

@@ -43,6 +43,16 @@ def render_text(status: dict[str, Any]) -> str:
     return "\n".join(printable(line) for line in _render_text(status).split("\n"))
 
 
+def _outcome(row: dict[str, Any]) -> str | None:
+    """A summary line's outcome, with what its count covers: done rows are counted over the last hour,
+    and all of them only as the planner estimates (store/status.py: never a read of the history)."""
+    if row.get("estimated"):
+        return "all (planner's estimate)"
+    if row.get("counted_since") is not None:
+        return f"{row['outcome']} (last hour)"
+    return row["outcome"]  # type: ignore[no-any-return]
+
+
 def _render_text(status: dict[str, Any]) -> str:
     lag = status["lag"]
     lag_rows = [
@@ -57,7 +67,7 @@ def _render_text(status: dict[str, Any]) -> str:
         ["rejected retires", lag.get("rejected")],
     ]
     summary_rows = [
-        [r["status"], r["outcome"], r["rows"], r["oldest_enqueued_at"], r["last_updated_at"]] for r in status["summary"]
+        [r["status"], _outcome(r), r["rows"], r["oldest_enqueued_at"], r["last_updated_at"]] for r in status["summary"]
     ]
     parts = [
         render_table(["lag", "value"], lag_rows),

@@ -20,16 +20,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import AsyncConnection, AsyncTransaction
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core.errors import DatabaseUnavailable, connection_failure
 from pod_sweeper.core.settings import Settings, redact_conninfo
+
+if TYPE_CHECKING:  # the pool is the daemon's; a one-shot command does not import it
+    from psycopg_pool import AsyncConnectionPool
 
 # A daemon transaction is a few statements long; 15 s idle inside one means the process is frozen.
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 15_000
@@ -136,6 +138,8 @@ async def connection(
 
 def make_pool(settings: Settings, *, max_size: int, name: str = "pod-sweeper") -> AsyncConnectionPool[Connection]:
     """An unopened pool; the caller opens it with a timeout."""
+    from psycopg_pool import AsyncConnectionPool
+
     conninfo = settings.require_database_url()
     return AsyncConnectionPool(
         conninfo,

@@ -10,6 +10,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import psycopg
 from psycopg import sql
 
 from pod_sweeper.store import queries
@@ -55,13 +56,22 @@ class Story:
     controls: list[dict[str, Any]] = field(default_factory=list)  # pauses and holds in force
 
 
-def _executions_query(attachment: Attachment) -> sql.Composed:
+def _executions_query(attachment: Attachment, *, keyed: bool) -> sql.Composed:
+    """The host table's rows of the pod. Keyed: by the sandbox ids pod-sweeper's own rows name, cast to
+    the host column's type so that the host's key index serves it. Otherwise (pod-sweeper holds no row
+    of the pod, so no key is known) by its UID or name: the host's table read as its indexes allow, the
+    one read here that pod-sweeper cannot bound (the table is the host's)."""
+    names = host_names(attachment)
+    if keyed:
+        where = sql.SQL("{sid} = ANY(%(sandboxes)s::text[]::{sid_type}[])").format(**names)
+    else:
+        where = sql.SQL(
+            "{uid}::text = %(uid)s OR ({pod}::text = %(name)s AND {ns}::text = coalesce(%(namespace)s, {ns}::text))"
+        ).format(**names)
     return sql.SQL(
         "SELECT {sid}::text AS sandbox_id, {gen}::text AS generation, {ns}::text AS pod_namespace,"
-        " {pod}::text AS pod_name, {uid}::text AS pod_uid, {active} AS active FROM {table}"
-        " WHERE {uid}::text = %(uid)s OR ({pod}::text = %(name)s AND {ns}::text = coalesce(%(namespace)s, {ns}::text))"
-        " OR {sid}::text = ANY(%(sandboxes)s::text[]) LIMIT 20"
-    ).format(**host_names(attachment))
+        " {pod}::text AS pod_name, {uid}::text AS pod_uid, {active} AS active FROM {table} WHERE {where} LIMIT 20"
+    ).format(where=where, **names)
 
 
 async def gather(conn: Connection, text: str) -> Story:
@@ -83,9 +93,19 @@ async def gather(conn: Connection, text: str) -> Story:
     for attachment in (await load_attachments(conn)).values():
         if not attachment.present:
             continue
-        async with conn.transaction():  # a host table that changed under us fails this lookup alone
-            cur = await conn.execute(_executions_query(attachment), {**params, "sandboxes": sandboxes})
-            story.executions += [{"table": ".".join(attachment.table), **r} for r in await cur.fetchall()]
+        # By key when there is one; by UID or name only when pod-sweeper holds no row of the pod.
+        for keyed in [True] * bool(sandboxes) + [False] * (not found):
+            try:
+                async with conn.transaction():  # a host table that changed under us fails this lookup alone
+                    cur = await conn.execute(
+                        _executions_query(attachment, keyed=keyed), {**params, "sandboxes": sandboxes}
+                    )
+                    rows = await cur.fetchall()
+            except psycopg.errors.DataError:  # a word that is no sandbox id of this table's type
+                continue
+            story.executions += [{"table": ".".join(attachment.table), **r} for r in rows]
+            if rows:
+                break
     rows = await (await conn.execute(queries.load("status_breaker"))).fetchall()
     story.breakers = [dict(r) for r in rows if r["tripped_at"] is not None]
     story.controls = [dict(r) for r in await (await conn.execute(queries.load("status_controls"))).fetchall()]

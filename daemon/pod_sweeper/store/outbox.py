@@ -20,14 +20,16 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 from uuid import UUID
-
-from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.store import queries
 from pod_sweeper.store.cursor import START, ClaimCursor
 from pod_sweeper.store.db import Connection
+
+if TYPE_CHECKING:  # the daemon's pool, named in OutboxStore's signature: a one-shot command never imports it
+    from psycopg_pool import AsyncConnectionPool
 from pod_sweeper.store.recheck import Attachment, Recheck, recheck
 
 
@@ -439,7 +441,8 @@ async def cluster_gauges(conn: Connection) -> list[ClusterGauges]:
 
 
 async def namespaces(conn: Connection, *, cluster: str) -> list[str]:
-    """The namespaces the outbox names for the cluster (at most 50), for ``check``."""
+    """The namespaces of the cluster's open rows and of its rows done in the last hour (at most 50), for
+    ``check``."""
     rows = await (await conn.execute(queries.load("check_namespaces"), {"cluster": cluster})).fetchall()
     return [r["pod_namespace"] for r in rows]
 

@@ -1,5 +1,8 @@
 """What ``pod-sweeper status`` reads: the lag view, the per-status summary, the breakers, the outages and
-the rest, as plain data (``cli.status_text`` renders it for a terminal or as JSON)."""
+the rest, as plain data (``cli.status_text`` renders it for a terminal or as JSON). Every statement reads
+what it shows (the open, dead, stuck or recent rows, each through its partial index) and never the done
+history: counts of done rows cover the last hour, or are the planner's estimate and say so
+(tests/integration/test_history_reads.py holds each to its plan)."""
 
 from __future__ import annotations
 
