@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # rig, steps/ and pgqueuer_peer.py
 
 from rig import RemoteFake, Rig
-from steps import busy, ceilings, history, memory, node, real_api, scaling, trigger, wakeups, whole_cluster
+from steps import busy, ceilings, history, memory, node, real_api, scaling, trigger, waiting, wakeups, whole_cluster
 
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
@@ -70,6 +70,7 @@ def main() -> int:
             ("real node", lambda: node.real_node(rig, 10 if quick else 50)),
             ("claim scaling", lambda: scaling.claim_scaling(rig, 1_000_000 if quick else 10_000_000)),
             ("history", lambda: history.history(rig, 1_000_000 if quick else 10_000_000)),
+            ("waiting", lambda: waiting.waiting(rig, 15.0 if quick else 60.0)),
             ("memory", lambda: memory.rss(rig, 4_000 if quick else 200_000)),
             # docs/operations.md, "Sizing": 3 replicas for 100 retires a second.
             ("busy", lambda: busy.busy(rig, 100.0, 120.0 if quick else 600.0, 3)),

@@ -188,7 +188,9 @@ def test_with_the_guard_no_pod_is_deleted_for_a_retire_a_failover_loses(
             assert kube.get_pod("sandboxes", "p0") is None
             standby.stop("fast")  # the standby falls behind (a network cut, a slow region)
             wait_until(
-                lambda: metric("pod_sweeper_replication_guard_holding") == 1, timeout=30, what="the guard holding"
+                lambda: metric("pod_sweeper_replication_guard_standbys_missing") == 1,
+                timeout=30,
+                what="the guard's standby reported missing",
             )
             conn.execute("UPDATE executions SET active = false WHERE sandbox_id = 's2'")
             # The retire's row waits, unclaimed, while the primary cannot show the standby has it.
@@ -201,6 +203,14 @@ def test_with_the_guard_no_pod_is_deleted_for_a_retire_a_failover_loses(
             )
             row = conn.execute("SELECT status, attempts FROM pod_sweeper.outbox WHERE sandbox_id = 's2'").fetchone()
             assert (row["status"], row["attempts"]) == ("pending", 0)
+            wait_until(
+                lambda: (
+                    (metric("pod_sweeper_replication_guard_holding"), metric("pod_sweeper_replication_guard_held_rows"))
+                    == (1, 1)
+                ),
+                timeout=30,
+                what="the guard's gauges naming the held row",
+            )
         assert kube.get_pod("sandboxes", "p2") is not None
         primary.stop("immediate")  # the primary is lost, and the retire with it
         standby.start()

@@ -96,7 +96,7 @@ def test_claim_and_next_due_from_the_floor_read_a_handful_of_pages_whatever_was_
     floor = swept_under_a_held_horizon - MARGIN
     for name, params in (
         ("claim", claim_params()),
-        ("next_due", {"cluster": "default", "horizon": 5.0}),
+        ("next_due", {"cluster": "default", "horizon": 5.0, "guard": None, "recheck": 2.0}),
     ):
         from_start, plan = buffers(pg, name, {**params, "floor": START})
         from_floor, plan = buffers(pg, name, {**params, "floor": floor})

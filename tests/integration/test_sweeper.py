@@ -461,7 +461,7 @@ def test_claimed_rows_are_sent_even_when_the_next_due_lookup_fails(
     lookup (here every one) neither delays nor strands the rows of a claim that committed."""
     add_execution(execs, kube, "a")
 
-    async def lost(conn: Any, **_: Any) -> float | None:
+    async def lost(conn: Any, **_: Any) -> outbox.Due:
         raise psycopg.OperationalError("the connection was lost (test)")
 
     monkeypatch.setattr(outbox, "next_due", lost)

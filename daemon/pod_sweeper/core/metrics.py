@@ -164,14 +164,38 @@ class Metrics:
         )
         self.guard_holding = Gauge(
             "pod_sweeper_replication_guard_holding",
-            "1 while the replication guard holds every claim: a standby it names is not connected, or this role"
-            " may not read their positions (POD_SWEEPER_REPLICATION_GUARD; 0 when off)",
+            "1 while the replication guard holds rows of the replica's cluster: a standby it names has not yet"
+            " flushed their retires (connected but behind, or not connected at all), or this role may not read"
+            " their positions (POD_SWEEPER_REPLICATION_GUARD; 0 when off)",
+            registry=r,
+        )
+        self.guard_held_rows = Gauge(
+            "pod_sweeper_replication_guard_held_rows",
+            "Open rows of the replica's cluster the replication guard holds now (0 when off)",
+            registry=r,
+        )
+        self.guard_oldest_held = Gauge(
+            "pod_sweeper_replication_guard_oldest_held_seconds",
+            "Seconds since the retire of the oldest row the replication guard holds (0: none; what"
+            " PodSweeperReplicationGuardHolding alerts on)",
+            registry=r,
+        )
+        self.guard_missing = Gauge(
+            "pod_sweeper_replication_guard_standbys_missing",
+            "Standbys the replication guard names that are not connected to the primary: while one is, every"
+            " row is held (0 when off)",
             registry=r,
         )
         self.guard_lag = Gauge(
             "pod_sweeper_replication_guard_lag_bytes",
-            "How far the slowest standby the replication guard names is behind in flushing WAL: a retire waits"
-            " about this long to be claimable (0 when off or unknown)",
+            "How far the slowest connected standby the replication guard names is behind in flushing WAL: a"
+            " retire waits about this long to be claimable (0 when off or unknown; a standby that is not"
+            " connected is counted in pod_sweeper_replication_guard_standbys_missing, not here)",
+            registry=r,
+        )
+        self.guard_lag_seconds = Gauge(
+            "pod_sweeper_replication_guard_lag_seconds",
+            "The same standby's flush lag in seconds, as the primary measures it (pg_stat_replication)",
             registry=r,
         )
         self.attached_tables = Gauge(

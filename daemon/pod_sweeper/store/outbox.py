@@ -212,15 +212,27 @@ async def guard_mark(conn: Connection, *, cluster: str) -> int:
 
 @dataclass(frozen=True)
 class GuardLag:
-    """What the replication guard sees of the standbys it names."""
+    """What the replication guard sees of the standbys it names, and what it holds of a cluster's rows."""
 
     connected: int
-    lag_bytes: float | None  # None: one is missing, or their positions cannot be read
+    missing: int  # named standbys not connected: while any is, every row is held
+    lag_bytes: float | None  # the slowest connected one's flush; None: none connected, or unreadable
+    lag_seconds: float | None  # its flush_lag as the primary measures it
+    held_rows: int  # open rows whose mark is current but not flushed on every named standby
+    oldest_held_seconds: float  # since the retire of the oldest of them (0: none)
 
 
-async def guard_lag(conn: Connection, standbys: list[str]) -> GuardLag:
-    row = await (await conn.execute(queries.load("guard_lag"), {"standbys": standbys})).fetchone()
-    return GuardLag(int(row["connected"]), row["lag_bytes"]) if row else GuardLag(0, None)
+async def guard_lag(conn: Connection, standbys: list[str], *, cluster: str) -> GuardLag:
+    row = await (await conn.execute(queries.load("guard_lag"), {"standbys": standbys, "cluster": cluster})).fetchone()
+    assert row is not None  # aggregates: always one row
+    return GuardLag(
+        int(row["connected"]),
+        int(row["missing"]),
+        row["lag_bytes"],
+        row["lag_seconds"],
+        int(row["held_rows"]),
+        float(row["oldest_held_seconds"]),
+    )
 
 
 async def record_results(conn: Connection, verdicts: list[Verdict], replica: str, *, cluster: str) -> set[int]:
@@ -251,20 +263,43 @@ async def record_results(conn: Connection, verdicts: list[Verdict], replica: str
     return {r["id"] for r in await cur.fetchall()}
 
 
+# While the replication guard holds rows, how soon the claimer looks again whether a standby has caught
+# up: from the first, doubling while it still holds, to the last (a standby's position has no NOTIFY).
+# The first is the normal case's (a standby a few ms behind the mark made just before the claim).
+GUARD_RECHECK_MIN_SECONDS = 0.05
+GUARD_RECHECK_MAX_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Due:
+    """What the next-due read found: seconds until the next claim may take a row (negative: due now;
+    None: nothing open within the horizon), and whether the replication guard holds rows that are
+    otherwise due (then ``seconds`` is at most the recheck interval it was given)."""
+
+    seconds: float | None
+    guard_holds: bool = False
+
+
 async def next_due(
-    conn: Connection, *, cluster: str, cursor: ClaimCursor | None = None, horizon: float = 86_400.0
-) -> float | None:
-    """Seconds until the cluster's next open row becomes claimable (negative: already due); None: none
-    within ``horizon`` seconds. With ``cursor``, read from where its claim read (store/cursor.py), and
-    move its floor up."""
+    conn: Connection,
+    *,
+    cluster: str,
+    cursor: ClaimCursor | None = None,
+    horizon: float = 86_400.0,
+    guard: list[str] | None = None,
+    recheck: float = GUARD_RECHECK_MAX_SECONDS,
+) -> Due:
+    """When the cluster's next open row becomes claimable, within ``horizon`` seconds. With ``cursor``,
+    read from where its claim read (store/cursor.py), and move its floor up. With ``guard``, a row the
+    replication guard holds is due again in ``recheck`` seconds, not now."""
     floor = cursor.due_from() if cursor is not None else START
-    params = {"cluster": cluster, "floor": floor, "horizon": horizon}
+    params = {"cluster": cluster, "floor": floor, "horizon": horizon, "guard": guard, "recheck": recheck}
     row = await (await conn.execute(queries.load("next_due"), params)).fetchone()
     if row is None:
-        return None
+        return Due(None)
     if cursor is not None:
         cursor.looked(row["low"], row["now"])
-    return None if row["seconds"] is None else float(row["seconds"])
+    return Due(None if row["seconds"] is None else float(row["seconds"]), bool(row["held"]))
 
 
 async def arm(conn: Connection, owner: str, *, cluster: str) -> bool:
@@ -486,6 +521,8 @@ class OutboxSession:
             disarm_after=DISARM_AFTER_SECONDS,
         )
         cursor.claimed(claimed.taken, batch)
+        if claimed.taken:
+            self._store.guard_recheck = GUARD_RECHECK_MIN_SECONDS
         self._store.attachments = claimed.attachments  # what the re-check read the rows through
         return claimed
 
@@ -497,7 +534,17 @@ class OutboxSession:
 
     async def next_due(self) -> float | None:
         store = self._store
-        return await next_due(self._conn, cluster=self._cluster, cursor=store.cursor, horizon=store.due_horizon)
+        due = await next_due(
+            self._conn,
+            cluster=self._cluster,
+            cursor=store.cursor,
+            horizon=store.due_horizon,
+            guard=store.guard,
+            recheck=store.guard_recheck,
+        )
+        if due.guard_holds:  # still held: look again later, up to the last interval
+            store.guard_recheck = min(store.guard_recheck * 2, GUARD_RECHECK_MAX_SECONDS)
+        return due.seconds
 
     async def arm(self) -> bool:
         return await arm(self._conn, self._owner, cluster=self._cluster)
@@ -517,9 +564,10 @@ class OutboxSession:
 
 class OutboxStore:
     """The outbox in PostgreSQL for one replica of one cluster: a session per pooled connection. It keeps
-    the attachments the last claim's re-check read rows through (the start-up's, until a row names one
-    it did not have), and where its claims read the claim index from (store/cursor.py). ``due_horizon``:
-    how far ahead ``next_due`` looks (the caller's longest sleep, its poll interval)."""
+        the attachments the last claim's re-check read rows through (the start-up's, until a row names one
+        it did not have), and where its claims read the claim index from (store/cursor.py). ``due_horizon``:
+        how far ahead ``next_due`` looks (the caller's longest sleep, its poll interval); ``guard``: the standbys
+    the replication guard names, whose held rows ``next_due`` does not count as due."""
 
     def __init__(
         self,
@@ -529,10 +577,13 @@ class OutboxStore:
         replica: str,
         attachments: dict[int, Attachment],
         due_horizon: float = 86_400.0,
+        guard: list[str] | None = None,
     ) -> None:
         self.pool, self.cluster, self.replica, self.attachments = pool, cluster, replica, attachments
         self.cursor = ClaimCursor()
         self.due_horizon = due_horizon
+        self.guard = guard
+        self.guard_recheck = GUARD_RECHECK_MIN_SECONDS  # see GUARD_RECHECK_*; back to the first at a claim
 
     def rediscover_in(self) -> float | None:
         return self.cursor.discovery_in()

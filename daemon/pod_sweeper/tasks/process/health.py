@@ -220,10 +220,14 @@ async def refresh_gauges(
                 else:  # the gauges keep their values; the rest is read as always
                     lag, by_cluster, by_rate = None, None, None
                 in_force = await controls.in_force(conn)
-                standbys = await outbox.guard_lag(conn, guard) if guard else None
+                standbys = await outbox.guard_lag(conn, guard, cluster=cluster) if guard else None
             if standbys is not None:
-                metrics.guard_holding.set(1 if standbys.lag_bytes is None else 0)
+                metrics.guard_holding.set(1 if standbys.held_rows else 0)
+                metrics.guard_held_rows.set(standbys.held_rows)
+                metrics.guard_oldest_held.set(standbys.oldest_held_seconds)
+                metrics.guard_missing.set(standbys.missing)
                 metrics.guard_lag.set(standbys.lag_bytes or 0)
+                metrics.guard_lag_seconds.set(standbys.lag_seconds or 0)
             # The pauses of this replica's cluster, as they are now (one that ended is gone from the gauge).
             metrics.paused.clear()
             for control in in_force:

@@ -204,6 +204,7 @@ class Daemon:
                 replica=self.settings.replica_id,
                 attachments=attachments,
                 due_horizon=self.settings.poll_interval,  # the claimer sleeps no longer than this anyway
+                guard=sorted(self.settings.replication_guard) if self.settings.replication_guard else None,
             )
             breaker = BreakerGate(self.metrics.breaker_tripped.labels(self.settings.cluster))
             sweeper = Sweeper(
