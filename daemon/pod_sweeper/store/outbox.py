@@ -23,14 +23,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.store import queries
 from pod_sweeper.store.cursor import START, ClaimCursor
 from pod_sweeper.store.db import Connection
+from pod_sweeper.store.recheck import Attachment, Recheck, recheck
 
 if TYPE_CHECKING:  # the daemon's pool, named in OutboxStore's signature: a one-shot command never imports it
     from psycopg_pool import AsyncConnectionPool
-from pod_sweeper.store.recheck import Attachment, Recheck, recheck
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,7 @@ async def record_results(conn: Connection, verdicts: list[Verdict], replica: str
 # The first is the normal case's (a standby a few ms behind the mark made just before the claim).
 GUARD_RECHECK_MIN_SECONDS = 0.05
 GUARD_RECHECK_MAX_SECONDS = 5.0
+GUARD_RECHECK = Backoff(GUARD_RECHECK_MIN_SECONDS, GUARD_RECHECK_MAX_SECONDS)  # its ceiling: no jitter
 
 
 @dataclass(frozen=True)
@@ -522,7 +524,7 @@ class OutboxSession:
         )
         cursor.claimed(claimed.taken, batch)
         if claimed.taken:
-            self._store.guard_recheck = GUARD_RECHECK_MIN_SECONDS
+            self._store.guard_waits = 0
         self._store.attachments = claimed.attachments  # what the re-check read the rows through
         return claimed
 
@@ -540,10 +542,9 @@ class OutboxSession:
             cursor=store.cursor,
             horizon=store.due_horizon,
             guard=store.guard,
-            recheck=store.guard_recheck,
+            recheck=GUARD_RECHECK.ceiling(store.guard_waits + 1),
         )
-        if due.guard_holds:  # still held: look again later, up to the last interval
-            store.guard_recheck = min(store.guard_recheck * 2, GUARD_RECHECK_MAX_SECONDS)
+        store.guard_waits = store.guard_waits + 1 if due.guard_holds else 0
         return due.seconds
 
     async def arm(self) -> bool:
@@ -564,10 +565,10 @@ class OutboxSession:
 
 class OutboxStore:
     """The outbox in PostgreSQL for one replica of one cluster: a session per pooled connection. It keeps
-        the attachments the last claim's re-check read rows through (the start-up's, until a row names one
-        it did not have), and where its claims read the claim index from (store/cursor.py). ``due_horizon``:
-        how far ahead ``next_due`` looks (the caller's longest sleep, its poll interval); ``guard``: the standbys
-    the replication guard names, whose held rows ``next_due`` does not count as due."""
+    the attachments the last claim's re-check read rows through (the start-up's, until a row names one
+    it did not have), and where its claims read the claim index from (store/cursor.py). ``due_horizon``:
+    how far ahead ``next_due`` looks (the caller's longest sleep, its poll interval); ``guard``: the
+    standbys the replication guard names, whose held rows ``next_due`` does not count as due."""
 
     def __init__(
         self,
@@ -583,7 +584,7 @@ class OutboxStore:
         self.cursor = ClaimCursor()
         self.due_horizon = due_horizon
         self.guard = guard
-        self.guard_recheck = GUARD_RECHECK_MIN_SECONDS  # see GUARD_RECHECK_*; back to the first at a claim
+        self.guard_waits = 0  # next-due reads in a row the guard held rows at: GUARD_RECHECK's attempt
 
     def rediscover_in(self) -> float | None:
         return self.cursor.discovery_in()
