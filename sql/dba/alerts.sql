@@ -3,10 +3,16 @@
 -- into the threshold, since a query sees one moment: "over T for D" becomes "over T + D" for an age
 -- that only grows while the condition holds. PodSweeperNotReady has no SQL form: a replica's
 -- readiness is not in the database. Each condition that can hold for one cluster names it. Ages in seconds.
+-- The open rows are read once (the CTEs), so the query costs one pass over the open rows and the
+-- done rows of the last 20 minutes, whatever the history holds; as a side effect the planner does not
+-- start parallel workers for it (their start was most of its time at 1 M done rows).
+WITH lag AS MATERIALIZED (SELECT cluster, oldest_claimable_seconds FROM pod_sweeper.lag_by_cluster),
+open AS MATERIALIZED (SELECT cluster, pod_namespace, status, enqueued_at, claimed_at, last_http_status
+                      FROM pod_sweeper.outbox WHERE status IN ('pending', 'claimed'))
 SELECT 'PodSweeperLagHigh' AS alert,
        format('cluster %s: the oldest claimable row has waited %s s (300 s, for 10 min)', cluster,
               round(oldest_claimable_seconds)) AS detail
-FROM pod_sweeper.lag_by_cluster WHERE oldest_claimable_seconds > 300 + 600
+FROM lag WHERE oldest_claimable_seconds > 300 + 600
 UNION ALL
 SELECT 'PodSweeperDeadRows',
        format('cluster %s: %s dead row(s) for over 5 min; see `pod-sweeper sql dead`', cluster, count(*))
@@ -22,19 +28,19 @@ UNION ALL
 SELECT 'PodSweeperStuckClaim',
        format('cluster %s: a claim has been held %s s (600 s, for 5 min); its replica may be frozen', cluster,
               round(extract(epoch FROM now() - min(claimed_at))))
-FROM pod_sweeper.outbox WHERE status = 'claimed'
+FROM open WHERE status = 'claimed'
 GROUP BY cluster
 HAVING min(claimed_at) < now() - interval '900 seconds'
 UNION ALL
 SELECT 'PodSweeperClusterUnswept',
        format('cluster %s: the oldest claimable row has waited %s s (600 s, for 5 min); is its sweeper running?',
               cluster, round(oldest_claimable_seconds))
-FROM pod_sweeper.lag_by_cluster WHERE oldest_claimable_seconds > 600 + 300
+FROM lag WHERE oldest_claimable_seconds > 600 + 300
 UNION ALL
 SELECT 'PodSweeperNamespaceRefused',
        format('cluster %s, namespace %s answers 403: %s row(s) held back, the oldest for %s s (for 15 min)',
               cluster, pod_namespace, count(*), round(extract(epoch FROM now() - min(enqueued_at))))
-FROM pod_sweeper.outbox
+FROM open
 WHERE status = 'pending' AND last_http_status = 403
 GROUP BY cluster, pod_namespace
 HAVING min(enqueued_at) < now() - interval '15 minutes'
@@ -60,7 +66,7 @@ FROM pod_sweeper.pauses WHERE until > now() AND since < now() - interval '2 hour
 UNION ALL
 SELECT 'PodSweeperNoProgress',
        format('cluster %s: rows are claimable but none finished in 20 minutes (10 min window, for 10 min)', l.cluster)
-FROM pod_sweeper.lag_by_cluster AS l
+FROM lag AS l
 WHERE l.oldest_claimable_seconds > 60 + 600
   AND NOT EXISTS (SELECT 1 FROM pod_sweeper.outbox AS o
                   WHERE o.status = 'done' AND o.done_at >= now() - interval '20 minutes' AND o.cluster = l.cluster);
