@@ -240,15 +240,19 @@ class DaemonThread:
         finally:
             self._started.set()
 
-    def start(self, *, ready: bool = True) -> DaemonThread:
+    def start(self, *, ready: bool | None = True) -> DaemonThread:
         """Start it and wait until it is ready (or, with ``ready=False``, until it is running: a
-        daemon held back by a tripped breaker is running but, rightly, not ready)."""
+        daemon held back by a tripped breaker is running but, rightly, not ready; with ``ready=None``,
+        until the process exists: one that waits on a start error never runs)."""
         self._thread.start()
         self._started.wait(10)
         wait_until(
             lambda: (
                 self.rc is not None
-                or (self.daemon is not None and (self.daemon.ready if ready else self.daemon.sweeper is not None))
+                or (
+                    self.daemon is not None
+                    and (ready is None or (self.daemon.ready if ready else self.daemon.sweeper is not None))
+                )
             ),
             what="the daemon to become ready" if ready else "the daemon to run",
         )

@@ -225,3 +225,61 @@ def test_with_the_guard_no_pod_is_deleted_for_a_retire_a_failover_loses(
     assert kube.get_pod("sandboxes", "p2") is not None  # its generation is active: the pod stays
     assert not [d for d in kube.deletes() if d.path.endswith("/p2")]
     assert code == 0, log.read_text()[-3000:]
+
+
+def test_a_standby_connected_but_behind_holds_the_rows_and_every_surface_says_so(
+    primary_and_async_standby: tuple[ThrowawayCluster, ThrowawayCluster], kube: Any
+) -> None:
+    """The standby stays connected but stops flushing (its WAL receiver stopped with SIGSTOP: the
+    connection open, as a congested link or a stalled standby keeps it, until wal_sender_timeout): the
+    guard holds the retires made meanwhile, and says so as holding, not as a missing standby: held rows,
+    how far behind, the replica's wait reason, each held row's reason in `explain` and `status`. Once it
+    flushes again, they are swept."""
+    import asyncio
+    import os
+
+    from helpers import DaemonThread, cli, daemon_settings
+
+    primary, standby = primary_and_async_standby
+    asyncio.run(_prepare(primary.url()))
+    asyncio.run(attach_table_after_create(primary.url()))
+    with psycopg.connect(primary.url(), autocommit=True, row_factory=dict_row) as conn:
+        seed_executions(conn, kube, 4)
+    settings = daemon_settings(primary.url(), kube, replication_guard=frozenset({"dr"}), poll_interval=1.0)
+    with (
+        DaemonThread(settings) as replica,
+        psycopg.connect(primary.url(), autocommit=True, row_factory=dict_row) as conn,
+        psycopg.connect(standby.url(), autocommit=True, row_factory=dict_row) as on_standby,
+    ):
+        metrics = replica.daemon.metrics
+        conn.execute("UPDATE executions SET active = false WHERE sandbox_id = 's0'")
+        wait_until(lambda: kube.get_pod("sandboxes", "p0") is None, timeout=30, what="a replicated retire swept")
+        receiver = on_standby.execute("SELECT pid FROM pg_stat_wal_receiver").fetchone()
+        assert receiver is not None
+        os.kill(receiver["pid"], signal.SIGSTOP)
+        try:
+            conn.execute("UPDATE executions SET active = false WHERE sandbox_id IN ('s1', 's2', 's3')")
+            wait_until(
+                lambda: metrics.value("pod_sweeper_replication_guard_held_rows") == 3,
+                timeout=30,
+                what="three rows held",
+            )
+            assert metrics.value("pod_sweeper_replication_guard_standbys_missing") == 0  # connected
+            assert metrics.value("pod_sweeper_replication_guard_holding") == 1
+            assert metrics.value("pod_sweeper_replication_guard_lag_bytes") > 0
+            wait_until(lambda: metrics.value("pod_sweeper_waiting", reason="replication_guard") == 1, timeout=10)
+            assert metrics.value("pod_sweeper_waiting_rows", pod_cluster="default", reason="replication_guard") == 3
+            assert replica.daemon.ready  # the guard's hold leaves the replica ready (its alert pages)
+            said = cli("explain", "sandboxes/p1", url=primary.url(), POD_SWEEPER_REPLICATION_GUARD="dr")
+            assert "waits [replication_guard]" in said.stdout, said.stdout + said.stderr
+            shown = cli("status", url=primary.url(), POD_SWEEPER_REPLICATION_GUARD="dr").stdout
+            assert "replication guard (dr): 1 connected, 0 missing; the slowest has flushed" in shown, shown
+            assert all(kube.get_pod("sandboxes", f"p{i}") is not None for i in (1, 2, 3))
+        finally:
+            os.kill(receiver["pid"], signal.SIGCONT)
+        wait_until(
+            lambda: all(kube.get_pod("sandboxes", f"p{i}") is None for i in (1, 2, 3)),
+            timeout=30,
+            what="the held retires swept once the standby flushed",
+        )
+        wait_until(lambda: metrics.value("pod_sweeper_replication_guard_held_rows") == 0, timeout=15)

@@ -103,6 +103,21 @@ def test_status_and_the_refresher_read_no_history(history: psycopg.Connection[An
     bounded(history, name)
 
 
+@pytest.mark.parametrize("guard", [None, ["a-standby"]], ids=["guard off", "guard on"])
+def test_why_rows_wait_reads_the_open_rows_alone(history: psycopg.Connection[Any], guard: list[str] | None) -> None:
+    """sql/row_waits.sql, which status, explain and every replica's refresher read: every open row and
+    its one reason, from the claim index."""
+    params = {"guard": guard, "cluster": None, "ids": None, "unswept_after": 60.0}
+    bounded(history, "row_waits", params)
+    found = rows(history, "row_waits", params)
+    assert len(found) == OPEN  # the pending rows (the dead ones wait for no reason: they are ended)
+    reasons = {r["reason"] for r in found}
+    if guard:  # the seeded rows carry no guard mark: the claim would take none of them
+        assert reasons == {"replication_guard"}
+    else:  # due, or unswept once a minute has passed since the seeding
+        assert reasons and reasons <= {"due", "unswept"}
+
+
 def test_the_summary_counts_the_open_and_dead_rows_and_the_last_hour_and_estimates_the_rest(
     history: psycopg.Connection[Any],
 ) -> None:

@@ -41,12 +41,20 @@ def test_target_parsing() -> None:
 
 
 @pytest.mark.parametrize(
-    ("overrides", "tripped", "expected"),
+    ("overrides", "wait", "expected"),
     [
-        ({}, False, "claimable now: the next claim takes it, attempt 1"),
-        ({}, True, "held back: the blast-radius breaker of cluster default is tripped"),
-        ({"attempts": 2, "next_attempt_at": NOW + timedelta(seconds=30)}, False, "waits in backoff until"),
-        ({"attempts": 2, "next_attempt_at": NOW + timedelta(seconds=30)}, False, "(30 s from now), then attempt 3"),
+        ({}, "due", "claimable now: the next claim takes it, attempt 1"),
+        ({}, None, "claimable now: the next claim takes it, attempt 1"),  # closed before its reason was read
+        ({}, "breaker", "waits [breaker]: the blast-radius breaker of its cluster is tripped (cluster default: "),
+        ({}, "breaker", "`pod-sweeper reset-breaker --cluster default` after a look"),
+        ({"attempts": 2, "next_attempt_at": NOW + timedelta(seconds=30)}, "backoff", "waits [backoff]: backoff"),
+        ({"attempts": 2, "next_attempt_at": NOW + timedelta(seconds=30)}, None, "(30 s from now), then attempt 3"),
+        ({}, "replication_guard", "waits [replication_guard]: the replication guard"),
+        ({}, "replication_guard", "point POD_SWEEPER_REPLICATION_GUARD at the new standby"),
+        ({}, "kube_unreachable", "waits [kube_unreachable]: the cluster's API server cannot be reached"),
+        ({"last_error": "401 Unauthorized"}, "kube_unauthorized", "(tried again at 2026-12-03 12:00:00 (0 s ago)"),
+        ({"last_error": "403"}, "namespace_refused", "grant the daemon 'delete' and 'get' on pods there"),
+        ({"next_attempt_at": NOW - timedelta(minutes=5)}, "unswept", "claimable since 5 min ago, attempt 1"),
         (
             {
                 "status": "claimed",
@@ -54,31 +62,32 @@ def test_target_parsing() -> None:
                 "claimed_at": NOW - timedelta(seconds=5),
                 "lease_expires_at": NOW + timedelta(seconds=55),
             },
-            False,
-            "claimed by r1 5 s ago",
+            None,
+            "waits [claimed]: a replica has claimed it: its DELETE is in flight or its result is being recorded "
+            "(claimed by r1 5 s ago; if that replica died, another takes it when the lease ends (55 s from now))",
         ),
-        ({"status": "dead", "attempts": 10, "last_error": "HTTP 403"}, False, "`pod-sweeper retry 7`"),
-        ({"status": "done", "outcome": "deleted"}, False, "done: deleted"),
+        ({"status": "dead", "attempts": 10, "last_error": "HTTP 403"}, None, "`pod-sweeper retry 7`"),
+        ({"status": "done", "outcome": "deleted"}, None, "done: deleted"),
         (
             {"status": "done", "outcome": "deleted", "confirm_after": NOW + timedelta(seconds=40)},
-            False,
+            None,
             "deleted and terminating: looked at again at",
         ),
         (
             {"status": "done", "outcome": "deleted", "confirmed_at": NOW - timedelta(minutes=3)},
-            False,
+            None,
             "seen gone 3 min ago",
         ),
-        ({"status": "done", "outcome": "deleted", "stuck_at": NOW}, False, "stuck terminating"),
-        ({"status": "done", "outcome": "absent"}, False, "already gone"),
-        ({"status": "done", "outcome": "replaced"}, False, "another pod (another UID), which was left alone"),
-        ({"status": "done", "outcome": "skipped_active"}, False, "active again when claimed"),
-        ({"status": "done", "outcome": "would_delete"}, False, "the next real run reopens it"),
-        ({"status": "done", "outcome": "discarded"}, False, "discarded by an operator, no request sent"),
+        ({"status": "done", "outcome": "deleted", "stuck_at": NOW}, None, "stuck terminating"),
+        ({"status": "done", "outcome": "absent"}, None, "already gone"),
+        ({"status": "done", "outcome": "replaced"}, None, "another pod (another UID), which was left alone"),
+        ({"status": "done", "outcome": "skipped_active"}, None, "active again when claimed"),
+        ({"status": "done", "outcome": "would_delete"}, None, "the next real run reopens it"),
+        ({"status": "done", "outcome": "discarded"}, None, "discarded by an operator, no request sent"),
     ],
 )
-def test_what_happens_next_to_a_row(overrides: dict[str, Any], tripped: bool, expected: str) -> None:
-    assert expected in next_step(row(**overrides), breaker_tripped=tripped)
+def test_what_happens_next_to_a_row(overrides: dict[str, Any], wait: str | None, expected: str) -> None:
+    assert expected in next_step(row(**overrides, wait=wait))
 
 
 def test_what_happens_to_a_pod_without_a_row() -> None:
@@ -96,6 +105,7 @@ def test_a_hold_or_a_pause_says_what_keeps_a_pending_row() -> None:
     pending = row(
         status="pending", next_attempt_at=NOW, cluster="default", pod_namespace="ns", pod_name="p", pod_uid="u1"
     )
+    paused, held = {**pending, "wait": "paused"}, {**pending, "wait": "held"}
     until = NOW + timedelta(hours=1)
     hold = {
         "kind": "hold",
@@ -118,9 +128,9 @@ def test_a_hold_or_a_pause_says_what_keeps_a_pending_row() -> None:
         "until": until,
     }
     # (Which controls keep a row is pod_sweeper.keeping's to say: tests/integration/test_controls.py.)
-    said = next_step(pending, breaker_tripped=False, kept=[pause])
-    assert said.startswith("paused (the whole cluster of cluster default) by bo until")
-    assert said.endswith("`pod-sweeper unpause --cluster default`")
-    assert "`pod-sweeper release ns/p --cluster default`" in next_step(pending, breaker_tripped=False, kept=[hold])
-    both = next_step(pending, breaker_tripped=False, kept=[hold, pause])
+    said = next_step(paused, kept=[pause])
+    assert said.startswith("waits [paused]: an on-call's pause of its cluster or namespace (paused (the whole cluster")
+    assert "by bo until" in said and "`pod-sweeper unpause --cluster default`)" in said
+    assert "`pod-sweeper release ns/p --cluster default`" in next_step(held, kept=[hold])
+    both = next_step(held, kept=[hold, pause])
     assert "held by ana" in both and "; and paused (the whole cluster" in both

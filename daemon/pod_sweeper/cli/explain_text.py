@@ -15,6 +15,7 @@ from typing import Any
 from pod_sweeper.cli.status_text import undo
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.text import printable
+from pod_sweeper.core.waits import DUE, Wait, describe
 from pod_sweeper.store.explain import Story
 
 
@@ -45,32 +46,50 @@ def _kept_by(control: dict[str, Any]) -> str:
     return f"{kept} until then or `{undo(control)}`"
 
 
-def next_step(row: dict[str, Any], *, breaker_tripped: bool, kept: Sequence[dict[str, Any]] = ()) -> str:
-    """What happens next to an outbox row, and when (``row`` as ``sql/explain_outbox.sql`` reads it;
-    ``kept``: the holds and pauses that keep it, if any)."""
+def _fallback_wait(row: dict[str, Any]) -> str:
+    """A row's reason when ``sql/row_waits.sql`` did not give one (it was open when explain read it and
+    closed before the reasons were read): what its own columns say."""
+    if row["status"] == "claimed" and (row["lease_expires_at"] or row["next_attempt_at"]) > row["now"]:
+        return Wait.CLAIMED.value
+    return Wait.BACKOFF.value if row["next_attempt_at"] > row["now"] else DUE
+
+
+def _waiting(row: dict[str, Any], kept: Sequence[dict[str, Any]]) -> str:
+    """Why an open row waits (its ``wait``, one of core.waits' reasons), with the particulars."""
+    now: datetime = row["now"]
+    reason = row.get("wait") or _fallback_wait(row)
+    cluster = row.get("cluster", DEFAULT_CLUSTER)
+    attempt = f"attempt {row['attempts'] + 1}"
+    if reason == DUE:
+        return f"claimable now: the next claim takes it, {attempt}"
+    wait = Wait(reason)
+    at = f"{row['next_attempt_at']:%Y-%m-%d %H:%M:%S} ({_age(row['next_attempt_at'], now)})"
+    detail = {
+        Wait.CLAIMED: lambda: (
+            f"claimed by {row['claimed_by']} {_age(row['claimed_at'], now)}; if that replica died, another takes "
+            f"it when the lease ends ({_age(row['lease_expires_at'], now)})"
+        ),
+        Wait.HELD: lambda: "; and ".join(_kept_by(control) for control in kept),
+        Wait.PAUSED: lambda: "; and ".join(_kept_by(control) for control in kept),
+        Wait.BREAKER: lambda: f"cluster {cluster}: `pod-sweeper reset-breaker --cluster {cluster}` after a look",
+        Wait.BACKOFF: lambda: f"until {at}, then {attempt}; last error: {row['last_error'] or '-'}",
+        Wait.KUBE_UNAUTHORIZED: lambda: f"tried again at {at}; last error: {row['last_error'] or '-'}",
+        Wait.NAMESPACE_REFUSED: lambda: (
+            f"namespace {row.get('pod_namespace')}, tried again at {at}; last error: {row['last_error'] or '-'}"
+        ),
+        Wait.UNSWEPT: lambda: f"claimable since {_age(row['next_attempt_at'], now)}, {attempt} when claimed",
+    }.get(wait, lambda: f"cluster {cluster}")()
+    return describe(wait, detail)
+
+
+def next_step(row: dict[str, Any], *, kept: Sequence[dict[str, Any]] = ()) -> str:
+    """What happens next to an outbox row, and when (``row`` as ``sql/explain_outbox.sql`` reads it, with
+    its ``wait`` from ``sql/row_waits.sql`` when open; ``kept``: the holds and pauses that keep it, if
+    any)."""
     now: datetime = row["now"]
     status = row["status"]
-    if status == "pending" and kept:
-        return "; and ".join(_kept_by(control) for control in kept)
-    if status == "pending":
-        held = (
-            f" (held back: the blast-radius breaker of cluster {row.get('cluster', DEFAULT_CLUSTER)} is tripped;"
-            f" `pod-sweeper reset-breaker --cluster {row.get('cluster', DEFAULT_CLUSTER)}` after a look)"
-            if breaker_tripped
-            else ""
-        )
-        if row["next_attempt_at"] <= now:
-            return f"claimable now: the next claim takes it, attempt {row['attempts'] + 1}{held}"
-        return (
-            f"waits in backoff until {row['next_attempt_at']:%Y-%m-%d %H:%M:%S} ({_age(row['next_attempt_at'], now)}),"
-            f" then attempt {row['attempts'] + 1}{held}"
-        )
-    if status == "claimed":
-        return (
-            f"claimed by {row['claimed_by']} {_age(row['claimed_at'], now)}; its DELETE is in flight or its result "
-            f"is being recorded; if that replica died, another takes it when the lease ends "
-            f"({_age(row['lease_expires_at'], now)})"
-        )
+    if status in ("pending", "claimed"):
+        return _waiting(row, kept)
     if status == "dead":
         return (
             f"dead after {row['attempts']} attempt(s), last error: {row['last_error'] or '-'}; nothing happens until "
@@ -114,12 +133,8 @@ def no_row_story(executions: list[dict[str, Any]], suspects: list[dict[str, Any]
 
 def next_steps(story: Story) -> list[str]:
     """What happens next to each outbox row of the story, or to a pod with none."""
-    tripped = {b["cluster"] for b in story.breakers}
     if story.outbox:
-        return [
-            f"row {r['id']}: " + next_step(r, breaker_tripped=r["cluster"] in tripped, kept=r.get("kept", []))
-            for r in story.outbox
-        ]
+        return [f"row {r['id']}: " + next_step(r, kept=r.get("kept", [])) for r in story.outbox]
     return [no_row_story(story.executions, story.suspects)]
 
 

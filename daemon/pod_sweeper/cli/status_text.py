@@ -75,6 +75,24 @@ def _render_text(status: dict[str, Any]) -> str:
         if summary_rows
         else "outbox is empty",
     ]
+    waiting = status.get("waiting") or []
+    if waiting:
+        rows = [[w["cluster"], w["reason"], w["rows"], w["oldest_seconds"], w["act"]] for w in waiting]
+        parts.append(
+            "why open rows wait (`pod-sweeper explain` says it of one row; docs/operations.md, 'Why a row waits')\n"
+            + render_table(["cluster", "reason", "rows", "oldest (s)", "to act"], rows)
+        )
+    guard = status.get("replication_guard")
+    if guard:
+        behind = (
+            f"the slowest has flushed {_cell(guard['lag_bytes'])} bytes behind ({_cell(guard['lag_seconds'])} s)"
+            if guard["lag_bytes"] is not None
+            else "their positions unread (none connected, or this role lacks pg_monitor)"
+        )
+        parts.append(
+            f"replication guard ({', '.join(guard['standbys'])}): {guard['connected']} connected, "
+            f"{guard['missing']} missing; {behind}"
+        )
     failures = status.get("recent_failures") or []
     if failures:
         keys = ["id", "status", "cluster", "pod_namespace", "pod_name", "attempts", "last_http_status", "last_error"]

@@ -238,6 +238,21 @@ class Metrics:
             ["pod_cluster"],
             registry=r,
         )
+        self.waiting = Gauge(
+            "pod_sweeper_waiting",
+            "1 while this replica knows the reason keeps rows (core.waits; docs/operations.md, 'Why a row waits'):"
+            " its gates, its start and schema, a pause or the replication guard in its cluster; every reason is"
+            " exported, 0 while it does not hold",
+            ["reason"],
+            registry=r,
+        )
+        self.waiting_rows = Gauge(
+            "pod_sweeper_waiting_rows",
+            "Open rows of each cluster that each reason keeps now, one reason a row (sql/row_waits.sql); rows"
+            " nothing keeps are not counted",
+            ["pod_cluster", "reason"],
+            registry=r,
+        )
         self.breaker_tripped = Gauge(
             "pod_sweeper_breaker_tripped",
             "1 while the blast-radius breaker of the replica's cluster holds that cluster's deletes back",

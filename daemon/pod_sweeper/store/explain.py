@@ -1,21 +1,24 @@
 """What ``pod-sweeper explain POD|UID|SANDBOX_ID`` reads: everything the database knows of one pod (the
 execution rows in every attached table, the outbox row with every attempt and its answer, any
-reconciliation suspect, the tripped breakers, the pauses and holds in force), as plain data. What
-happens next, and the text for people, are ``cli.explain_text``'s.
+reconciliation suspect, the tripped breakers, the pauses and holds in force, why each open row waits),
+as plain data. What happens next, and the text for people, are ``cli.explain_text``'s.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from pod_sweeper.store import queries
+from pod_sweeper.store import queries, waits
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.recheck import Attachment, host_names, load_attachments
+
+OPEN = ("pending", "claimed")
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,9 @@ def _executions_query(attachment: Attachment, *, keyed: bool) -> sql.Composed:
     ).format(where=where, **names)
 
 
-async def gather(conn: Connection, text: str) -> Story:
+async def gather(conn: Connection, text: str, *, guard: Sequence[str] | None = None) -> Story:
+    """The story of what ``text`` names; ``guard``: the standbys the reader's replication guard names
+    (its settings), so that a row the guard holds is said to be held."""
     target = Target.parse(text)
     params = target.params()
     story = Story(text)
@@ -84,6 +89,9 @@ async def gather(conn: Connection, text: str) -> Story:
         cur = await conn.execute(queries.load("explain_keeping"), {**where, "uid": row["pod_uid"]})
         row["kept"] = [dict(r) for r in await cur.fetchall()]
     ids = [r["id"] for r in story.outbox]
+    reasons = await waits.row_reasons(conn, [r["id"] for r in story.outbox if r["status"] in OPEN], guard)
+    for row in story.outbox:  # why each open row waits (core.waits), as status and the metrics count it
+        row["wait"] = reasons.get(row["id"])
     if ids:
         cur = await conn.execute(queries.load("explain_attempts"), {"ids": ids})
         story.attempts = [dict(r) for r in await cur.fetchall()]

@@ -1,14 +1,19 @@
-"""What ``pod-sweeper status`` reads: the lag view, the per-status summary, the breakers, the outages and
-the rest, as plain data (``cli.status_text`` renders it for a terminal or as JSON). Every statement reads
-what it shows (the open, dead, stuck or recent rows, each through its partial index) and never the done
-history: counts of done rows cover the last hour, or are the planner's estimate and say so
-(tests/integration/test_history_reads.py holds each to its plan)."""
+"""What ``pod-sweeper status`` reads: the lag view, the per-status summary, why rows wait (per cluster
+and reason, core.waits), the breakers, the outages and the rest, as plain data (``cli.status_text``
+renders it for a terminal or as JSON). Every statement reads what it shows (the open, dead, stuck or
+recent rows, each through its partial index) and never the done history: counts of done rows cover the
+last hour, or are the planner's estimate and say so (tests/integration/test_history_reads.py holds
+each to its plan)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
-from pod_sweeper.store import queries, rates
+from pod_sweeper.core.settings import DEFAULT_CLUSTER
+from pod_sweeper.core.waits import RULES, Wait
+from pod_sweeper.store import outbox, queries, rates, waits
 from pod_sweeper.store.db import Connection
 
 
@@ -17,8 +22,9 @@ async def breakers(conn: Connection) -> list[dict[str, Any]]:
     return [dict(row) for row in await (await conn.execute(queries.load("status_breaker"))).fetchall()]
 
 
-async def read_status(conn: Connection) -> dict[str, Any]:
-    """The lag row and the summary rows, as plain data."""
+async def read_status(conn: Connection, *, guard: Sequence[str] | None = None) -> dict[str, Any]:
+    """The lag row and the summary rows, as plain data; ``guard``: the standbys the reader's replication
+    guard names (its settings), whose hold is then counted with every other reason rows wait."""
     lag = await (await conn.execute(queries.load("status_lag"))).fetchone()
     summary = await (await conn.execute(queries.load("status_summary"))).fetchall()
     failures = await (await conn.execute(queries.load("status_failures"))).fetchall()
@@ -32,8 +38,14 @@ async def read_status(conn: Connection) -> dict[str, Any]:
     clusters = await (await conn.execute(queries.load("status_clusters"))).fetchall()
     controls = await (await conn.execute(queries.load("status_controls"))).fetchall()
     by_rate = await rates.cluster_rates(conn)
+    waiting = await waits.by_cluster(conn, guard)
+    standbys = await outbox.guard_lag(conn, list(guard), cluster=DEFAULT_CLUSTER) if guard else None
     xmin = await rates.xmin_holders(conn)
     return {
+        "waiting": [
+            {**asdict(w), "ends": RULES[Wait(w.reason)].ends, "act": RULES[Wait(w.reason)].act} for w in waiting
+        ],
+        "replication_guard": {"standbys": sorted(guard), **asdict(standbys)} if guard and standbys else None,
         "rates": [{"cluster": r.cluster, "arrival_rate": r.arrival_rate, "sweep_rate": r.sweep_rate} for r in by_rate],
         "xmin_horizon": [
             {"kind": h.kind, "holder": h.holder, "detail": h.detail, "age_xids": h.age_xids, "seconds": h.seconds}

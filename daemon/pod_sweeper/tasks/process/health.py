@@ -4,8 +4,9 @@ timer that refreshes the database gauges.
 The server runs on its own thread (a scrape or a probe must answer even while the event loop is busy)
 and only reads state that the loop writes: a heartbeat time and a few flags. ``/livez`` says the loop
 is turning; ``/readyz`` says the daemon can do its job right now: database reachable, schema at the
-expected version, listener healthy (or poll-only), the API server reachable and not refusing us,
-start-up catch-up done, not stopping. Each answers a short JSON reason.
+expected version, listener healthy (or poll-only), start-up catch-up done, not stopping, and none of
+the reasons rows wait whose rule says not ready (core.waits: the breaker, the API server unreachable or
+refusing us, the schema gate, a start error). Each answers a short JSON reason.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -26,7 +27,8 @@ from psycopg_pool import AsyncConnectionPool
 from pod_sweeper.core import periodic
 from pod_sweeper.core.errors import ConfigError, first_line
 from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.store import controls, outbox, rates
+from pod_sweeper.core.waits import ROW_ORDER, RULES, Seen, Wait, WaitLog, unready
+from pod_sweeper.store import controls, outbox, rates, waits
 from pod_sweeper.store.db import Connection
 
 # The loop beats every second; livez fails after this many seconds without a beat.
@@ -63,43 +65,37 @@ class Health:
     heartbeat: float = field(default_factory=time.monotonic)
     # Read from their owners at the moment a probe asks (see ``watch``), never copied on a timer.
     listener_ok: Callable[[], bool | None] = lambda: None  # None: poll-only mode
-    kube_error: Callable[[], str | None] = lambda: None
-    kube_unreachable: Callable[[], str | None] = lambda: None  # the outage watch's reason while closed
-    breaker: Callable[[], str | None] = lambda: None  # the blast-radius breaker's reason while tripped
+    gates: Callable[[], Mapping[Wait, str]] = lambda: {}  # the gates' reasons that hold now (core.waits)
+    # What the gauge refresher last read of the database's reasons for this replica's cluster (a pause,
+    # the replication guard's hold): written by the refresher, on the event loop.
+    seen: Mapping[Wait, str] = field(default_factory=dict)
 
-    def watch(
-        self,
-        *,
-        listener_ok: Callable[[], bool | None],
-        kube_error: Callable[[], str | None],
-        kube_unreachable: Callable[[], str | None],
-        breaker: Callable[[], str | None],
-    ) -> None:
-        """Where readiness reads the listener's health, Kubernetes' refusal and reachability, and the
-        breaker from."""
-        self.listener_ok, self.kube_error, self.breaker = listener_ok, kube_error, breaker
-        self.kube_unreachable = kube_unreachable
+    def watch(self, *, listener_ok: Callable[[], bool | None], gates: Callable[[], Mapping[Wait, str]]) -> None:
+        """Where readiness reads the listener's health and the gates' reasons (Kubernetes' refusal and
+        reachability, the breaker, dry run) from."""
+        self.listener_ok, self.gates = listener_ok, gates
+
+    def waits(self) -> dict[Wait, str]:
+        """Every reason (core.waits) this replica knows keeps rows now, with what its owner says: the
+        one source of its readiness, its ``pod_sweeper_waiting`` gauge and its wait log lines."""
+        active = {**self.seen, **self.gates()}
+        if self.start_error:
+            active[Wait.START_ERROR] = f"cannot start: {self.start_error}"
+        if self.schema_error:
+            active[Wait.SCHEMA] = f"not claiming: {self.schema_error}"
+        return active
 
     def readiness(self) -> tuple[bool, str]:
         problems = []
-        if self.start_error:
-            problems.append(f"cannot start: {self.start_error}")
         if self.stopping:
             problems.append("stopping")
         if not self.database_ok:
             problems.append(f"database: {self.database_error}")
-        if self.schema_error:
-            problems.append(f"not claiming: {self.schema_error}")
-        elif not self.schema_ok:
+        if not self.schema_error and not self.schema_ok:
             problems.append("schema not checked")
         if self.listener_ok() is False:
             problems.append("listener not hearing NOTIFY")
-        if unreachable := self.kube_unreachable():
-            problems.append(unreachable)
-        if kube_error := self.kube_error():
-            problems.append(f"kubernetes refuses us: {kube_error}")
-        if breaker := self.breaker():
-            problems.append(f"blast-radius breaker tripped: {breaker}")
+        problems += unready(self.waits())  # the reasons whose rule says not ready (docs/design.md)
         if not self.started:
             problems.append("starting")
         return (not problems, "; ".join(problems) or "ok")
@@ -192,6 +188,44 @@ def _set_cluster_gauges(
     return clusters_seen | set(current) | set(by_rate)
 
 
+def _set_waiting_rows(metrics: Metrics, clusters: set[str], rows: list[waits.Waiting]) -> None:
+    """``pod_sweeper_waiting_rows``: every row reason of every cluster seen, 0 where it keeps none."""
+    counts = {(w.cluster, w.reason): w.rows for w in rows}
+    for name in clusters | {w.cluster for w in rows}:
+        for wait in ROW_ORDER:
+            metrics.waiting_rows.labels(name, wait.value).set(counts.get((name, wait.value), 0))
+
+
+def _seen(in_force: list[dict[str, Any]], standbys: outbox.GuardLag | None, *, cluster: str) -> dict[Wait, str]:
+    """The reasons the refresher reads for this replica's cluster: a pause in force, the guard's hold."""
+    seen: dict[Wait, str] = {}
+    pauses = [c for c in in_force if c["cluster"] == cluster and c["kind"] == "pause"]
+    if pauses:
+        seen[Wait.PAUSED] = "; ".join(
+            f"{c['pod_namespace'] or 'the whole cluster'} by {c['actor']} until {c['until']:%Y-%m-%d %H:%M:%S}"
+            for c in pauses
+        )
+    if standbys is not None and standbys.held_rows:
+        seen[Wait.REPLICATION_GUARD] = (
+            f"{standbys.held_rows} row(s), the oldest for {standbys.oldest_held_seconds:.0f} s; "
+            f"{standbys.missing} named standby(s) missing"
+        )
+    return seen
+
+
+def _wait_lines(replica: Mapping[Wait, str], rows: list[waits.Waiting], *, cluster: str) -> dict[tuple[Wait, str], str]:
+    """What ``WaitLog`` follows: the replica's reasons, the reasons only rows show (a hold) of its own
+    cluster, and any cluster's unswept rows (no replica of that cluster is there to say so: every other
+    replica does). A reason the replica sees itself is logged from its own view alone, which is the one
+    its gauge and readiness follow (the database's view of it may come a moment sooner or later)."""
+    lines = {(wait, "this replica"): detail for wait, detail in replica.items()}
+    for w in rows:
+        wait = Wait(w.reason)
+        if RULES[wait].seen is Seen.ROW and (w.cluster == cluster or wait is Wait.UNSWEPT):
+            lines[(wait, f"cluster {w.cluster}")] = f"{w.rows} row(s), the oldest enqueued {w.oldest_seconds:.0f} s ago"
+    return lines
+
+
 async def refresh_gauges(
     pool: AsyncConnectionPool[Connection],
     metrics: Metrics,
@@ -206,6 +240,8 @@ async def refresh_gauges(
     clusters_seen = {cluster}  # the replica's own cluster reads 0 from the first refresh
     holding_before: rates.XminHolder | None = None  # logged once when it starts, once when it ends
     open_read_at: float | None = None  # when the gauges of every open row were last read
+    wait_log = WaitLog()
+    rows_waiting: list[waits.Waiting] = []  # as last read with the open rows
     while True:
         try:
             async with pool.connection(timeout=max(1.0, interval)) as conn:
@@ -217,6 +253,8 @@ async def refresh_gauges(
                     lag = await outbox.lag(conn)
                     by_cluster = await outbox.cluster_gauges(conn)
                     by_rate = {r.cluster: r for r in await rates.cluster_rates(conn)}
+                    rows_waiting = await waits.by_cluster(conn, guard)
+                    _set_waiting_rows(metrics, clusters_seen | {c.cluster for c in by_cluster}, rows_waiting)
                 else:  # the gauges keep their values; the rest is read as always
                     lag, by_cluster, by_rate = None, None, None
                 in_force = await controls.in_force(conn)
@@ -236,6 +274,9 @@ async def refresh_gauges(
                     metrics.paused.labels(cluster, control["pod_namespace"] or "*").set(age)
             held = sum(1 for c in in_force if c["cluster"] == cluster and c["kind"] == "hold")
             metrics.holds.labels(cluster).set(held)
+            health.seen = _seen(in_force, standbys, cluster=cluster)
+            for level, line in wait_log.update(_wait_lines(health.waits(), rows_waiting, cluster=cluster)):
+                logger.log(level, "{line}", line=line)
             if by_cluster is not None and by_rate is not None:
                 clusters_seen = _set_cluster_gauges(metrics, clusters_seen, by_cluster, by_rate)
             metrics.xmin_horizon_age.set(max((h.age_xids for h in xmin), default=0))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -34,6 +35,7 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable, SchemaError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
+from pod_sweeper.core.waits import Wait
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
@@ -90,6 +92,8 @@ class Daemon:
         self.metrics = Metrics(listening=settings.listens, cluster=settings.cluster)
         self.health = Health()
         self.metrics.ready.set_function(lambda: 1.0 if self.ready else 0.0)
+        for wait in Wait:  # every reason exported, 1 while it holds (read from Health.waits when scraped)
+            self.metrics.waiting.labels(wait.value).set_function(functools.partial(self._waiting, wait))
         if settings.listens:  # not ready until the listener hears (it is replaced by the listener's own)
             self.health.listener_ok = lambda: False
         self.notifier = Notifier()
@@ -401,14 +405,32 @@ class Daemon:
         longest_wait = max(self.settings.poll_interval, self.settings.request_timeout)
         return longest_wait * STALL_WAITS + STALL_MARGIN_SECONDS
 
+    def _waiting(self, wait: Wait) -> float:
+        """``pod_sweeper_waiting{reason}``: 1 while the reason holds."""
+        return 1.0 if wait in self.health.waits() else 0.0
+
     def _watch(self, sweeper: Sweeper, listener: Listener | None, outage: OutageWatch) -> None:
-        """Readiness reads the listener, the outage watch, the auth gate and the breaker where they live,
-        when a probe asks. (Each gate owns its own gauge.)"""
+        """Readiness (and ``pod_sweeper_waiting``, and the wait log) read the listener and the gates where
+        they live, when asked. (Each gate owns its own gauge.)"""
+
+        def gates() -> dict[Wait, str]:
+            active: dict[Wait, str] = {}
+            if breaker := sweeper.status.breaker:
+                active[Wait.BREAKER] = f"blast-radius breaker tripped: {breaker}"
+            if unreachable := outage.reason:
+                active[Wait.KUBE_UNREACHABLE] = unreachable
+            if refusing := sweeper.status.refusing:
+                active[Wait.KUBE_UNAUTHORIZED] = f"kubernetes refuses us: {refusing}"
+            if refused := sweeper.status.refused_namespaces:
+                active[Wait.NAMESPACE_REFUSED] = "namespace(s) " + ", ".join(sorted(refused))
+            if self.settings.dry_run or self.settings.dry_run_namespaces:
+                shadow = ", ".join(sorted(self.settings.dry_run_namespaces or ()))
+                active[Wait.DRY_RUN] = "in " + ("every namespace" if self.settings.dry_run else shadow)
+            return active
+
         self.health.watch(
             listener_ok=(lambda: listener.healthy) if listener is not None else (lambda: None),
-            kube_error=lambda: sweeper.status.refusing,
-            kube_unreachable=lambda: outage.reason,
-            breaker=lambda: sweeper.status.breaker,
+            gates=gates,
         )
         if listener is not None and self.metrics.listener_healthy is not None:
             self.metrics.listener_healthy.set_function(lambda: 1.0 if listener.healthy else 0.0)
