@@ -41,6 +41,8 @@ def helm(bindir: Path, *args: str, kubeconfig: Path | None = None, check: bool =
     )
     if check and done.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    if check:  # no noise line on a command that works (Helm's level= lines: a symbolic link followed, ...)
+        assert "level=" not in done.stderr, f"helm {' '.join(args)} said:\n{done.stderr}"
     return done
 
 

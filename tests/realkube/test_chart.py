@@ -7,6 +7,7 @@ what the Role says in each namespace it sweeps, and nothing in any other)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,6 +90,35 @@ def test_values_reach_what_they_name(kube_apiserver: KubeApiServer) -> None:
     rule = found[("PrometheusRule", "sweepers", "edge-pod-sweeper")]
     urls = [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
     assert urls and all(u.startswith("https://wiki.example.invalid/pod-sweeper#podsweeper") for u in urls), urls
+
+
+def test_the_migrate_job_lands_where_the_replicas_may_or_where_its_own_values_say(
+    kube_apiserver: KubeApiServer,
+) -> None:
+    """The hook's pod takes the Deployment's scheduling values (a cluster whose nodes are all tainted
+    runs it where it runs the replicas), or its own when set; {} or [] sets none."""
+    scheduling = (
+        "--set", "priorityClassName=sweepers", "--set-json", 'nodeSelector={"pool": "system"}',
+        "--set-json", 'tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]',
+        "--set-json", 'affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}',
+    )  # fmt: skip
+
+    def pod_specs(*values: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        found = by_identity(objects(helm(kube_apiserver.bindir, "template", "p", str(CHART), *values).stdout))
+        job = next(o for (kind, _, _), o in found.items() if kind == "Job")
+        deployment = next(o for (kind, _, _), o in found.items() if kind == "Deployment")
+        return job["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]
+
+    job, deployment = pod_specs(*scheduling)
+    for key in ("priorityClassName", "nodeSelector", "tolerations", "affinity"):
+        assert job[key] == deployment[key], key
+    own, _ = pod_specs(
+        *scheduling, "--set", "migrate.priorityClassName=migrations", "--set-json", "migrate.tolerations=[]",
+        "--set-json", 'migrate.nodeSelector={"pool": "jobs"}',
+    )  # fmt: skip
+    assert (own["priorityClassName"], own["nodeSelector"]) == ("migrations", {"pool": "jobs"})
+    assert "tolerations" not in own  # [] : none
+    assert own["affinity"] == deployment["affinity"]  # not set: the Deployment's
 
 
 def test_what_the_chart_renders_applies_server_side_and_grants_only_the_swept_namespaces(

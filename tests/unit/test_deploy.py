@@ -256,3 +256,13 @@ def test_the_documented_build_names_the_base_by_digest_and_installs_from_the_loc
     copied = re.findall(r"^COPY (?!--from)(.+) \S+$", containerfile, re.M)
     for path in " ".join(copied).split():
         assert f"!{path}" in ignored, path  # everything the build copies is let through, nothing else
+
+
+def test_the_charts_alerts_are_the_kustomize_bases_byte_for_byte_and_no_link() -> None:
+    """A chart reads nothing outside itself, and Helm reports every symbolic link it follows (a noise
+    line on every command): deploy/chart/files holds a copy of the rules, which must not drift."""
+    copy = ROOT / "deploy" / "chart" / "files" / "prometheusrule.yaml"
+    original = ROOT / "deploy" / "monitoring" / "prometheusrule.yaml"
+    assert not copy.is_symlink() and not original.is_symlink()
+    assert copy.read_bytes() == original.read_bytes(), "cp deploy/monitoring/prometheusrule.yaml deploy/chart/files/"
+    assert not [p for p in (ROOT / "deploy").rglob("*") if p.is_symlink()]
