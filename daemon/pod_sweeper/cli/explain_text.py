@@ -69,8 +69,7 @@ def _waiting(row: dict[str, Any], kept: Sequence[dict[str, Any]]) -> str:
             f"claimed by {row['claimed_by']} {_age(row['claimed_at'], now)}; if that replica died, another takes "
             f"it when the lease ends ({_age(row['lease_expires_at'], now)})"
         ),
-        Wait.HELD: lambda: "; and ".join(_kept_by(control) for control in kept),
-        Wait.PAUSED: lambda: "; and ".join(_kept_by(control) for control in kept),
+        **dict.fromkeys((Wait.HELD, Wait.PAUSED), lambda: "; and ".join(_kept_by(control) for control in kept)),
         Wait.BREAKER: lambda: f"cluster {cluster}: `pod-sweeper reset-breaker --cluster {cluster}` after a look",
         Wait.BACKOFF: lambda: f"until {at}, then {attempt}; last error: {row['last_error'] or '-'}",
         Wait.KUBE_UNAUTHORIZED: lambda: f"tried again at {at}; last error: {row['last_error'] or '-'}",

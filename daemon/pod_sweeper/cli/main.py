@@ -109,14 +109,9 @@ async def cmd_detach(settings: Settings, args: argparse.Namespace) -> int:
 async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
-        current = await status.read_status(conn, guard=_guard(settings))
+        current = await status.read_status(conn, guard=settings.guard_standbys)
     print(status_text.render_json(current) if args.json else status_text.render_text(current))
     return EXIT_OK
-
-
-def _guard(settings: Settings) -> list[str] | None:
-    """The standbys the replication guard names, as the statements take them (None: off)."""
-    return sorted(settings.replication_guard) if settings.replication_guard else None
 
 
 async def cmd_explain(settings: Settings, args: argparse.Namespace) -> int:
@@ -125,7 +120,7 @@ async def cmd_explain(settings: Settings, args: argparse.Namespace) -> int:
 
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
-        story = await explain.gather(conn, args.target, guard=_guard(settings))
+        story = await explain.gather(conn, args.target, guard=settings.guard_standbys)
     print(explain_text.render_json(story) if args.json else explain_text.render_text(story))
     return EXIT_OK
 

@@ -482,6 +482,11 @@ class Settings(BaseSettings):
         return self.listen and (self.listen_database_url is not None or not self.transaction_pooler)
 
     @property
+    def guard_standbys(self) -> list[str] | None:
+        """The standbys the replication guard names, sorted, as the statements take them (None: off)."""
+        return sorted(self.replication_guard) if self.replication_guard else None
+
+    @property
     def breaker_on(self) -> bool:
         """Whether any of the breaker's rules is on (the claim then reads the cluster's breaker row)."""
         return bool(self.max_deletes_per_minute or self.breaker_surge_factor or self.breaker_transaction_rows)

@@ -208,7 +208,7 @@ class Daemon:
                 replica=self.settings.replica_id,
                 attachments=attachments,
                 due_horizon=self.settings.poll_interval,  # the claimer sleeps no longer than this anyway
-                guard=sorted(self.settings.replication_guard) if self.settings.replication_guard else None,
+                guard=self.settings.guard_standbys,
             )
             breaker = BreakerGate(self.metrics.breaker_tripped.labels(self.settings.cluster))
             sweeper = Sweeper(
@@ -260,7 +260,7 @@ class Daemon:
                                 self.health,
                                 GAUGE_REFRESH_SECONDS,
                                 self.settings.cluster,
-                                sorted(self.settings.replication_guard) if self.settings.replication_guard else None,
+                                self.settings.guard_standbys,
                             ),
                         ),
                         name="gauges",

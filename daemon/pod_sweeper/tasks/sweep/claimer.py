@@ -157,7 +157,7 @@ class Claimer:
 
     async def _claim(self, want: int, *, disarm: bool) -> ClaimedBatch | None:
         """One claim of up to ``want`` rows; None when the breaker allows none."""
-        guard = sorted(self.settings.replication_guard) if self.settings.replication_guard else None
+        guard = self.settings.guard_standbys
         if guard is not None:  # its own short transaction, before the claim's: see sql/guard_mark.sql
             async with self.store.session() as session:
                 await session.guard_mark()
