@@ -318,3 +318,65 @@ def test_a_managed_install_without_a_superuser_each_role_doing_its_part(empty_db
             for role in (runtime, owner, app):
                 admin.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
                 admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_replica_whose_role_is_not_granted_yet_waits_not_ready_and_starts_once_granted(
+    pg: psycopg.Connection[Any], db_url: str, kube: Any, role_names: dict[str, str]
+) -> None:
+    """A first install: the replicas may start before anyone has run ``grant``. With
+    ``on_start_error=wait`` (the chart's and deploy/'s setting) the replica stays up, not ready, saying
+    which grant to run, and starts by itself once it has been run; with ``exit`` it exits 3 in one line."""
+    create_executions(pg)
+    run(attach_table(db_url))
+    runtime = role_names["runtime"]
+    pg.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'pw'").format(sql.Identifier(runtime)))
+    runtime_url = as_role(db_url, runtime)
+
+    refused = cli("run", url=runtime_url, POD_SWEEPER_KUBECONFIG=str(kube.kubeconfig), POD_SWEEPER_HTTP_PORT="0")
+    assert refused.returncode == 3, refused.stderr
+    line = refused.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in refused.stderr and line.startswith("pod-sweeper: "), refused.stderr
+    assert f"role {runtime} lacks a privilege on schema pod_sweeper" in line, line
+    assert f"`pod-sweeper grant {runtime} --apply`" in line, line
+
+    settings = settings_for(runtime_url, kubeconfig=kube.kubeconfig, on_start_error="wait", poll_interval=30)
+    replica = DaemonThread(settings).start(ready=None)
+    try:
+        health = replica.daemon.health
+        wait_until(lambda: health.start_error is not None, what="the start error")
+        ready, why = health.readiness()
+        assert not ready and f"privileges: role {runtime} lacks a privilege" in why and "[start_error]" in why, why
+        assert replica.daemon.metrics.start_error.labels("privileges")._value.get() == 1
+
+        granted = cli("grant", runtime, "--apply", url=db_url)
+        assert granted.returncode == 0, granted.stderr
+        wait_until(lambda: replica.daemon.ready, timeout=60, what="ready once granted")
+        assert replica.rc is None  # the same process: it was never restarted
+        assert replica.daemon.metrics.start_error.labels("privileges")._value.get() == 0
+        add_execution(pg, kube, "a")
+        pg.execute("UPDATE executions SET active = false WHERE sandbox_id = 'a'")
+        wait_until(lambda: kube.get_pod("sandboxes", "pod-a-1") is None, what="the sweep as the granted role")
+    finally:
+        replica.stop()
+
+
+def test_migrate_grant_gives_the_runtime_role_its_privileges_after_migrating(
+    pg: psycopg.Connection[Any], empty_db_url: str, role_names: dict[str, str]
+) -> None:
+    """The chart's hook: ``migrate --grant ROLE`` on an empty database, as the owner, leaves the role
+    able to run (its check passes) and writes the grant to the audit trail; run again, it changes nothing."""
+    runtime = role_names["runtime"]
+    pg.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'pw'").format(sql.Identifier(runtime)))
+    for _ in range(2):
+        done = cli("migrate", "--grant", runtime, "--actor", "helm hook", url=empty_db_url)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == f"granted the runtime privileges to {runtime}", done.stdout
+    checked = cli("check", url=as_role(empty_db_url, runtime), POD_SWEEPER_KUBECONFIG="/nonexistent")
+    assert "lacks" not in checked.stdout + checked.stderr
+    with psycopg.connect(empty_db_url) as conn:
+        trail = conn.execute("SELECT actor, command FROM pod_sweeper.audit ORDER BY id").fetchall()
+    assert trail[-2:] == [("helm hook", "grant")] * 2, trail
+    dry = cli("migrate", "--dry-run", "--grant", runtime, url=empty_db_url)
+    assert dry.returncode == 0 and dry.stdout.splitlines()[-1] == f"would grant the runtime privileges to {runtime}"
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:  # the role is dropped from the other database
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(runtime)))

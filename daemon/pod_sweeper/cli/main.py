@@ -36,7 +36,7 @@ from pod_sweeper.core.settings import (
 )
 from pod_sweeper.core.text import printable
 from pod_sweeper.store import attach, backfill, controls, migrations, outbox, queries, roles, status
-from pod_sweeper.store.db import connection
+from pod_sweeper.store.db import Connection, connection
 
 Handler = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -70,9 +70,26 @@ async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
         for migration in pending:
             print(f"would apply {migration.filename}")
         print(f"{len(pending)} migration(s) to apply" if pending else "schema is up to date")
-    else:
-        print(f"applied {len(pending)} migration(s)" if pending else "schema is up to date")
+        if args.grant:
+            print(f"would grant the runtime privileges to {args.grant}")
+        return EXIT_OK
+    print(f"applied {len(pending)} migration(s)" if pending else "schema is up to date")
+    if args.grant:
+        # After the migrations, as the same owner: the chart's hook makes a first install whole, so
+        # its replicas never start before their role may read the schema (docs/operations.md).
+        async with connection(settings) as conn:
+            await _apply_grants(conn, args.grant, create=False, verifier=None, actor=args.actor)
     return EXIT_OK
+
+
+async def _apply_grants(conn: Connection, role: str, *, create: bool, verifier: str | None, actor: str) -> None:
+    statements = await roles.runtime_grants(conn, role, create=create, verifier=verifier)
+    action = controls.Action(actor, "grant", {"create": create}, f"role {role}")
+    async with conn.transaction():
+        for statement in statements:
+            await conn.execute(statement)
+        await controls.audit(conn, action, affected=len(statements))
+    print(f"granted the runtime privileges to {role}")
 
 
 async def cmd_attach(settings: Settings, args: argparse.Namespace) -> int:
@@ -199,16 +216,10 @@ async def cmd_grant(settings: Settings, args: argparse.Namespace) -> int:
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
         verifier = roles.password_verifier(conn, args.role, password) if password is not None else None
-        statements = await roles.runtime_grants(conn, args.role, create=args.create, verifier=verifier)
         if args.apply:
-            action = controls.Action(args.actor, "grant", {"create": args.create}, f"role {args.role}")
-            async with conn.transaction():
-                for statement in statements:
-                    await conn.execute(statement)
-                await controls.audit(conn, action, affected=len(statements))
-            print(f"granted the runtime privileges to {args.role}")
+            await _apply_grants(conn, args.role, create=args.create, verifier=verifier, actor=args.actor)
         else:
-            for statement in statements:
+            for statement in await roles.runtime_grants(conn, args.role, create=args.create, verifier=verifier):
                 # The verifier is not the password, but it is not for a terminal either.
                 text = statement.as_string(conn)
                 print((text.replace(verifier, "SCRAM-SHA-256$...") if verifier else text) + ";")
@@ -301,6 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("migrate", help="apply the schema migrations (idempotent)")
     p.add_argument("--dry-run", action="store_true", help="print what would be applied, change nothing")
+    p.add_argument(
+        "--grant",
+        metavar="ROLE",
+        help="then give ROLE the runtime privileges, as `grant ROLE --apply` does (the chart's hook uses it)",
+    )
+    controls_cli.add_actor(p)
     p.set_defaults(handler=cmd_migrate)
 
     p = commands.add_parser("attach", help="install the enqueue trigger on a host table")

@@ -59,6 +59,13 @@ class SchemaError(PodSweeperError):
     exit_code = EXIT_SCHEMA
 
 
+class PrivilegeError(PodSweeperError):
+    """The database role lacks a privilege on pod-sweeper's schema (``pod-sweeper grant`` gives them):
+    like a schema that is behind, a person or the chart's hook must act, so it shares that exit code."""
+
+    exit_code = EXIT_SCHEMA
+
+
 class MigrationError(PodSweeperError):
     """A migration cannot be applied, or an applied one was edited afterwards."""
 

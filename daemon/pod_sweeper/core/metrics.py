@@ -206,7 +206,7 @@ class Metrics:
         self.start_error = Gauge(
             "pod_sweeper_start_error",
             "1 while a start-up error a person must fix holds the replica (POD_SWEEPER_ON_START_ERROR=wait), by"
-            " kind: settings, kubeconfig, database_url, schema",
+            " kind: settings, kubeconfig, database_url, schema, privileges",
             ["kind"],
             registry=r,
         )

@@ -254,11 +254,12 @@ class Settings(BaseSettings):
     on_start_error: Literal["exit", "wait"] = Field(
         default="exit",
         description="What `run` does with a start-up error a person must fix (a bad setting, the schema "
-        "behind or too new, an unreadable kubeconfig, no database URL). `exit`: one line and exit 2 or 3, "
-        "which the systemd unit does not restart. `wait`: the process stays up, `/livez` answers, "
-        "`/readyz` and `pod_sweeper_start_error` say why, the ERROR line repeats and the step is tried "
-        "again, so that a sidecar never keeps its pod's other containers from starting (deploy/sidecar "
-        "sets it). Default exit.",
+        "behind or too new, the role not granted yet, an unreadable kubeconfig, no database URL). `exit`: "
+        "one line and exit 2 or 3, which the systemd unit does not restart. `wait`: the process stays up, "
+        "`/livez` answers, `/readyz` and `pod_sweeper_start_error` say why, the ERROR line repeats and the "
+        "step is tried again, so that a sidecar never keeps its pod's other containers from starting and a "
+        "first install needs no restart (deploy/sidecar, deploy/deployment.yaml and the chart set it). "
+        "Default exit.",
     )
     migrate_lock_timeout: Annotated[float, Field(gt=0, le=60)] = Field(
         default=0.5,

@@ -137,7 +137,7 @@ RULES: Mapping[Wait, Rule] = {
         Seen.REPLICA,
     ),
     Wait.START_ERROR: Rule(
-        "the replica cannot start (the sidecar form waits, not ready, instead of exiting)",
+        "the replica cannot start (with ON_START_ERROR=wait, as the shipped manifests set it, it waits, not ready)",
         "the cause fixed; the replica tries again by itself",
         "read the replica's /readyz or log line: it names the setting or grant to fix",
         False,

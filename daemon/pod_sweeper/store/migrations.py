@@ -16,7 +16,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from functools import cache
@@ -26,7 +26,7 @@ import psycopg
 from loguru import logger
 
 from pod_sweeper.core.backoff import Backoff
-from pod_sweeper.core.errors import MigrationError, MigrationLockTimeout, SchemaError
+from pod_sweeper.core.errors import MigrationError, MigrationLockTimeout, PrivilegeError, SchemaError, first_line
 from pod_sweeper.core.resources import resource_dir
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import queries
@@ -412,6 +412,20 @@ async def _record(conn: Connection, migration: Migration) -> None:
         "readable_from": migration.readable_from,
     }
     await conn.execute(queries.load("ledger_record"), params)
+
+
+@contextlib.contextmanager
+def privileges_of(conn: Connection) -> Iterator[None]:
+    """A statement the role may not run, said as what to do about it: PrivilegeError naming the role
+    and the ``grant`` that gives the runtime's privileges (run by the schema's owner)."""
+    try:
+        yield
+    except psycopg.errors.InsufficientPrivilege as exc:
+        role = conn.info.user
+        raise PrivilegeError(
+            f"role {role} lacks a privilege on schema {SCHEMA} ({first_line(exc)}): as the schema's owner, run"
+            f" `pod-sweeper grant {role} --apply`"
+        ) from None
 
 
 async def check_schema(conn: Connection) -> int:

@@ -41,7 +41,7 @@ from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store import attach, controls, db, migrations, outbox
 from pod_sweeper.store.outbox import OutboxStore
-from pod_sweeper.store.recheck import load_attachments
+from pod_sweeper.store.recheck import Attachment, load_attachments
 from pod_sweeper.tasks.loops.confirmer import Confirmer
 from pod_sweeper.tasks.loops.listener import Listener
 from pod_sweeper.tasks.loops.outage import OutageWatch
@@ -190,15 +190,11 @@ class Daemon:
             version = await gate.step("schema", lambda: self._check_schema(pool))
             if version is None:
                 return EXIT_OK
-            async with pool.connection() as conn:
-                await outbox.cluster_rows(conn, cluster=self.settings.cluster, owner=self.settings.replica_id)
-                attachments = await load_attachments(conn)
-                await self._count_attached(conn, at_start=True)
-                if not self.settings.dry_run:
-                    shadow = sorted(self.settings.dry_run_namespaces or ())
-                    reopened = await outbox.reopen_dry_run(conn, cluster=self.settings.cluster, keep=shadow)
-                    if reopened:
-                        logger.info("reopened {n} row(s) a dry run left as would_delete", n=reopened)
+            # A role the schema's owner has not granted yet (a first install whose replicas start
+            # before anyone ran `grant`) waits here like a schema that is behind, instead of exiting 1.
+            attachments = await gate.step("privileges", lambda: self._first_reads(pool))
+            if attachments is None:
+                return EXIT_OK
             self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True
             outage = OutageWatch(self.settings, pool, kube, self.metrics)
             schema = SchemaGate(self.metrics.schema_incompatible)
@@ -344,7 +340,23 @@ class Daemon:
 
     async def _check_schema(self, pool: AsyncConnectionPool[db.Connection]) -> int:
         async with pool.connection() as conn:
-            return await migrations.check_schema(conn)
+            with migrations.privileges_of(conn):
+                return await migrations.check_schema(conn)
+
+    async def _first_reads(self, pool: AsyncConnectionPool[db.Connection]) -> dict[int, Attachment]:
+        """This replica's cluster row, the attachments, the attached count and the dry run's leftovers:
+        the first statements that need the runtime role's grants beyond reading the ledger."""
+        async with pool.connection() as conn:
+            with migrations.privileges_of(conn):
+                await outbox.cluster_rows(conn, cluster=self.settings.cluster, owner=self.settings.replica_id)
+                attachments = await load_attachments(conn)
+                await self._count_attached(conn, at_start=True)
+                if not self.settings.dry_run:
+                    shadow = sorted(self.settings.dry_run_namespaces or ())
+                    reopened = await outbox.reopen_dry_run(conn, cluster=self.settings.cluster, keep=shadow)
+                    if reopened:
+                        logger.info("reopened {n} row(s) a dry run left as would_delete", n=reopened)
+        return attachments
 
     async def _become_ready(self, sweeper: Sweeper, listener: Listener | None) -> None:
         if listener is not None:

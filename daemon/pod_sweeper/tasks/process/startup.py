@@ -23,7 +23,7 @@ from typing import TypeVar
 from loguru import logger
 
 from pod_sweeper.core.backoff import Backoff
-from pod_sweeper.core.errors import ConfigError, SchemaError
+from pod_sweeper.core.errors import ConfigError, PrivilegeError, SchemaError
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import ENV_PREFIX, Settings, load_settings
 from pod_sweeper.tasks.process.health import Health, HealthServer
@@ -43,22 +43,27 @@ class StartGate:
         self.mode, self.health, self.metrics, self.stop = mode, health, metrics, stop
 
     async def step(self, kind: str, attempt: Callable[[], Awaitable[T]]) -> T | None:
-        """``attempt``'s result; None when a stop was asked for while waiting."""
-        tries = 0
+        """``attempt``'s result; None when a stop was asked for while waiting. A missing privilege is
+        shown as kind ``privileges`` whichever step's statement met it (the schema check's first read
+        already needs USAGE on the schema)."""
+        tries, shown = 0, kind
         while True:
             try:
                 result = await attempt()
-            except (ConfigError, SchemaError) as exc:
+            except (ConfigError, SchemaError, PrivilegeError) as exc:
                 if self.mode != WAIT:
                     raise
+                if shown != (now := "privileges" if isinstance(exc, PrivilegeError) else kind):
+                    self.metrics.start_error.labels(shown).set(0)
+                    shown = now
                 tries += 1
                 delay = _RETRY.delay(tries)
-                self.health.start_error = f"{kind}: {exc}"
-                self.metrics.start_error.labels(kind).set(1)
+                self.health.start_error = f"{shown}: {exc}"
+                self.metrics.start_error.labels(shown).set(1)
                 logger.error(
                     "cannot start ({kind}): {error}; the process stays up ({prefix}ON_START_ERROR=wait) and"
                     " tries again in {delay:.0f} s",
-                    kind=kind,
+                    kind=shown,
                     error=str(exc),
                     prefix=ENV_PREFIX,
                     delay=delay,
@@ -69,9 +74,9 @@ class StartGate:
                     return None
                 continue
             if tries:
-                logger.info("{kind}: fixed; starting", kind=kind)
+                logger.info("{kind}: fixed; starting", kind=shown)
             self.health.start_error = None
-            self.metrics.start_error.labels(kind).set(0)
+            self.metrics.start_error.labels(shown).set(0)
             return result
 
 
