@@ -3,6 +3,7 @@ tiers: its caches and configuration in a temporary folder (never the user's), it
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import tempfile
@@ -24,10 +25,26 @@ HELM_LABELS = (
 _HOME = tempfile.mkdtemp(prefix="pod-sweeper-helm-")
 
 
-def helm(bindir: Path, *args: str, kubeconfig: Path | None = None, check: bool = True, timeout: float = 300) -> Any:
-    """``helm *args`` (a CompletedProcess); with ``check``, a failure raises with Helm's own lines."""
-    helm_binary = bindir / "helm"
-    assert helm_binary.is_file(), f"{bindir} has no helm: run tools/kube/build"
+# The Helms the chart is tested with, as tools/kube/build names them: Helm 4 and the newest Helm 3.
+HELMS = ("helm", "helm3")
+
+
+def helm(
+    bindir: Path,
+    *args: str,
+    binary: str = "helm",
+    kubeconfig: Path | None = None,
+    check: bool = True,
+    timeout: float = 300,
+) -> Any:
+    """``helm *args`` (a CompletedProcess), run by ``binary`` (one of HELMS); with ``check``, a failure
+    raises with Helm's own lines. ``template`` renders for the release of the API server beside it, as
+    a user rendering offline must say (Helm 3 assumes Kubernetes v1.20 otherwise, below the chart's
+    kubeVersion)."""
+    helm_binary = bindir / binary
+    assert helm_binary.is_file(), f"{bindir} has no {binary}: run tools/kube/build"
+    if args[:1] == ("template",) and "--kube-version" not in args:
+        args = (*args, "--kube-version", kube_version(bindir))
     env = {
         **os.environ,
         "HELM_CACHE_HOME": f"{_HOME}/cache",
@@ -40,10 +57,17 @@ def helm(bindir: Path, *args: str, kubeconfig: Path | None = None, check: bool =
         [str(helm_binary), *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
     )
     if check and done.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        raise AssertionError(f"{binary} {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     if check:  # no noise line on a command that works (Helm's level= lines: a symbolic link followed, ...)
-        assert "level=" not in done.stderr, f"helm {' '.join(args)} said:\n{done.stderr}"
+        assert "level=" not in done.stderr, f"{binary} {' '.join(args)} said:\n{done.stderr}"
     return done
+
+
+@functools.cache
+def kube_version(bindir: Path) -> str:
+    """The release of the kube-apiserver in ``bindir`` (``v1.36.3``)."""
+    said = subprocess.run([str(bindir / "kube-apiserver"), "--version"], capture_output=True, text=True, check=True)
+    return said.stdout.split()[-1]
 
 
 def objects(rendered: str) -> list[dict[str, Any]]:

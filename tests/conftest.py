@@ -20,6 +20,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 from psycopg import sql
 
+from chart_render import HELMS
 from containers import BASE, ROOT, Podman, debian_root, image_context, missing_tools
 from helpers import USED_KUBE, run, settings_for, with_dbname
 from pod_sweeper.store import db, migrations
@@ -202,6 +203,12 @@ def kube_apiserver() -> Iterator[KubeApiServer]:
 
 
 _kube_servers: list[KubeApiServer] = []
+
+
+@pytest.fixture(params=HELMS)
+def helm_binary(request: pytest.FixtureRequest) -> str:
+    """Each chart test runs with Helm 4 and with the newest Helm 3 (both built by tools/kube/build)."""
+    return str(request.param)
 
 
 @pytest.fixture(scope="session")

@@ -73,7 +73,9 @@ class JobPods:
                 selector = "app.kubernetes.io/component%3Dmigrate"
                 _, pods = self.cluster.request("GET", f"/api/v1/namespaces/{NS}/pods?labelSelector={selector}")
                 for pod in pods.get("items") or []:
-                    if pod["metadata"]["name"] not in {name for name, _ in self.ran}:
+                    # As a kubelet: a finished pod (an earlier install's, whose Job is being deleted) is not run again.
+                    finished = pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+                    if not finished and pod["metadata"]["name"] not in {name for name, _ in self.ran}:
                         self._run(pod)
         except BaseException as exc:  # reported by the test, not lost in a thread
             self.failure = exc
@@ -163,7 +165,7 @@ def runtime_role(empty_db_url: str) -> Any:
 
 
 def test_helm_installs_upgrades_and_rolls_back_and_the_daemon_sweeps_as_the_charts_account(
-    kube_cluster: KubeCluster, empty_db_url: str, runtime_role: str, tmp_path: Path
+    kube_cluster: KubeCluster, helm_binary: str, empty_db_url: str, runtime_role: str, tmp_path: Path
 ) -> None:
     cluster = kube_cluster
     cluster.namespace(NS)
@@ -175,6 +177,7 @@ def test_helm_installs_upgrades_and_rolls_back_and_the_daemon_sweeps_as_the_char
             "migrate-database-url": empty_db_url,
         },
     }
+    cluster.request("DELETE", f"/api/v1/namespaces/{NS}/secrets/{RELEASE}")  # the other Helm's run left it
     status, answer = cluster.request("POST", f"/api/v1/namespaces/{NS}/secrets", secret)
     assert status == 201, answer
 
@@ -190,12 +193,30 @@ def test_helm_installs_upgrades_and_rolls_back_and_the_daemon_sweeps_as_the_char
         ]
 
     def history() -> list[tuple[int, str, str]]:
-        out = helm(cluster.bindir, "history", RELEASE, "-n", NS, "-o", "json", kubeconfig=cluster.admin_kubeconfig)
+        out = helm(
+            cluster.bindir,
+            "history",
+            RELEASE,
+            "-n",
+            NS,
+            "-o",
+            "json",
+            kubeconfig=cluster.admin_kubeconfig,
+            binary=helm_binary,
+        )
         return [(r["revision"], r["status"], r["description"]) for r in json.loads(out.stdout)]
 
     with JobPods(cluster) as job_pods, psycopg.connect(empty_db_url, autocommit=True) as conn:
         # install: the hook migrates an empty database, as the schema owner, before anything else exists.
-        helm(cluster.bindir, "install", RELEASE, str(CHART), *install_args(), kubeconfig=cluster.admin_kubeconfig)
+        helm(
+            cluster.bindir,
+            "install",
+            RELEASE,
+            str(CHART),
+            *install_args(),
+            kubeconfig=cluster.admin_kubeconfig,
+            binary=helm_binary,
+        )
         assert job_pods.failure is None, job_pods.failure
         assert len(job_pods.ran) == 1 and job_pods.ran[0][1].returncode == 0, job_pods.ran
         assert conn.execute("SELECT to_regclass('pod_sweeper.outbox') IS NOT NULL").fetchone()[0]
@@ -215,7 +236,8 @@ def test_helm_installs_upgrades_and_rolls_back_and_the_daemon_sweeps_as_the_char
 
         # upgrade: a changed value; the hook migrates again (nothing to do) before the Deployment rolls.
         helm(cluster.bindir, "upgrade", RELEASE, str(CHART), *install_args("--reuse-values", "--set=replicas=3",
-             "--set=settings.POD_SWEEPER_MAX_ATTEMPTS=40"), kubeconfig=cluster.admin_kubeconfig)  # fmt: skip
+             "--set=settings.POD_SWEEPER_MAX_ATTEMPTS=40"), kubeconfig=cluster.admin_kubeconfig,
+             binary=helm_binary)  # fmt: skip
         assert len(job_pods.ran) == 2 and job_pods.ran[1][1].returncode == 0, job_pods.ran
         upgraded = deployment(cluster)
         assert upgraded["spec"]["replicas"] == 3
@@ -224,7 +246,7 @@ def test_helm_installs_upgrades_and_rolls_back_and_the_daemon_sweeps_as_the_char
 
         # rollback: the first release's objects again, and no hook (the older daemon reads the schema).
         helm(cluster.bindir, "rollback", RELEASE, "1", "-n", NS, "--wait", "--timeout", "90s",
-             kubeconfig=cluster.admin_kubeconfig)  # fmt: skip
+             kubeconfig=cluster.admin_kubeconfig, binary=helm_binary)  # fmt: skip
         assert len(job_pods.ran) == 2
         rolled = deployment(cluster)
         assert rolled["spec"]["replicas"] == 2
@@ -234,7 +256,16 @@ def test_helm_installs_upgrades_and_rolls_back_and_the_daemon_sweeps_as_the_char
         sweeps_as_the_chart_runs_it(cluster, conn, tmp_path, "rolled-back")
         assert job_pods.failure is None, job_pods.failure
 
-    helm(cluster.bindir, "uninstall", RELEASE, "-n", NS, "--wait", kubeconfig=cluster.admin_kubeconfig)
+    helm(
+        cluster.bindir,
+        "uninstall",
+        RELEASE,
+        "-n",
+        NS,
+        "--wait",
+        kubeconfig=cluster.admin_kubeconfig,
+        binary=helm_binary,
+    )
     for kind in ("serviceaccounts", "secrets"):
         status, _ = cluster.request("GET", f"/api/v1/namespaces/{NS}/{kind}/{RELEASE}")
         assert status == (404 if kind == "serviceaccounts" else 200), kind  # the Secret was never the chart's

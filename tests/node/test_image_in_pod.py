@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -26,8 +27,10 @@ from typing import Any
 import psycopg
 import pytest
 import yaml
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from chart_render import CHART, helm
 from containers import ROOT, Podman
 from helpers import attach_table, cli, create_executions, record_pod, retire, row_for, run, wait_until
 from pod_sweeper.testing.kubecluster import KubeCluster
@@ -88,8 +91,8 @@ def through_the_bridge(node: RealNode, url: str) -> str:
     return make_conninfo(url, host=host, port=str(port))
 
 
-def pods(cluster: KubeCluster, selector: str) -> list[dict[str, Any]]:
-    return list(cluster.request("GET", f"/api/v1/namespaces/{NS}/pods?labelSelector={selector}")[1]["items"])
+def pods(cluster: KubeCluster, selector: str, ns: str = NS) -> list[dict[str, Any]]:
+    return list(cluster.request("GET", f"/api/v1/namespaces/{ns}/pods?labelSelector={selector}")[1]["items"])
 
 
 def process(node: RealNode, pod: dict[str, Any], container: str) -> int:
@@ -104,14 +107,14 @@ def process(node: RealNode, pod: dict[str, Any], container: str) -> int:
     raise AssertionError(f"no task for {container} ({container_id})")
 
 
-def waiting_for(node: RealNode, cluster: KubeCluster, selector: str, condition: Any, what: str) -> Any:
+def waiting_for(node: RealNode, cluster: KubeCluster, selector: str, condition: Any, what: str, ns: str = NS) -> Any:
     """``wait_until``, but a timeout says what each pod of ``selector`` shows: its containers' states
     and the last lines they logged."""
     try:
         return wait_until(condition, timeout=120, interval=0.5, what=what)
     except AssertionError as exc:
         report = [str(exc)]
-        for pod in pods(cluster, selector):
+        for pod in pods(cluster, selector, ns):
             statuses = pod["status"].get("initContainerStatuses", []) + pod["status"].get("containerStatuses", [])
             report.append(f"{pod['metadata']['name']}: {json.dumps([(s['name'], s['state']) for s in statuses])}")
             for status in statuses:
@@ -313,3 +316,80 @@ def test_the_sidecar_never_keeps_its_host_from_starting(
         print(f"\n{failure}: the host Running and Ready, the sidecar Running without a restart")
     finally:
         delete_and_wait(cluster, "deployments", "control-plane", "app%3Dcontrol-plane")
+
+
+@pytest.mark.parametrize(
+    ("helm_binary", "granted_by"),
+    [("helm", "the hook (database.runtimeRole)"), ("helm3", "a DBA, while helm install --wait waits")],
+)
+def test_a_first_helm_install_completes_by_itself_on_a_tainted_node(
+    real_node: RealNode, node_image: str, kube_cluster: KubeCluster, empty_db_url: str, helm_binary: str,
+    granted_by: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    """ "Install with Helm" on an empty database, as a platform team runs it: ``helm install --wait`` ends
+    with Ready replicas that never restarted, whichever way the runtime role gets its grant: by the
+    pre-install hook (``database.runtimeRole``), or by a DBA's ``grant`` at some moment during the wait
+    (the replicas wait, not ready, saying which grant). The scheduling values are given to the
+    Deployment only; the hook's pod inherits them, so it runs on the real node, whose taint only that
+    toleration admits."""
+    cluster = kube_cluster
+    ns = f"first-install-{helm_binary}"
+    cluster.namespace(ns)
+    role = f"chart_first_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'first-pw'").format(sql.Identifier(role)))
+    owner = through_the_bridge(real_node, empty_db_url)
+    runtime = make_conninfo(owner, user=role, password="first-pw")
+    body = {"metadata": {"name": "pod-sweeper"}, "stringData": {"database-url": runtime, "migrate-database-url": owner}}
+    assert cluster.request("POST", f"/api/v1/namespaces/{ns}/secrets", body)[0] == 201
+    repository, tag = node_image.rsplit(":", 1)
+    values = {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "nodeSelector": {"kubernetes.io/hostname": real_node.name},
+        "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+        "database": {"runtimeRole": role if helm_binary == "helm" else ""},
+    }
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    selector = "app.kubernetes.io/name%3Dpod-sweeper"
+    installed: list[Any] = []
+    install = threading.Thread(
+        target=lambda: installed.append(helm(
+            cluster.bindir, "install", "pod-sweeper", str(CHART), "-n", ns, "-f", str(tmp_path / "values.yaml"),
+            "--wait", "--timeout", "240s", binary=helm_binary, kubeconfig=cluster.admin_kubeconfig, check=False,
+        ))
+    )  # fmt: skip
+    install.start()
+    try:
+        if helm_binary == "helm3":
+
+            def saying_which_grant() -> bool:
+                return any(
+                    f"pod-sweeper grant {role} --apply" in real_node.container_log(pod, "pod-sweeper")
+                    for pod in pods(cluster, selector, ns)
+                    if pod["status"].get("containerStatuses")
+                )
+
+            waiting_for(real_node, cluster, selector, saying_which_grant, "a replica saying which grant", ns)
+            granted = cli("grant", role, "--apply", url=empty_db_url)
+            assert granted.returncode == 0, granted.stderr
+        install.join(300)
+        assert installed and installed[0].returncode == 0, installed and installed[0].stderr
+        # Helm 4 waits for every replica; Helm 3's --wait is satisfied once the Deployment is available
+        # (maxUnavailable short of the replicas), so the second replica may still be on its way.
+        deployment = f"/apis/apps/v1/namespaces/{ns}/deployments/pod-sweeper"
+        ready = cluster.request("GET", deployment)[1]["status"].get("readyReplicas")
+        assert ready == 2 if helm_binary == "helm" else ready >= 1, ready
+        wait_until(lambda: cluster.request("GET", deployment)[1]["status"].get("readyReplicas") == 2,
+                   timeout=60, what="both replicas Ready")  # fmt: skip
+        replicas = pods(cluster, selector, ns)
+        assert [s["restartCount"] for p in replicas for s in p["status"]["containerStatuses"]] == [0, 0]
+        [hook] = pods(cluster, "app.kubernetes.io/component%3Dmigrate", ns)
+        assert hook["spec"]["nodeName"] == real_node.name and hook["status"]["phase"] == "Succeeded", hook["status"]
+        print(f"\n{helm_binary}: installed, 2 replicas Ready, no restart; granted by {granted_by}")
+    finally:
+        install.join(300)
+        helm(cluster.bindir, "uninstall", "pod-sweeper", "-n", ns, "--wait", binary=helm_binary,
+             kubeconfig=cluster.admin_kubeconfig, check=False)  # fmt: skip
+        with psycopg.connect(empty_db_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))

@@ -17,8 +17,8 @@ from pod_sweeper.testing.kubeapiserver import KubeApiServer
 ALL_ON = ("--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true")
 
 
-def test_the_chart_lints_strictly(kube_apiserver: KubeApiServer) -> None:
-    done = helm(kube_apiserver.bindir, "lint", "--strict", str(CHART))
+def test_the_chart_lints_strictly(kube_apiserver: KubeApiServer, helm_binary: str) -> None:
+    done = helm(kube_apiserver.bindir, "lint", "--strict", str(CHART), binary=helm_binary)
     assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout, done.stdout
 
 
@@ -34,16 +34,18 @@ def test_the_chart_lints_strictly(kube_apiserver: KubeApiServer) -> None:
     ],
 )
 def test_the_values_schema_refuses_what_the_chart_cannot_honour(
-    kube_apiserver: KubeApiServer, values: tuple[str, ...], said: str
+    kube_apiserver: KubeApiServer, helm_binary: str, values: tuple[str, ...], said: str
 ) -> None:
-    done = helm(kube_apiserver.bindir, "template", "pod-sweeper", str(CHART), *values, check=False)
+    done = helm(kube_apiserver.bindir, "template", "pod-sweeper", str(CHART), *values, check=False, binary=helm_binary)
     assert done.returncode != 0
     assert said in done.stderr, done.stderr
 
 
-def test_the_chart_renders_the_kustomize_bases_objects(kube_apiserver: KubeApiServer) -> None:
+def test_the_chart_renders_the_kustomize_bases_objects(kube_apiserver: KubeApiServer, helm_binary: str) -> None:
     chart = objects(
-        helm(kube_apiserver.bindir, "template", "pod-sweeper", str(CHART), "-n", "sandboxes", *ALL_ON).stdout
+        helm(
+            kube_apiserver.bindir, "template", "pod-sweeper", str(CHART), "-n", "sandboxes", *ALL_ON, binary=helm_binary
+        ).stdout
     )
     kustomized = [
         *objects(kube_apiserver.kubectl("kustomize", str(ROOT / "deploy"))),
@@ -63,7 +65,7 @@ def test_the_chart_renders_the_kustomize_bases_objects(kube_apiserver: KubeApiSe
     }
 
 
-def test_values_reach_what_they_name(kube_apiserver: KubeApiServer) -> None:
+def test_values_reach_what_they_name(kube_apiserver: KubeApiServer, helm_binary: str) -> None:
     digest = "sha256:" + "ab" * 32
     chart = objects(
         helm(
@@ -72,6 +74,7 @@ def test_values_reach_what_they_name(kube_apiserver: KubeApiServer) -> None:
             "--set", "sweepNamespaces={team-a,team-b}", "--set", "database.existingSecret=db-urls",
             "--set", "migrate.enabled=false", "--set", "podDisruptionBudget.enabled=false",
             "--set", "monitoring.prometheusRule.runbookBaseUrl=https://wiki.example.invalid/pod-sweeper",
+            binary=helm_binary,
         ).stdout
     )  # fmt: skip
     found = by_identity(chart)
@@ -94,6 +97,7 @@ def test_values_reach_what_they_name(kube_apiserver: KubeApiServer) -> None:
 
 def test_the_migrate_job_lands_where_the_replicas_may_or_where_its_own_values_say(
     kube_apiserver: KubeApiServer,
+    helm_binary: str,
 ) -> None:
     """The hook's pod takes the Deployment's scheduling values (a cluster whose nodes are all tainted
     runs it where it runs the replicas), or its own when set; {} or [] sets none."""
@@ -104,7 +108,9 @@ def test_the_migrate_job_lands_where_the_replicas_may_or_where_its_own_values_sa
     )  # fmt: skip
 
     def pod_specs(*values: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        found = by_identity(objects(helm(kube_apiserver.bindir, "template", "p", str(CHART), *values).stdout))
+        found = by_identity(
+            objects(helm(kube_apiserver.bindir, "template", "p", str(CHART), *values, binary=helm_binary).stdout)
+        )
         job = next(o for (kind, _, _), o in found.items() if kind == "Job")
         deployment = next(o for (kind, _, _), o in found.items() if kind == "Deployment")
         return job["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]
@@ -122,14 +128,14 @@ def test_the_migrate_job_lands_where_the_replicas_may_or_where_its_own_values_sa
 
 
 def test_what_the_chart_renders_applies_server_side_and_grants_only_the_swept_namespaces(
-    kube_apiserver: KubeApiServer, tmp_path: Path
+    kube_apiserver: KubeApiServer, helm_binary: str, tmp_path: Path
 ) -> None:
     server = kube_apiserver
     for namespace in ("chart-home", "chart-team-a", "chart-team-b", "chart-elsewhere"):
         server.namespace(namespace)
     rendered = helm(
         server.bindir, "template", "sweeper", str(CHART), "-n", "chart-home",
-        "--set", "sweepNamespaces={chart-team-a,chart-team-b}",
+        "--set", "sweepNamespaces={chart-team-a,chart-team-b}", binary=helm_binary,
     ).stdout  # fmt: skip
     out = server.kubectl("apply", "--server-side", "--field-manager=helm-template-test", "-f", "-", stdin=rendered)
     assert "deployment.apps/sweeper-pod-sweeper serverside-applied" in out, out
