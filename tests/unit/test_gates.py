@@ -108,3 +108,50 @@ def test_the_breaker_gate_is_what_the_claimer_last_read_and_owns_its_gauge() -> 
     assert not gate.open and gate.reason and gauge.collect()[0].samples[0].value == 1
     gate.observe(None)  # resumed
     assert gate.open and gauge.collect()[0].samples[0].value == 0
+
+
+def test_a_thread_reading_the_gates_never_sees_half_of_a_change() -> None:
+    """The sender's pool threads and the HTTP thread read the gates while the event loop changes them
+    (gates.py, "Threads"). Here the loop's part is played by this thread, closing and opening each gate
+    over and over, while a reader thread asks what the sender and readiness ask, the interpreter
+    switching threads as often as it can: a namespace's refusal always comes with its error (two
+    dictionaries written one after the other let a reader see the wait without it), a 401's reason is
+    always the credentials', and the outage's wait is never beyond its backoff."""
+    import sys
+    import threading
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    backoff = Backoff(1.0, 60.0, rng=random.Random(1))
+    auth, namespaces, outage = AuthGate(backoff, floor=1.0), NamespaceGates(backoff, floor=1.0), OutageGate(backoff)
+    done = threading.Event()
+    seen: list[str] = []
+    reads = 0
+
+    def read() -> None:
+        nonlocal reads
+        while not done.is_set():
+            reads += 1
+            refusal = namespaces.refusal("ns")
+            if refusal is not None and "namespace ns" not in refusal.error:
+                seen.append(f"a refusal without its error: {refusal}")
+            if (refusing := auth.refusing) is not None and "credentials" not in refusing:
+                seen.append(f"a 401 without its reason: {refusing!r}")
+            if not 0.0 <= outage.wait() <= 60.0:
+                seen.append(f"an outage wait out of its bounds: {outage.wait()}")
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for _ in range(20_000):
+            auth.refused("401 Unauthorized")
+            namespaces.refused("ns", "403 Forbidden")
+            outage.close("connection refused")
+            auth.answered()
+            namespaces.answered("ns")
+            outage.reopen()
+    finally:
+        done.set()
+        reader.join()
+        sys.setswitchinterval(previous)
+    assert reads > 1000 and seen == [], seen[:3]

@@ -2,7 +2,11 @@
 timer that refreshes the database gauges.
 
 The server runs on its own thread (a scrape or a probe must answer even while the event loop is busy)
-and only reads state that the loop writes: a heartbeat time and a few flags. ``/livez`` says the loop
+and only reads state that the loop writes: a heartbeat time and a few flags. **The rule**: the loop
+replaces each field of ``Health`` whole (a flag, a string, a read-only mapping, never one changed in
+place), and the gates it calls keep theirs as frozen snapshots (tasks/rules/gates.py, "Threads"); a probe
+reads each field once, so it may see two fields from two neighbouring moments (a reason one probe late),
+never a field half written. ``/livez`` says the loop
 is turning; ``/readyz`` says the daemon can do its job right now: database reachable, schema at the
 expected version, listener healthy (or poll-only), start-up catch-up done, not stopping, and none of
 the reasons rows wait whose rule says not ready (core.waits: the breaker, the API server unreachable or

@@ -18,6 +18,12 @@ first probe the server answers opens the gate again.
 deletes (counted across replicas from the attempt history, plus the claims held right now), and why the
 breaker trips when that far backstop is spent while work is waiting. The rules that trip it first, on a
 surge or one large host transaction, are in ``surge``.
+
+**Threads.** Only the event loop changes a gate; the sender's pool threads read them (``Sender._may_send``
+before each DELETE of a chunk). So each gate keeps what can change as one frozen snapshot and a change
+replaces the snapshot whole (one reference assignment): a reader takes the reference once and sees the
+gate before a change or after it, never half of one. Nothing here relies on a read of two attributes
+agreeing; ``tests/unit/test_gates.py`` reads from a thread while the loop changes each gate.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from prometheus_client import Gauge
 
@@ -39,6 +46,13 @@ class Refusal:
 
     delay: float
     error: str
+
+
+@dataclass(frozen=True)
+class _Auth:
+    failures: int = 0  # 401s in a row
+    blocked_until: float = 0.0  # monotonic
+    error: str | None = None  # what was refused and what is needed; None once answered again
 
 
 class AuthGate:
@@ -55,40 +69,56 @@ class AuthGate:
         self._backoff = backoff
         self._floor = floor  # never closed for less than this (the settings' backoff_base)
         self._clock = clock
-        self.failures = 0
-        self.blocked_until = 0.0
-        self.error: str | None = None  # what was refused and what is needed; None once answered again
+        self._state = _Auth()  # replaced whole by the loop, read by the sender's threads (module docstring)
         if gauge is not None:
             gauge.set_function(lambda: 1.0 if self.refusing else 0.0)
 
+    @property
+    def failures(self) -> int:
+        return self._state.failures
+
+    @property
+    def blocked_until(self) -> float:
+        return self._state.blocked_until
+
+    @property
+    def error(self) -> str | None:
+        return self._state.error
+
     def refused(self, message: str) -> Refusal:
         """Kubernetes did not accept the credentials (401): close for a while."""
-        self.failures += 1
-        delay = self._backoff.delay(self.failures, at_least=self._floor)
-        self.blocked_until = self._clock() + delay
-        self.error = (
-            f"{message}; the API server does not accept the daemon's credentials (check the token or kubeconfig)"
-        )
-        return Refusal(delay, self.error)
+        failures = self._state.failures + 1
+        delay = self._backoff.delay(failures, at_least=self._floor)
+        error = f"{message}; the API server does not accept the daemon's credentials (check the token or kubeconfig)"
+        self._state = _Auth(failures, self._clock() + delay, error)
+        return Refusal(delay, error)
 
     def answered(self) -> None:
         """Kubernetes answered a request: whatever was refused before works now."""
-        self.failures = 0
-        self.error = None
+        self._state = replace(self._state, failures=0, error=None)
 
     @property
     def open(self) -> bool:
         """Whether requests may be sent now."""
-        return self._clock() >= self.blocked_until
+        return self._clock() >= self._state.blocked_until
 
     def wait(self) -> float:
         """Seconds until the gate opens (0 when open)."""
-        return max(0.0, self.blocked_until - self._clock())
+        return max(0.0, self._state.blocked_until - self._clock())
 
     @property
     def refusing(self) -> str | None:
         """The reason to report not ready: closed, or refused and not answered since."""
-        return self.error if (not self.open or self.error is not None) else None
+        state = self._state
+        closed = self._clock() < state.blocked_until
+        return state.error if (closed or state.error is not None) else None
+
+
+@dataclass(frozen=True)
+class _Closing:
+    failures: int  # 403s in a row in the namespace
+    until: float  # monotonic
+    error: str  # what was refused and what is needed
 
 
 class NamespaceGates:
@@ -104,17 +134,17 @@ class NamespaceGates:
         gauge: Gauge | None = None,
     ) -> None:
         self._backoff, self._floor, self._clock, self._gauge = backoff, floor, clock, gauge
-        self._failures: dict[str, int] = {}
-        self._until: dict[str, float] = {}
-        self._errors: dict[str, str] = {}  # namespace -> what was refused and what is needed
+        # namespace -> its closing; a read-only mapping the loop replaces whole (module docstring)
+        self._closings: MappingProxyType[str, _Closing] = MappingProxyType({})
 
     def refused(self, namespace: str, message: str) -> Refusal:
         """A 403 in ``namespace``: hold its rows back for a while."""
-        failures = self._failures[namespace] = self._failures.get(namespace, 0) + 1
+        before = self._closings.get(namespace)
+        failures = (before.failures if before else 0) + 1
         delay = self._backoff.delay(failures, at_least=self._floor)
-        self._until[namespace] = self._clock() + delay
         error = f"{message}; the daemon needs 'delete' (and 'get') on pods in namespace {namespace}"
-        self._errors[namespace] = error
+        closing = _Closing(failures, self._clock() + delay, error)
+        self._closings = MappingProxyType({**self._closings, namespace: closing})
         if self._gauge is not None:
             self._gauge.labels(namespace).set(1)
         return Refusal(delay, error)
@@ -122,25 +152,35 @@ class NamespaceGates:
     def answered(self, namespace: str) -> bool:
         """Kubernetes answered a request in ``namespace`` with something other than 403; True when it
         had been refused until now."""
-        if namespace not in self._failures:
+        if namespace not in self._closings:
             return False
-        del self._failures[namespace], self._until[namespace], self._errors[namespace]
+        self._closings = MappingProxyType({ns: c for ns, c in self._closings.items() if ns != namespace})
         if self._gauge is not None:
             self._gauge.labels(namespace).set(0)
         return True
 
     def wait(self, namespace: str) -> float:
         """Seconds until ``namespace``'s rows may be sent again (0: now)."""
-        return max(0.0, self._until.get(namespace, 0.0) - self._clock())
+        closing = self._closings.get(namespace)
+        return max(0.0, closing.until - self._clock()) if closing else 0.0
 
     def refusal(self, namespace: str) -> Refusal | None:
         """Why ``namespace``'s rows wait, and for how much longer; None when they may go."""
-        wait = self.wait(namespace)
-        return Refusal(wait, self._errors.get(namespace, "")) if wait else None
+        closing = self._closings.get(namespace)
+        wait = max(0.0, closing.until - self._clock()) if closing else 0.0
+        return Refusal(wait, closing.error) if closing and wait else None
 
     def refusing(self) -> dict[str, str]:
         """The namespaces refused and not answered since, with why."""
-        return dict(self._errors)
+        return {ns: closing.error for ns, closing in self._closings.items()}
+
+
+@dataclass(frozen=True)
+class _Outage:
+    failures: int = 0  # probes failed in a row
+    since: float | None = None  # when it closed (monotonic); None while open
+    next_probe: float = 0.0
+    reason: str | None = None  # why it is closed; None while open
 
 
 class OutageGate:
@@ -148,41 +188,49 @@ class OutageGate:
 
     def __init__(self, backoff: Backoff, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._backoff, self._clock = backoff, clock
-        self.failures = 0  # probes failed in a row
-        self.since: float | None = None  # when it closed (monotonic); None while open
-        self.next_probe = 0.0
-        self.reason: str | None = None  # why it is closed; None while open
+        self._state = _Outage()  # replaced whole by the loop, read by the sender's threads (module docstring)
+
+    @property
+    def failures(self) -> int:
+        return self._state.failures
+
+    @property
+    def since(self) -> float | None:
+        return self._state.since
+
+    @property
+    def reason(self) -> str | None:
+        return self._state.reason
 
     def close(self, reason: str) -> float:
         """A probe failed: stay closed (or close) until the next probe; returns the seconds until it."""
-        self.failures += 1
-        now = self._clock()
-        if self.since is None:
-            self.since = now
-        delay = self._backoff.delay(self.failures)
-        self.next_probe = now + delay
-        self.reason = reason
+        before, now = self._state, self._clock()
+        failures = before.failures + 1
+        delay = self._backoff.delay(failures)
+        self._state = _Outage(failures, now if before.since is None else before.since, now + delay, reason)
         return delay
 
     def reopen(self) -> float:
         """A probe was answered: open; returns how long it was closed."""
-        closed_for = 0.0 if self.since is None else self._clock() - self.since
-        self.failures, self.since, self.reason = 0, None, None
-        return closed_for
+        since = self._state.since
+        self._state = _Outage()
+        return 0.0 if since is None else self._clock() - since
 
     @property
     def open(self) -> bool:
-        return self.reason is None
+        return self._state.reason is None
 
     def wait(self) -> float:
         """Seconds until the next probe is due (0 while open)."""
-        return 0.0 if self.open else max(0.0, self.next_probe - self._clock())
+        state = self._state
+        return 0.0 if state.reason is None else max(0.0, state.next_probe - self._clock())
 
 
 class BreakerGate:
     """The blast-radius breaker of this replica's cluster as it last read it from the database: the
     claimer tells it what it read (``observe``), the workers ask it before each DELETE, readiness
-    reports it. Another cluster's breaker never closes it. Owns ``pod_sweeper_breaker_tripped``."""
+    reports it. Another cluster's breaker never closes it. Owns ``pod_sweeper_breaker_tripped``. Its
+    state is one string, replaced whole (the module's "Threads")."""
 
     def __init__(self, gauge: Gauge | None = None) -> None:
         self.reason: str | None = None  # set while tripped
@@ -202,7 +250,7 @@ class SchemaGate:
     """Whether this release may run on the schema the database has now, as the schema watch last read
     it (tasks/process/runner.py): a newer release's migration that declares this one too old, or a schema gone
     behind, closes it. Closed, the claimer claims nothing and readiness says why. Owns
-    ``pod_sweeper_schema_incompatible``."""
+    ``pod_sweeper_schema_incompatible``. ``reason`` is replaced whole; ``opened`` is the loop's alone."""
 
     def __init__(self, gauge: Gauge | None = None) -> None:
         self.reason: str | None = None

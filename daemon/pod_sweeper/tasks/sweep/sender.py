@@ -14,6 +14,14 @@ in this order:
    what the answer is, each asks of its ``said`` and properties, never of a status code;
 4. ``answers.decide`` says how the row ends (its ``Verdict``), which goes to the pipeline; the metrics, the
    log line and, for a deleted pod, its Event follow from that ``Verdict``.
+
+**Threads.** ``_send`` runs on a pool thread; everything else here runs on the event loop. What the
+thread reads that the loop writes: the gates, through ``_may_send`` (each keeps its state as one frozen
+snapshot the loop replaces whole: tasks/rules/gates.py, "Threads"), and ``stopping`` (one flag the loop
+sets once). What it reads besides is not written while it runs: its chunk (frozen ``Work`` and ``Claim``
+values), the settings, the scope. What it writes is only its return value, which the loop then settles:
+no gate, metric of a row's outcome or pipeline entry is touched from the thread. The client it calls
+is safe from many threads (kube/api.py).
 """
 
 from __future__ import annotations
