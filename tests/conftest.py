@@ -166,7 +166,7 @@ def pg(db_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 @pytest.fixture
 def kube(tmp_path: Any) -> Iterator[Any]:
-    """The project's fake API server, started, with ``kube.kubeconfig`` pointing the real client at it."""
+    """The project's fake API server, started, with its ``kubeconfig`` pointing the real client at it."""
     from pod_sweeper.testing.fakekube import FakeKube
 
     with FakeKube() as server:

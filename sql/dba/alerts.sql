@@ -1,5 +1,5 @@
 -- The on-call alerts, for teams that alert from Postgres: one row per condition that holds now (no
--- rows: all clear). The conditions of deploy/prometheusrule.yaml, each with its `for:` duration folded
+-- rows: all clear). The conditions of deploy/monitoring/prometheusrule.yaml, each with its `for:` duration folded
 -- into the threshold, since a query sees one moment: "over T for D" becomes "over T + D" for an age
 -- that only grows while the condition holds. PodSweeperNotReady has no SQL form: a replica's
 -- readiness is not in the database. Each condition that can hold for one cluster names it. Ages in seconds.

@@ -78,7 +78,7 @@ def test_burst_trips_the_breaker_which_holds_across_restarts_until_resume(
 
         async def resume() -> dict[str, bool]:
             async with db.connection(settings_for(db_url)) as conn:
-                return await outbox.resume_breakers(conn, cluster="default", all_clusters=False, who="test")
+                return await outbox.reset_breakers(conn, cluster="default", all_clusters=False, who="test")
 
         assert run(resume()) == {"default": True}
         wait_until(lambda: accepted(kube) >= held + LIMIT, timeout=30, what="deletes to resume")

@@ -60,7 +60,7 @@ def test_one_transaction_retiring_5000_trips_the_breaker_before_a_tenth_is_delet
 
         async def reset() -> dict[str, bool]:
             async with db.connection(settings_for(db_url)) as conn:
-                return await outbox.resume_breakers(conn, cluster="default", all_clusters=False, who="test")
+                return await outbox.reset_breakers(conn, cluster="default", all_clusters=False, who="test")
 
         # A reset lets the judged rows go: the rules count only what arrived after it.
         assert run(reset()) == {"default": True}

@@ -1,4 +1,4 @@
-"""The answer table of docs/design.md, row by row, as ``tasks.answers`` applies it: no database, no
+"""The answer table of docs/design.md, row by row, as ``tasks.rules.answers`` applies it: no database, no
 thread, no server. Every row of the table has a case here, keyed by its first column, and a test holds
 the two to each other: a row added to the page without a case, or a case whose row was removed, fails."""
 

@@ -264,7 +264,7 @@ async def cmd_reset_breaker(settings: Settings, args: argparse.Namespace) -> int
         await migrations.check_schema(conn)
         scope = "every cluster" if args.all_clusters else f"cluster {cluster}"
         async with conn.transaction():
-            touched = await outbox.resume_breakers(
+            touched = await outbox.reset_breakers(
                 conn, cluster=cluster, all_clusters=args.all_clusters, who=f"{args.actor} (reset-breaker)"
             )
             resumed = sorted(name for name, was_tripped in touched.items() if was_tripped)

@@ -13,7 +13,7 @@ bench/README.md). One-shot commands never prepare. No lock anywhere is session-l
 (``migrate`` and the breaker use transaction-scoped advisory locks, the reconciliation pass a lease
 row). TCP keepalives and ``tcp_user_timeout`` are libpq parameters: they act on our own socket,
 whatever is at the other end. The LISTEN connection is the one connection that needs a session (see
-``tasks.listener``): with a pooler it takes ``listen_database_url`` or does not run.
+``tasks.loops.listener``): with a pooler it takes ``listen_database_url`` or does not run.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The outbox's state transitions, each one short transaction: the claim (with the re-check), the record
 of how rows ended (done, retry, dead, hand-back), and when the next row falls due; and the small reads
-and signals of the daemon's tasks. What a row's round means is decided elsewhere (``tasks.answers``,
+and signals of the daemon's tasks. What a row's round means is decided elsewhere (``tasks.rules.answers``,
 handed to ``claim`` as its ``at_claim``): here it is only written, as the ``Verdict`` says. Every function
 that touches one cluster's rows takes the cluster as a required keyword: none falls back to a default.
 
@@ -371,11 +371,11 @@ async def trip_breaker(conn: Connection, cluster: str, reason: str, who: str) ->
     await conn.execute(queries.load("breaker_trip"), {"cluster": cluster, "reason": reason, "who": who})
 
 
-async def resume_breakers(conn: Connection, *, cluster: str, all_clusters: bool, who: str) -> dict[str, bool]:
+async def reset_breakers(conn: Connection, *, cluster: str, all_clusters: bool, who: str) -> dict[str, bool]:
     """Close the breaker of ``cluster`` (or of every tripped one); each breaker touched -> whether it
     had been tripped."""
     params = {"cluster": cluster, "all_clusters": all_clusters, "who": who}
-    rows = await (await conn.execute(queries.load("breaker_resume"), params)).fetchall()
+    rows = await (await conn.execute(queries.load("breaker_reset"), params)).fetchall()
     return {r["cluster"]: r["was_tripped_at"] is not None for r in rows}
 
 

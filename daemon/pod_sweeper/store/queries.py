@@ -97,7 +97,7 @@ SPANS_CLUSTERS: Mapping[str, str] = {
     "status_reconcile": _STATUS,
     "status_wakeup": _STATUS,
     "status_controls": _STATUS,
-    "breaker_resume": "`pod-sweeper reset-breaker --all-clusters` closes every tripped breaker (else the one named)",
+    "breaker_reset": "`pod-sweeper reset-breaker --all-clusters` closes every tripped breaker (else the one named)",
     "dba/alerts": _DBA,
     "dba/dead": _DBA,
     "dba/lag": _DBA,

@@ -65,7 +65,8 @@ class Health:
     database_error: str | None = "not connected yet"
     schema_ok: bool = False
     schema_error: str | None = None  # why the schema watch found the schema one this replica may not run on
-    start_error: str | None = None  # a start-up error a person must fix, while the replica waits (tasks.startup)
+    # A start-up error a person must fix, while the replica waits (tasks.process.startup).
+    start_error: str | None = None
     heartbeat: float = field(default_factory=time.monotonic)
     # Read from their owners at the moment a probe asks (see ``watch``), never copied on a timer.
     listener_ok: Callable[[], bool | None] = lambda: None  # None: poll-only mode

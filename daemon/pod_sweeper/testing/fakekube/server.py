@@ -39,7 +39,7 @@ _PROPAGATION = {"Foreground", "Background", "Orphan"}
 
 
 class FakeKube:
-    """``with FakeKube() as kube: kube.write_kubeconfig(path)``."""
+    """``with FakeKube() as server: server.write_kubeconfig(path)``."""
 
     def __init__(self, *, token: str | None = "fake-token", host: str = "127.0.0.1") -> None:
         self.token = token
