@@ -32,7 +32,10 @@ def real_node(kube_cluster: KubeCluster) -> Iterator[RealNode]:
     can_run_a_node(kube_cluster)
     node = RealNode(kube_cluster)
     with node:
-        print(f"\nreal node {node.name}: Ready {node.started_in:.1f} s after containerd started")
+        info = kube_cluster.request("GET", f"/api/v1/nodes/{node.name}")[1]["status"]["nodeInfo"]
+        server = kube_cluster.request("GET", "/version")[1]["gitVersion"]
+        print(f"\nreal node {node.name}: kubelet {info['kubeletVersion']} (API server {server}), Ready"
+              f" {node.started_in:.1f} s after containerd started")  # fmt: skip
         yield node
     assert node.before is not None
     assert node.before.differences(HostState.read()) == {}, "the real node left the machine changed"
