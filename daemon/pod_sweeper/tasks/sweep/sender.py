@@ -156,7 +156,8 @@ class Sender:
         """On a pool thread: each row's DELETE (and GET after a 409) in turn. None for a row not sent
         (to be handed back): the lease ran short, Kubernetes refused our credentials or this row's
         namespace, the request before it got no answer at all (the outage watch decides what that means
-        before more go out), or shutdown began while it waited behind the others of its chunk."""
+        before more go out), a gate closed while the chunk waited for its thread, or shutdown began
+        while it waited behind the others of its chunk."""
         out: list[Sent | None] = []
         unauthorized = unanswered = False
         forbidden: set[str] = set()  # the gates hear of these only once the chunk is settled
@@ -166,7 +167,10 @@ class Sender:
                 unauthorized
                 or unanswered
                 or claim.pod_namespace in forbidden
-                or (i and (self.stopping.is_set() or not self._may_send(work)))
+                # Checked again here, the first row too: a gate may have closed while this chunk
+                # waited for a free thread (a busy host), and a row found unsendable costs nothing.
+                or (i and self.stopping.is_set())
+                or not self._may_send(work)
             ):
                 out.append(None)
                 continue
