@@ -23,13 +23,13 @@ import psycopg
 import urllib3
 from kubernetes import client
 
+from harness.kubeapiserver import KubeApiServer
+from harness.kubecluster import KubeCluster
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.store import attach, db, migrations
 from pod_sweeper.tasks.process.runner import Daemon
-from pod_sweeper.testing.kubeapiserver import KubeApiServer
-from pod_sweeper.testing.kubecluster import KubeCluster
 from pod_sweeper.testing.postgres import ThrowawayCluster
 from pod_sweeper.testing.reference import executions_ddl
 

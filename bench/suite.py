@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # rig, steps/ and pgqueuer_peer.py
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "tests"))  # the harness (tests/harness)
 
 from rig import RemoteFake, Rig
 from steps import busy, ceilings, history, memory, node, real_api, scaling, trigger, waiting, wakeups, whole_cluster

@@ -22,11 +22,11 @@ from psycopg import sql
 
 from chart_render import HELMS
 from containers import BASE, ROOT, Podman, debian_root, image_context, missing_tools
+from harness.kubeapiserver import KubeApiServer, KubeApiServerError
+from harness.kubeapiserver import find_bindir as find_kube_bindir
+from harness.kubecluster import KubeCluster
 from helpers import USED_KUBE, run, settings_for, with_dbname
 from pod_sweeper.store import db, migrations
-from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
-from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
-from pod_sweeper.testing.kubecluster import KubeCluster
 from pod_sweeper.testing.postgres import (
     PostgresNotFound,
     docker_server,

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from harness.kubeapiserver import KubeApiServer
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.settings import DEFAULT_CLUSTER, Settings
 from pod_sweeper.store import attach, db
@@ -19,7 +20,6 @@ from pod_sweeper.store import outbox as transitions
 from pod_sweeper.store.outbox import ClaimedBatch
 from pod_sweeper.store.recheck import load_attachments
 from pod_sweeper.tasks.rules import answers
-from pod_sweeper.testing.kubeapiserver import KubeApiServer
 from pod_sweeper.testing.reference import executions_ddl
 
 # Set on a test that asked for the real API server at run time (see ``real_kube``): its failure report

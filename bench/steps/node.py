@@ -8,14 +8,14 @@ import time
 
 from rig import NS, Rig
 
-from pod_sweeper.testing.kubeapiserver import KubeApiServerError
-from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
-from pod_sweeper.testing.kubecluster import KubeCluster
-from pod_sweeper.testing.kubenode import RealNode, missing_requirements
+from harness.kubeapiserver import KubeApiServerError
+from harness.kubeapiserver import find_bindir as find_kube_bindir
+from harness.kubecluster import KubeCluster
+from harness.kubenode import RealNode, missing_requirements
 
 
 def real_node(rig: Rig, latencies: int) -> None:
-    """On a real node (containerd and a kubelet, ``pod_sweeper.testing.kubenode``) joined to the whole
+    """On a real node (containerd and a kubelet, ``harness.kubenode``) joined to the whole
     cluster: its start-up (containerd started to node Ready), and retire-to-gone of Pending pods whose
     sandbox the runtime refuses (a RuntimeClass without a handler) and of Running pods (grace 1 s),
     from the commit to the pod's DELETED event: the real kubelet's end of each pod included."""

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from rig import NS, Rig
 
+from harness.kubeapiserver import KubeApiServer, KubeApiServerError
+from harness.kubeapiserver import find_bindir as find_kube_bindir
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
-from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
-from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
 
 
 def real_api(rig: Rig, n: int, retires: int) -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 import psycopg
 from rig import NS, ROOT, DaemonThread, Rig
 
+from harness.kubeapiserver import KubeApiServerError
+from harness.kubeapiserver import find_bindir as find_kube_bindir
+from harness.kubecluster import KubeCluster
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
-from pod_sweeper.testing.kubeapiserver import KubeApiServerError
-from pod_sweeper.testing.kubeapiserver import find_bindir as find_kube_bindir
-from pod_sweeper.testing.kubecluster import KubeCluster
 
 
 def whole_cluster(rig: Rig, latencies: int, sustained_seconds: float, rate: float, backlog: int) -> None:

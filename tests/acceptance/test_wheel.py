@@ -1,5 +1,6 @@
-"""The wheel carries sql/ and migrations/: build it, install it into a fresh virtual environment, and
-run ``pod-sweeper migrate`` from there, far from the source tree."""
+"""The wheel carries sql/ and migrations/ and what the daemon and the demo need, and no test harness:
+build it, list its files, install it into a fresh virtual environment, and run ``pod-sweeper migrate``
+from there, far from the source tree."""
 
 from __future__ import annotations
 
@@ -19,17 +20,54 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_wheel_installs_and_migrates(tmp_path: Path, empty_db_url: str) -> None:
-    dist = tmp_path / "dist"
+# What pod_sweeper.testing ships, for the demo (``pod-sweeper demo``): the fake API server, a way to find
+# or start PostgreSQL, the demo's host table. The harnesses of the tests and the benchmarks (the real API
+# server's, cluster's and node's launchers, the outbox in memory) live in tests/harness/, not here.
+SHIPPED_TESTING = {
+    "pod_sweeper/testing/__init__.py",
+    "pod_sweeper/testing/postgres.py",
+    "pod_sweeper/testing/reference.py",
+    "pod_sweeper/testing/fakekube/__init__.py",
+    "pod_sweeper/testing/fakekube/__main__.py",
+    "pod_sweeper/testing/fakekube/answers.py",
+    "pod_sweeper/testing/fakekube/faults.py",
+    "pod_sweeper/testing/fakekube/server.py",
+}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(ROOT)],
         check=True,
         capture_output=True,
     )
-    [wheel] = dist.glob("pod_sweeper-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "pod_sweeper/migrations/0001_outbox.sql" in names
-    assert "pod_sweeper/sql/claim.sql" in names and "pod_sweeper/sql/dba/lag.sql" in names
+    [built] = dist.glob("pod_sweeper-*.whl")
+    return built
+
+
+def test_the_wheel_carries_the_package_and_no_test_harness(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    package = {name for name in names if name.startswith("pod_sweeper/")}
+    modules = {name for name in package if name.endswith(".py")}
+    source = {
+        str(path.relative_to(ROOT / "daemon"))
+        for path in (ROOT / "daemon/pod_sweeper").rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert modules == source  # the package's modules, all of them, and nothing else
+    assert {name for name in modules if name.startswith("pod_sweeper/testing/")} == SHIPPED_TESTING
+    for harness in ("kubenode", "kubeapiserver", "kubecluster", "memstore", "clock"):
+        assert not any(harness in name for name in names), harness
+    assert not any(name.startswith(("tests/", "harness/", "bench/")) for name in names)
+    data = package - modules
+    assert "pod_sweeper/migrations/0001_outbox.sql" in data and "pod_sweeper/sql/claim.sql" in data
+    assert "pod_sweeper/sql/dba/lag.sql" in data
+    assert {name.split("/")[1] for name in data} <= {"sql", "migrations", "py.typed"}, sorted(data)
+
+
+def test_wheel_installs_and_migrates(wheel: Path, tmp_path: Path, empty_db_url: str) -> None:
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)

@@ -28,8 +28,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from chart_render import CHART, helm
+from harness.kubecluster import KubeCluster
 from helpers import attach_table, clean_env, create_executions, run, spawn_daemon, stop_process, wait_until
-from pod_sweeper.testing.kubecluster import KubeCluster
 
 NS = "chart-sweep"
 RELEASE = "pod-sweeper"

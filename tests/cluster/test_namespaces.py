@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 
+from harness.kubecluster import KubeCluster
 from helpers import DaemonThread, daemon_settings, record_pod, retire, wait_until
-from pod_sweeper.testing.kubecluster import KubeCluster
 
 
 def test_a_namespace_deleted_under_its_rows_ends_each_row_clearly(

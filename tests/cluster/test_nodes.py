@@ -10,8 +10,8 @@ from typing import Any
 
 import psycopg
 
+from harness.kubecluster import MERGE_PATCH, KubeCluster
 from helpers import DaemonThread, daemon_settings, outbox, record_pod, retire, row_for, wait_until
-from pod_sweeper.testing.kubecluster import MERGE_PATCH, KubeCluster
 
 UNREACHABLE = "node.kubernetes.io/unreachable:NoExecute"
 

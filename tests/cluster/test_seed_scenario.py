@@ -12,8 +12,8 @@ from typing import Any
 
 import psycopg
 
+from harness.kubecluster import KubeCluster
 from helpers import DaemonThread, daemon_settings, outbox, record_pod, retire, row_for, wait_until
-from pod_sweeper.testing.kubecluster import KubeCluster
 
 # The seed's control window: two stranded creates kept their Pending pods for the whole 60 s with the GC
 # loop off. PodGC checks every 20 s and removes an orphaned pod after a 40 s quarantine, so the window

@@ -21,8 +21,8 @@ import psycopg
 import pytest
 
 from conformance.apiserver import core_api
+from harness.kubecluster import KubeCluster
 from helpers import DaemonThread, daemon_settings, wait_until
-from pod_sweeper.testing.kubecluster import KubeCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "sandboxes"  # the shipped manifests' namespace

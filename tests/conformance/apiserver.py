@@ -20,8 +20,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from harness.kubeapiserver import KubeApiServer
 from pod_sweeper.testing.fakekube import FakeKube
-from pod_sweeper.testing.kubeapiserver import KubeApiServer
 
 NEVER = {"pod-sweeper.test/never-schedule": "true"}
 NO_SUCH_NODE = "pod-sweeper-test-no-such-node"

@@ -17,9 +17,9 @@ from typing import Any
 import psycopg
 
 from containers import Podman
+from harness.kubecluster import KubeCluster
 from helpers import http_get, record_pod, retire, sample, wait_until
 from pod_sweeper import __version__
-from pod_sweeper.testing.kubecluster import KubeCluster
 from pod_sweeper.testing.postgres import free_port
 
 NS = "sandboxes"

@@ -1,4 +1,4 @@
-"""The in-memory store (``testing.memstore``) held to the real one: the same scenario of claims, records,
+"""The in-memory store (``harness.memstore``) held to the real one: the same scenario of claims, records,
 fences, re-checks and an expired lease, run on ``store.outbox.OutboxStore`` over real PostgreSQL (rows
 enqueued by the real trigger) and on ``MemoryStore``, every row compared after each step. The unit tests
 of the tasks (tests/unit/test_sweep_tasks.py) run on the memory store because of this test."""
@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 import psycopg
 
+from harness.clock import FakeClock
+from harness.memstore import MemoryStore
 from helpers import settings_for
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Result
@@ -20,8 +22,6 @@ from pod_sweeper.store.interface import SweepStore
 from pod_sweeper.store.outbox import Claim, ClaimedBatch, OutboxStore, Verdict
 from pod_sweeper.store.recheck import load_attachments
 from pod_sweeper.tasks.rules import answers
-from pod_sweeper.testing.clock import FakeClock
-from pod_sweeper.testing.memstore import MemoryStore
 
 POLICY = answers.Policy(10, Backoff(1.0, 1.0))
 SANDBOXES = [f"s{i}" for i in range(5)]

@@ -1,4 +1,4 @@
-"""The real-node tier: containerd and a kubelet on this machine (``pod_sweeper.testing.kubenode``), joined
+"""The real-node tier: containerd and a kubelet on this machine (``harness.kubenode``), joined
 to the whole cluster's control plane beside kwok's nodes, for what only a kubelet shows. It needs root,
 Debian's containerd, runc and CNI plugins (.ci/run installs them) and the kubelet tools/kube/build
 builds; skipped locally without them, failed under CI. One node at a time (two kubelets would share
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pod_sweeper.testing.kubecluster import KubeCluster
-from pod_sweeper.testing.kubenode import HostState, RealNode, missing_requirements
+from harness.kubecluster import KubeCluster
+from harness.kubenode import HostState, RealNode, missing_requirements
 
 
 def can_run_a_node(cluster: KubeCluster) -> None:

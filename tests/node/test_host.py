@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 import uuid
 
+from harness.kubecluster import KubeCluster
+from harness.kubenode import BRIDGE, HostState, RealNode
 from helpers import wait_until
 from node.conftest import can_run_a_node
-from pod_sweeper.testing.kubecluster import KubeCluster
-from pod_sweeper.testing.kubenode import BRIDGE, HostState, RealNode
 
 
 def test_a_node_runs_a_pod_and_leaves_the_machine_as_it_found_it(kube_cluster: KubeCluster) -> None:

@@ -32,9 +32,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from chart_render import CHART, helm
 from containers import ROOT, Podman
+from harness.kubecluster import KubeCluster
+from harness.kubenode import PAUSE_IMAGE, TAINT, RealNode
 from helpers import attach_table, cli, create_executions, record_pod, retire, row_for, run, wait_until
-from pod_sweeper.testing.kubecluster import KubeCluster
-from pod_sweeper.testing.kubenode import PAUSE_IMAGE, TAINT, RealNode
 
 NS = "sandboxes"  # the shipped kustomizations' namespace
 SHIPPED_IMAGE = "registry.example.invalid/pod-sweeper:0.1.0"

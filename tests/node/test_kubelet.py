@@ -14,9 +14,9 @@ from typing import Any
 
 import psycopg
 
+from harness.kubecluster import KubeCluster
+from harness.kubenode import RealNode
 from helpers import DaemonThread, daemon_settings, record_pod, retire, row_for, wait_until
-from pod_sweeper.testing.kubecluster import KubeCluster
-from pod_sweeper.testing.kubenode import RealNode
 
 
 def test_a_sandbox_the_runtime_cannot_create_stays_pending_and_goes_after_its_retire(

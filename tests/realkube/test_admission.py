@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from chart_render import CHART, ROOT, helm, kube_version, objects
-from pod_sweeper.testing.kubeapiserver import KubeApiServer
+from harness.kubeapiserver import KubeApiServer
 
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",

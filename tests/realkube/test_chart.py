@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from chart_render import CHART, ROOT, by_identity, helm, objects, without_helm_labels
-from pod_sweeper.testing.kubeapiserver import KubeApiServer
+from harness.kubeapiserver import KubeApiServer
 
 ALL_ON = ("--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true")
 

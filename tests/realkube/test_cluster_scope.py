@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from conformance.apiserver import core_api, manifest
+from harness.kubeapiserver import KubeApiServer
 from helpers import DaemonThread, attach_table, cli, daemon_settings, run, wait_until
-from pod_sweeper.testing.kubeapiserver import KubeApiServer
 
 
 @pytest.fixture(scope="module")

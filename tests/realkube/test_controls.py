@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 
 from conformance.apiserver import core_api, manifest
+from harness.kubeapiserver import KubeApiServer
 from helpers import DaemonThread, cli, daemon_settings, retire, row_for, wait_until
-from pod_sweeper.testing.kubeapiserver import KubeApiServer
 
 
 def pods(server: KubeApiServer, execs: psycopg.Connection[Any], namespace: str, n: int, prefix: str) -> list[str]:

@@ -16,8 +16,8 @@ import psycopg
 import yaml
 
 from conformance.apiserver import core_api, manifest
+from harness.kubeapiserver import KubeApiServer
 from helpers import DaemonThread, cli, daemon_settings, retire, wait_until
-from pod_sweeper.testing.kubeapiserver import KubeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "sandboxes"  # the kustomization's namespace

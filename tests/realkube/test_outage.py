@@ -12,9 +12,9 @@ import psycopg
 import pytest
 
 from conformance.apiserver import core_api, manifest
+from harness.kubeapiserver import KubeApiServer
 from helpers import DaemonThread, daemon_settings, retire, wait_until
 from pod_sweeper.core.backoff import retry_span
-from pod_sweeper.testing.kubeapiserver import KubeApiServer
 
 
 @pytest.fixture(scope="module")

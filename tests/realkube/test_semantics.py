@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from conformance.apiserver import core_api, manifest
+from harness.kubeapiserver import USER, KubeApiServer
 from helpers import DaemonThread, daemon_settings, outbox, retire, run, settings_for, wait_until
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.metrics import Metrics
@@ -30,7 +31,6 @@ from pod_sweeper.tasks.loops import confirmer
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.loops.reconciler import Reconciler
 from pod_sweeper.tasks.rules import answers
-from pod_sweeper.testing.kubeapiserver import USER, KubeApiServer
 
 SANDBOX, GENERATION = "example.com/sandbox", "example.com/generation"
 POLICY = answers.Policy(5, Backoff(1.0, 1.0))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from containers import HOST, ROOT, Machine, Podman, build_wheels, debian_root
-from pod_sweeper.testing.kubecluster import KubeCluster
+from harness.kubecluster import KubeCluster
 
 IMAGE = "localhost/pod-sweeper-test/systemd:bookworm"
 NS = "sandboxes"

@@ -18,8 +18,8 @@ import psycopg
 import pytest
 
 from containers import ROOT, Machine
+from harness.kubecluster import KubeCluster
 from helpers import http_get, record_pod, retire, wait_until
-from pod_sweeper.testing.kubecluster import KubeCluster
 from pod_sweeper.testing.postgres import free_port
 
 NS = "sandboxes"  # the shipped Role's namespace

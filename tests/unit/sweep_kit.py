@@ -14,13 +14,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.clock import FakeClock
+from harness.memstore import MemoryStore
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.answer import Answer
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
-from pod_sweeper.testing.clock import FakeClock
-from pod_sweeper.testing.memstore import MemoryStore
 
 
 def settings(**overrides: Any) -> Settings:

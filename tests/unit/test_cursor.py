@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from harness.clock import FakeClock
 from pod_sweeper.store.cursor import DISCOVERY_SECONDS, MARGIN, START, ClaimCursor
-from pod_sweeper.testing.clock import FakeClock
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 

@@ -3,7 +3,7 @@ each one connection's worth of the outbox for one cluster and one replica.
 
 The claimer and the recorder (and the sweeper's goodbye NOTIFY) reach the database only through these
 methods, so the pipeline can run on another store: ``store.outbox.OutboxStore`` is the real one,
-PostgreSQL through the pool; ``testing.memstore.MemoryStore`` keeps rows in memory on a fake clock, for
+PostgreSQL through the pool; the test tree's ``harness.memstore.MemoryStore`` keeps rows in memory on a fake clock, for
 unit tests of the tasks, and is held to the real one by tests/integration/test_store_contract.py.
 """
 

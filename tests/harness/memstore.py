@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from harness.clock import FakeClock
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.store.outbox import AtClaim, BreakerWindow, Claim, ClaimedBatch, Verdict
 from pod_sweeper.store.recheck import Recheck
-from pod_sweeper.testing.clock import FakeClock
 
 BREAKER_WINDOW_SECONDS = 60.0
 

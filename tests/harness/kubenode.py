@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from pod_sweeper.testing.kubeapiserver import KubeApiServerError, _openssl, kubeconfig, resident_bytes
-from pod_sweeper.testing.kubecluster import KubeCluster
+from harness.kubeapiserver import KubeApiServerError, _openssl, kubeconfig, resident_bytes
+from harness.kubecluster import KubeCluster
 from pod_sweeper.testing.postgres import free_port
 
 TAINT = "pod-sweeper.test/real-node"

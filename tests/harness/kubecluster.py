@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Self
 
-from pod_sweeper.testing.kubeapiserver import KubeApiServer, KubeApiServerError
+from harness.kubeapiserver import KubeApiServer, KubeApiServerError
 from pod_sweeper.testing.postgres import free_port
 
 # The annotation kwok manages nodes by (its own convention), and the fixture's switches (README of the
