@@ -52,9 +52,9 @@ def find_bindir(repo: Path | None = None) -> Path:
     if named:
         folder = Path(named)
     else:
-        script = (repo or Path(__file__).resolve().parents[3]) / "tools" / "kube" / "build"
+        script = (repo or Path(__file__).resolve().parents[2]) / "tools" / "kube" / "build"
         if not script.is_file():
-            raise KubeApiServerError(f"no {BINDIR_ENV} and no tools/kube/build beside this package")
+            raise KubeApiServerError(f"no {BINDIR_ENV} and no tools/kube/build in this checkout")
         found = subprocess.run([str(script), "--dir"], capture_output=True, text=True, check=False)
         if found.returncode != 0:
             raise KubeApiServerError(

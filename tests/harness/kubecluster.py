@@ -36,7 +36,7 @@ MERGE_PATCH = "application/merge-patch+json"
 
 def stages_dir(repo: Path | None = None) -> Path:
     """The project's kwok stages, in the checkout (the tests and the benchmarks run from one)."""
-    folder = (repo or Path(__file__).resolve().parents[3]) / "tools" / "kube" / "kwok" / "stages"
+    folder = (repo or Path(__file__).resolve().parents[2]) / "tools" / "kube" / "kwok" / "stages"
     if not folder.is_dir():
         raise KubeApiServerError(f"no kwok stages at {folder}: a whole cluster runs from a checkout")
     return folder
