@@ -28,7 +28,9 @@ from harness.kubecluster import KubeCluster
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
-from pod_sweeper.store import attach, db, migrations
+from pod_sweeper.store import db
+from pod_sweeper.store.admin import attach
+from pod_sweeper.store.schema import migrations
 from pod_sweeper.tasks.process.runner import Daemon
 from pod_sweeper.testing.postgres import ThrowawayCluster
 from pod_sweeper.testing.reference import executions_ddl

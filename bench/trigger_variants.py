@@ -19,7 +19,9 @@ from loguru import logger
 from suite import retire_tps, seed_retire_tables  # bench/ is this script's own folder
 
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.store import attach, db, migrations
+from pod_sweeper.store import db
+from pod_sweeper.store.admin import attach
+from pod_sweeper.store.schema import migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster
 from pod_sweeper.testing.reference import executions_ddl
 

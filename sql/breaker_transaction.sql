@@ -1,4 +1,4 @@
--- The breaker's transaction rule, in the claim's transaction (store/outbox.py): for each enqueue time
+-- The breaker's transaction rule, in the claim's transaction (store/sweep/outbox.py): for each enqueue time
 -- in %(keys)s (a host transaction's start, which its rows share), how many of its rows of %(cluster)s
 -- are still pending, counting no further than %(limit)s. A pending row that was never handed back is due
 -- at its enqueue time, so each key is one equality on the claim index: the cost is the transaction's

@@ -2,14 +2,14 @@
 -- NULL when it has no open row. The sweeper sleeps until then rather than on a fixed tick. A row a
 -- pause or a hold keeps back (pod_sweeper.keeping, migration 0015) is not due before the pause or the
 -- hold ends: their ends count as due times too (one needless claim at most, when nothing was behind them).
--- Read from %(floor)s on, as the claim reads (store/cursor.py), and no further than %(horizon)s seconds
+-- Read from %(floor)s on, as the claim reads (store/sweep/cursor.py), and no further than %(horizon)s seconds
 -- ahead (the longest the caller sleeps anyway): the claims in hand are due at their leases' ends, and
 -- while the xmin horizon is held the versions of every claim of the last lease lie between. low (the
 -- next due time of a row in that range, NULL: none) and now are what the cursor moves its floor up to.
 -- With the replication guard (%(guard)s, migration 0014), a row the guard holds (its mark current, not
 -- yet flushed on every named standby, or a named standby missing) is not due either: what ends its wait
 -- is a standby's progress, which no due time says, so it is looked at again in %(recheck)s seconds (the
--- caller's interval, store/outbox.py) instead of at once, in a loop (issue: 230 claims a second while
+-- caller's interval, store/sweep/outbox.py) instead of at once, in a loop (issue: 230 claims a second while
 -- holding). Its due time still bounds low, so the floor stays below it.
 WITH standbys AS (
     SELECT CASE WHEN count(DISTINCT application_name) = cardinality(%(guard)s::text[]) THEN min(flush_lsn) END AS flushed

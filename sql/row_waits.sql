@@ -1,6 +1,6 @@
 -- Why each open row waits: one reason per row, by the precedence core/waits.py states (ROW_ORDER),
 -- read by `explain` (a row's reason), `status` and the metrics refresher (the rows each reason keeps,
--- per cluster: store/waits.py:by_cluster wraps this statement). 'due' is a row nothing keeps: the next
+-- per cluster: store/reads/waits.py:by_cluster wraps this statement). 'due' is a row nothing keeps: the next
 -- claim takes it. Rows of %(cluster)s (NULL: every cluster), of %(ids)s (NULL: every open row).
 -- The rules are the claim's own (sql/claim.sql): a claim whose lease has not ended; a pause or a hold
 -- (pod_sweeper.keeping, migration 0015); a tripped breaker; the replication guard (%(guard)s: the

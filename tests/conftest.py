@@ -26,7 +26,8 @@ from harness.kubeapiserver import KubeApiServer, KubeApiServerError
 from harness.kubeapiserver import find_bindir as find_kube_bindir
 from harness.kubecluster import KubeCluster
 from helpers import USED_KUBE, run, settings_for, with_dbname
-from pod_sweeper.store import db, migrations
+from pod_sweeper.store import db
+from pod_sweeper.store.schema import migrations
 from pod_sweeper.testing.postgres import (
     PostgresNotFound,
     docker_server,

@@ -15,10 +15,11 @@ from psycopg.conninfo import make_conninfo
 from harness.kubeapiserver import KubeApiServer
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.settings import DEFAULT_CLUSTER, Settings
-from pod_sweeper.store import attach, db
-from pod_sweeper.store import outbox as transitions
-from pod_sweeper.store.outbox import ClaimedBatch
-from pod_sweeper.store.recheck import load_attachments
+from pod_sweeper.store import db
+from pod_sweeper.store.admin import attach
+from pod_sweeper.store.rows import ClaimedBatch
+from pod_sweeper.store.sweep import outbox as transitions
+from pod_sweeper.store.sweep.recheck import load_attachments
 from pod_sweeper.tasks.rules import answers
 from pod_sweeper.testing.reference import executions_ddl
 

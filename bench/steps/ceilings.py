@@ -17,9 +17,10 @@ from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.states import Result
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
-from pod_sweeper.store import db, outbox
-from pod_sweeper.store.outbox import Verdict
-from pod_sweeper.store.recheck import load_attachments
+from pod_sweeper.store import db
+from pod_sweeper.store.rows import Verdict
+from pod_sweeper.store.sweep import outbox
+from pod_sweeper.store.sweep.recheck import load_attachments
 from pod_sweeper.tasks.rules import answers
 
 SLOW_API_DELAY = 0.05  # seconds added to every DELETE in the slow-API step

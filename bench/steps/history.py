@@ -19,10 +19,10 @@ from typing import Any
 import psycopg
 from rig import Rig
 
-from pod_sweeper.store import outbox as store
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import connection
-from pod_sweeper.tasks.process.runner import RETENTION_BATCH, RETENTION_PAUSE_SECONDS
+from pod_sweeper.store.sweep import retention
+from pod_sweeper.tasks.loops.retention import RETENTION_BATCH, RETENTION_PAUSE_SECONDS
 from steps.busy import wal_position
 
 SEED = Path(__file__).resolve().parents[1] / "history_seed.sql"
@@ -99,9 +99,9 @@ def footprint(rig: Rig, url: str, done: int) -> dict[str, float]:
     async def prune() -> int:
         total = 0
         async with connection(rig.settings(url)) as conn:
-            while (deleted := await store.prune_batch(conn, retention_seconds=6 * 86400, batch=RETENTION_BATCH)) == (
-                RETENTION_BATCH
-            ):
+            while (
+                deleted := await retention.prune_batch(conn, retention_seconds=6 * 86400, batch=RETENTION_BATCH)
+            ) == (RETENTION_BATCH):
                 total += deleted
                 await asyncio.sleep(RETENTION_PAUSE_SECONDS)  # the daemon's pause between batches
             return total + (deleted or 0)

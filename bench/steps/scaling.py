@@ -10,7 +10,7 @@ import psycopg
 from rig import Rig
 
 from pod_sweeper.store import queries
-from pod_sweeper.store.cursor import START
+from pod_sweeper.store.sweep.cursor import START
 
 
 def claim_scaling(rig: Rig, done_rows: int) -> None:

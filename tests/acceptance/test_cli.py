@@ -25,7 +25,7 @@ from helpers import (
     wait_until,
     with_dbname,
 )
-from pod_sweeper.store.migrations import shipped
+from pod_sweeper.store.schema.migrations import shipped
 from pod_sweeper.testing.postgres import free_port
 
 

@@ -13,7 +13,8 @@ from typing import Any
 import psycopg
 
 from helpers import daemon_env, http_get, run, sample, settings_for, spawn_daemon, stop_process, wait_until
-from pod_sweeper.store import db, migrations
+from pod_sweeper.store import db
+from pod_sweeper.store.schema import migrations
 from pod_sweeper.testing.postgres import free_port
 
 

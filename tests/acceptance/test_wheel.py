@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pod_sweeper.store.migrations import shipped
+from pod_sweeper.store.schema.migrations import shipped
 
 pytestmark = pytest.mark.slow
 

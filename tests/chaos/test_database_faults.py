@@ -13,7 +13,8 @@ import pytest
 from psycopg.rows import dict_row
 
 from helpers import DaemonThread, attach_table, create_executions, run, seed_executions, settings_for, wait_until
-from pod_sweeper.store import db, migrations
+from pod_sweeper.store import db
+from pod_sweeper.store.schema import migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster
 
 pytestmark = pytest.mark.slow

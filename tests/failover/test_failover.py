@@ -26,7 +26,8 @@ from helpers import (
     wait_until,
 )
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.store import db, migrations
+from pod_sweeper.store import db
+from pod_sweeper.store.schema import migrations
 from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
 
 pytestmark = pytest.mark.versions

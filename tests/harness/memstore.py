@@ -23,12 +23,11 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
-import psycopg
-
 from harness.clock import FakeClock
 from pod_sweeper.core.states import Outcome, Result, Status
-from pod_sweeper.store.outbox import AtClaim, BreakerWindow, Claim, ClaimedBatch, Verdict
-from pod_sweeper.store.recheck import Recheck
+from pod_sweeper.store.interface import StoreError
+from pod_sweeper.store.rows import AtClaim, BreakerWindow, Claim, ClaimedBatch, Verdict
+from pod_sweeper.store.sweep.recheck import Recheck
 
 BREAKER_WINDOW_SECONDS = 60.0
 
@@ -110,7 +109,7 @@ class MemoryStore:
         left = self._failing.get(method, 0)
         if left:
             self._failing[method] = left - 1
-            raise psycopg.OperationalError(f"the memory store's {method} failed, as the test asked")
+            raise StoreError(f"the memory store's {method} failed, as the test asked")
 
 
 class MemorySession:

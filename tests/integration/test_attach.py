@@ -15,7 +15,9 @@ from psycopg.rows import dict_row
 from helpers import attach_table, cli, create_executions, outbox, run
 from pod_sweeper.core.errors import AttachError
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.store import attach, db, recheck
+from pod_sweeper.store import db
+from pod_sweeper.store.admin import attach
+from pod_sweeper.store.sweep import recheck
 
 pytestmark = pytest.mark.versions
 

@@ -8,7 +8,8 @@ import psycopg
 import pytest
 
 from helpers import DaemonThread, add_execution, attach_table, create_executions, outbox, run, settings_for, wait_until
-from pod_sweeper.store import backfill, db
+from pod_sweeper.store import db
+from pod_sweeper.store.admin import backfill
 
 pytestmark = pytest.mark.versions
 

@@ -12,7 +12,10 @@ import pytest
 
 from helpers import DaemonThread, attach_table, cli, create_executions, run, seed_executions, settings_for, wait_until
 from pod_sweeper.cli import status_text
-from pod_sweeper.store import db, migrations, outbox, status
+from pod_sweeper.store import db
+from pod_sweeper.store.reads import status
+from pod_sweeper.store.schema import migrations
+from pod_sweeper.store.sweep import breaker
 
 LIMIT = 30
 
@@ -78,7 +81,7 @@ def test_burst_trips_the_breaker_which_holds_across_restarts_until_resume(
 
         async def resume() -> dict[str, bool]:
             async with db.connection(settings_for(db_url)) as conn:
-                return await outbox.reset_breakers(conn, cluster="default", all_clusters=False, who="test")
+                return await breaker.reset_breakers(conn, cluster="default", all_clusters=False, who="test")
 
         assert run(resume()) == {"default": True}
         wait_until(lambda: accepted(kube) >= held + LIMIT, timeout=30, what="deletes to resume")

@@ -16,7 +16,8 @@ import pytest
 
 from helpers import DaemonThread, cli, daemon_settings, run, settings_for, sleeping, wait_until
 from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.store import db, migrations, queries
+from pod_sweeper.store import db, queries
+from pod_sweeper.store.schema import migrations
 from pod_sweeper.testing.fakekube import FakeKube
 
 pytestmark = pytest.mark.versions
@@ -254,7 +255,7 @@ def test_each_cluster_has_its_own_reconciliation_lease_and_quarantine(
     runs: psycopg.Connection[Any], db_url: str
 ) -> None:
     pg = runs  # an attached table: suspects refer to their attachment
-    from pod_sweeper.store import outbox, quarantine
+    from pod_sweeper.store.sweep import outbox, quarantine
 
     async def scenario() -> list[Any]:
         async with db.connection(settings_for(db_url)) as conn:

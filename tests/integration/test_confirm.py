@@ -10,7 +10,8 @@ import pytest
 
 from helpers import DaemonThread, row_for, run, settings_for, wait_until
 from pod_sweeper.cli import status_text
-from pod_sweeper.store import db, status
+from pod_sweeper.store import db
+from pod_sweeper.store.reads import status
 from pod_sweeper.tasks.loops import confirmer
 from pod_sweeper.tasks.loops.confirmer import RECHECK_SECONDS
 

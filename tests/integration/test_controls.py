@@ -14,7 +14,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from helpers import DaemonThread, add_execution, cli, daemon_settings, retire, row_for, run, settings_for, wait_until
-from pod_sweeper.store import db, roles
+from pod_sweeper.store import db
+from pod_sweeper.store.schema import roles
 
 DONE = "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'done'"
 
@@ -212,13 +213,13 @@ def test_an_action_and_its_audit_row_commit_together_or_not_at_all(
 
 
 def test_a_breaker_trip_and_a_resume_are_in_the_trail(pg: psycopg.Connection[Any], db_url: str) -> None:
-    from pod_sweeper.store import outbox
+    from pod_sweeper.store.sweep import breaker, outbox
 
     async def trip() -> None:
         async with db.connection(settings_for(db_url)) as conn:
             await outbox.cluster_rows(conn, cluster="east", owner="r1")
-            await outbox.trip_breaker(conn, "east", "61 deletes in a minute", "r1")
-            await outbox.trip_breaker(conn, "east", "again", "r1")  # already tripped: no second row
+            await breaker.trip_breaker(conn, "east", "61 deletes in a minute", "r1")
+            await breaker.trip_breaker(conn, "east", "again", "r1")  # already tripped: no second row
 
     run(trip())
     resumed = cli("reset-breaker", "--cluster", "east", "--actor", "di", url=db_url)

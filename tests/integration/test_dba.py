@@ -12,8 +12,10 @@ import yaml  # type: ignore[import-untyped]
 
 from helpers import DaemonThread, outbox, run, settings_for, wait_until
 from pod_sweeper.cli import status_text
-from pod_sweeper.store import bulk, db, queries, status
-from pod_sweeper.store import outbox as transitions
+from pod_sweeper.store import db, queries
+from pod_sweeper.store.admin import bulk
+from pod_sweeper.store.reads import status
+from pod_sweeper.store.sweep import retention
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +63,7 @@ def test_prune_deletes_only_old_done_rows_in_batches(pg: psycopg.Connection[Any]
     add_rows(pg, 2500, status="done", outcome="deleted", done_at="2000-01-01")
     pg.execute("UPDATE pod_sweeper.outbox SET done_at = now() WHERE id <= 10")
     pg.execute("UPDATE pod_sweeper.outbox SET status = 'dead', outcome = NULL, done_at = NULL WHERE id > 2490")
-    deleted = run(_with(db_url, lambda c: transitions.prune(c, retention_seconds=3600, batch=1000)))
+    deleted = run(_with(db_url, lambda c: retention.prune(c, retention_seconds=3600, batch=1000)))
     assert deleted == 2480
     left = pg.execute("SELECT status, count(*) AS n FROM pod_sweeper.outbox GROUP BY 1 ORDER BY 1").fetchall()
     assert [(r["status"], r["n"]) for r in left] == [("dead", 10), ("done", 10)]
@@ -71,8 +73,8 @@ def test_prune_yields_to_the_replica_holding_the_lock(pg: psycopg.Connection[Any
     add_rows(pg, 5, status="done", outcome="deleted", done_at="2000-01-01")
     with psycopg.connect(db_url) as other:
         other.execute("SELECT pg_advisory_xact_lock(%s)", (queries.Lock.PRUNE.value,))
-        assert run(_with(db_url, lambda c: transitions.prune(c, retention_seconds=1))) is None
-    assert run(_with(db_url, lambda c: transitions.prune(c, retention_seconds=1))) == 5
+        assert run(_with(db_url, lambda c: retention.prune(c, retention_seconds=1))) is None
+    assert run(_with(db_url, lambda c: retention.prune(c, retention_seconds=1))) == 5
 
 
 def test_daemon_retention_pass(pg: psycopg.Connection[Any], db_url: str, kube: Any) -> None:

@@ -9,7 +9,7 @@ import psycopg
 
 from helpers import DaemonThread, add_execution, outbox, run, settings_for, wait_until
 from pod_sweeper.store import db
-from pod_sweeper.store import outbox as transitions
+from pod_sweeper.store.sweep import retention
 
 
 def test_dry_run_deletes_nothing_and_a_real_run_finishes(
@@ -33,7 +33,7 @@ def test_dry_run_deletes_nothing_and_a_real_run_finishes(
 
     async def prune() -> int | None:
         async with db.connection(settings_for(db_url)) as conn:
-            return await transitions.prune(conn, retention_seconds=60)
+            return await retention.prune(conn, retention_seconds=60)
 
     assert run(prune()) == 1  # only the absent row: would_delete rows are still work to do
     kube.requests.clear()

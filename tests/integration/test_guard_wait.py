@@ -19,8 +19,9 @@ from helpers import (
     threading_event_wait,
     wait_until,
 )
-from pod_sweeper.store import db, outbox
-from pod_sweeper.store.cursor import START
+from pod_sweeper.store import db
+from pod_sweeper.store.sweep import outbox
+from pod_sweeper.store.sweep.cursor import START
 
 MISSING = ["no-such-standby"]  # a named standby that is not connected holds every row
 

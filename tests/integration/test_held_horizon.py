@@ -1,5 +1,5 @@
 """While something holds the xmin horizon, the sweep's hot-path statements read what they take, not
-every version the sweep left behind (store/cursor.py, docs/design.md "A held xmin horizon").
+every version the sweep left behind (store/sweep/cursor.py, docs/design.md "A held xmin horizon").
 
 The versions are made by the daemon's own statements (claim.sql, record_results.sql) under a snapshot
 held open in another session, as a report or an idle-in-transaction client holds one; each statement is
@@ -25,8 +25,9 @@ from psycopg import sql
 
 from helpers import DaemonThread, add_execution, daemon_settings, retire, row_for, run, settings_for, wait_until
 from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.store import db, outbox, queries, rates
-from pod_sweeper.store.cursor import DISCOVERY_SECONDS, MARGIN, START
+from pod_sweeper.store import db, queries
+from pod_sweeper.store.sweep import gauges, rates
+from pod_sweeper.store.sweep.cursor import DISCOVERY_SECONDS, MARGIN, START
 from pod_sweeper.tasks.process import health
 
 SWEPT = 3_000
@@ -153,9 +154,9 @@ def test_a_held_horizon_is_named_and_the_gauges_of_every_open_row_are_read_less_
     monkeypatch.setattr(health, "HELD_AFTER_SECONDS", 0.5)
     monkeypatch.setattr(health, "HELD_REFRESH_SECONDS", 3600.0)
     calls = {"open rows": 0, "holders": 0}
-    real_gauges, real_holders = outbox.cluster_gauges, rates.xmin_holders
+    real_gauges, real_holders = gauges.cluster_gauges, rates.xmin_holders
 
-    async def gauges(conn: Any) -> list[outbox.ClusterGauges]:
+    async def counted_gauges(conn: Any) -> list[gauges.ClusterGauges]:
         calls["open rows"] += 1
         return await real_gauges(conn)
 
@@ -163,7 +164,7 @@ def test_a_held_horizon_is_named_and_the_gauges_of_every_open_row_are_read_less_
         calls["holders"] += 1
         return await real_holders(conn)
 
-    monkeypatch.setattr(outbox, "cluster_gauges", gauges)
+    monkeypatch.setattr(gauges, "cluster_gauges", counted_gauges)
     monkeypatch.setattr(rates, "xmin_holders", holders)
 
     async def scenario() -> None:

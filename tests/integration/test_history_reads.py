@@ -23,8 +23,9 @@ from psycopg.rows import dict_row
 
 from helpers import with_dbname
 from pod_sweeper.core.states import Status
-from pod_sweeper.store import bulk, queries
-from pod_sweeper.store.explain import Target
+from pod_sweeper.store import queries
+from pod_sweeper.store.admin import bulk
+from pod_sweeper.store.reads.explain import Target
 
 SEED = Path(__file__).resolve().parents[2] / "bench" / "history_seed.sql"
 DONE, OPEN, DEAD = 300_000, 1_000, 50

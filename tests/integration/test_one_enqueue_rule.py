@@ -1,5 +1,5 @@
 """One enqueue rule: the trigger and ``backfill`` enqueue the same host rows the same way, and reject
-the same hostile rows into ``pod_sweeper.rejects`` with the same problem (store/enqueue_rule.py)."""
+the same hostile rows into ``pod_sweeper.rejects`` with the same problem (store/admin/enqueue_rule.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from psycopg import sql
 
 from helpers import attach_table, run, settings_for
-from pod_sweeper.store import backfill, db
+from pod_sweeper.store import db
+from pod_sweeper.store.admin import backfill
 
 pytestmark = pytest.mark.versions
 

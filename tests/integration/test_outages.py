@@ -13,7 +13,8 @@ import pytest
 
 from helpers import DaemonThread, add_execution, daemon_settings, retire, run, settings_for, wait_until
 from pod_sweeper.core.backoff import retry_span
-from pod_sweeper.store import db, status
+from pod_sweeper.store import db
+from pod_sweeper.store.reads import status
 
 pytestmark = pytest.mark.versions
 

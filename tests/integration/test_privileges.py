@@ -28,8 +28,9 @@ from helpers import (
     settings_for,
     wait_until,
 )
-from pod_sweeper.store import db, migrations, roles
-from pod_sweeper.store.cursor import START
+from pod_sweeper.store import db
+from pod_sweeper.store.schema import migrations, roles
+from pod_sweeper.store.sweep.cursor import START
 
 pytestmark = pytest.mark.versions
 
@@ -140,7 +141,7 @@ def test_daemon_runs_as_the_runtime_role(
 
 
 def test_migration_0003_converts_functions_attached_before_it(empty_db_url: str, role_names: dict[str, str]) -> None:
-    from pod_sweeper.store.migrations import shipped
+    from pod_sweeper.store.schema.migrations import shipped
 
     first_two = [m for m in shipped() if m.version <= 2]
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
@@ -185,7 +186,7 @@ def test_migration_0011_gives_an_upgraded_runtime_role_what_the_claim_and_the_tr
     """A runtime role granted before migration 0011 claims and trips the breaker after it, without
     `grant --apply` again: the claim reads the pauses and holds, a trip writes the audit trail."""
     from pod_sweeper.store import queries
-    from pod_sweeper.store.migrations import shipped
+    from pod_sweeper.store.schema.migrations import shipped
 
     runtime = role_names["runtime"]
     with psycopg.connect(empty_db_url, autocommit=True) as conn:

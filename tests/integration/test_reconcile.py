@@ -18,7 +18,9 @@ from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import DEFAULT_CLUSTER, Settings
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
-from pod_sweeper.store import db, quarantine, status
+from pod_sweeper.store import db
+from pod_sweeper.store.reads import status
+from pod_sweeper.store.sweep import quarantine
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.loops.reconciler import Reconciler
 

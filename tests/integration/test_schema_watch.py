@@ -10,14 +10,14 @@ import psycopg
 import pytest
 
 from helpers import DaemonThread, add_execution, daemon_settings, retire, row_for, wait_until
-from pod_sweeper.store import migrations
-from pod_sweeper.tasks.process import runner
+from pod_sweeper.store.schema import migrations
+from pod_sweeper.tasks.loops import schema_watch
 
 
 def test_a_running_replica_sweeps_on_beside_a_compatible_next_schema_and_stops_claiming_on_an_incompatible_one(
     execs: psycopg.Connection[Any], db_url: str, kube: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runner, "SCHEMA_WATCH_SECONDS", 0.2)
+    monkeypatch.setattr(schema_watch, "SCHEMA_WATCH_SECONDS", 0.2)
     known = migrations.expected_version()
     for sid in ("before", "during", "after"):
         add_execution(execs, kube, sid)

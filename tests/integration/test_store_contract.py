@@ -1,5 +1,5 @@
 """The in-memory store (``harness.memstore``) held to the real one: the same scenario of claims, records,
-fences, re-checks and an expired lease, run on ``store.outbox.OutboxStore`` over real PostgreSQL (rows
+fences, re-checks and an expired lease, run on ``store.sweep.pgstore.OutboxStore`` over real PostgreSQL (rows
 enqueued by the real trigger) and on ``MemoryStore``, every row compared after each step. The unit tests
 of the tasks (tests/unit/test_sweep_tasks.py) run on the memory store because of this test."""
 
@@ -19,8 +19,9 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Result
 from pod_sweeper.store import db
 from pod_sweeper.store.interface import SweepStore
-from pod_sweeper.store.outbox import Claim, ClaimedBatch, OutboxStore, Verdict
-from pod_sweeper.store.recheck import load_attachments
+from pod_sweeper.store.rows import Claim, ClaimedBatch, Verdict
+from pod_sweeper.store.sweep.pgstore import OutboxStore
+from pod_sweeper.store.sweep.recheck import load_attachments
 from pod_sweeper.tasks.rules import answers
 
 POLICY = answers.Policy(10, Backoff(1.0, 1.0))

@@ -16,7 +16,8 @@ import pytest
 
 from helpers import DaemonThread, run, seed_executions, settings_for, wait_until
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.store import db, outbox, rates
+from pod_sweeper.store import db
+from pod_sweeper.store.sweep import breaker, rates
 
 SHIPPED = {
     name: Settings.model_fields[name].default
@@ -60,7 +61,7 @@ def test_one_transaction_retiring_5000_trips_the_breaker_before_a_tenth_is_delet
 
         async def reset() -> dict[str, bool]:
             async with db.connection(settings_for(db_url)) as conn:
-                return await outbox.reset_breakers(conn, cluster="default", all_clusters=False, who="test")
+                return await breaker.reset_breakers(conn, cluster="default", all_clusters=False, who="test")
 
         # A reset lets the judged rows go: the rules count only what arrived after it.
         assert run(reset()) == {"default": True}

@@ -24,8 +24,9 @@ from helpers import (
 )
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.states import Result
-from pod_sweeper.store import db, outbox
-from pod_sweeper.store.outbox import Verdict
+from pod_sweeper.store import db
+from pod_sweeper.store.rows import Verdict
+from pod_sweeper.store.sweep import outbox
 
 pytestmark = pytest.mark.versions
 

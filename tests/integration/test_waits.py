@@ -17,7 +17,8 @@ from loguru import logger
 
 from helpers import DaemonThread, add_execution, cli, daemon_settings, retire, row_for, wait_until
 from pod_sweeper.core.waits import RULES, Seen, Wait
-from pod_sweeper.store import migrations
+from pod_sweeper.store.schema import migrations
+from pod_sweeper.tasks.loops import schema_watch
 from pod_sweeper.tasks.process import runner
 
 MISSING_STANDBY = "no-such-standby"
@@ -188,7 +189,7 @@ def test_each_reason_is_seen_on_every_surface_while_it_holds_and_ends(
 ) -> None:
     case, rule = CASES[wait], RULES[wait]
     monkeypatch.setattr(runner, "GAUGE_REFRESH_SECONDS", 0.2)
-    monkeypatch.setattr(runner, "SCHEMA_WATCH_SECONDS", 0.2)
+    monkeypatch.setattr(schema_watch, "SCHEMA_WATCH_SECONDS", 0.2)
     from pod_sweeper.tasks.process import health
 
     monkeypatch.setattr(health, "HELD_AFTER_SECONDS", 3600.0)

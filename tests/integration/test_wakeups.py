@@ -16,8 +16,9 @@ import pytest
 from helpers import DaemonThread, add_execution, claim, daemon_settings, retire, row_for, run, settings_for, wait_until
 from pod_sweeper.cli import status_text
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
-from pod_sweeper.store import db, outbox, queries
-from pod_sweeper.store.cursor import START
+from pod_sweeper.store import db, queries
+from pod_sweeper.store.sweep import outbox
+from pod_sweeper.store.sweep.cursor import START
 
 pytestmark = pytest.mark.versions
 
@@ -169,7 +170,7 @@ def test_a_poll_only_daemon_leaves_the_flag_to_the_listening_ones(
 
 
 def test_status_shows_the_flag(execs: psycopg.Connection[Any], db_url: str) -> None:
-    from pod_sweeper.store import status
+    from pod_sweeper.store.reads import status
 
     async def text() -> str:
         async with db.connection(settings_for(db_url)) as conn:

@@ -15,7 +15,8 @@ from psycopg import sql
 
 from helpers import run, settings_for
 from pod_sweeper.core.errors import MigrationLockTimeout
-from pod_sweeper.store import db, migrations
+from pod_sweeper.store import db
+from pod_sweeper.store.schema import migrations
 
 LOCK_TIMEOUT = 0.2
 DEADLINE = 1.5

@@ -15,8 +15,9 @@ import pytest
 from helpers import run, settings_for
 from migration.readable import major_of, readable_schema
 from pod_sweeper.core.errors import MigrationError, SchemaError
-from pod_sweeper.store import db, migrations, queries
-from pod_sweeper.store.cursor import START
+from pod_sweeper.store import db, queries
+from pod_sweeper.store.schema import migrations
+from pod_sweeper.store.sweep.cursor import START
 
 REFERENCE = Path(__file__).with_name("reference_schema.txt")
 READABLE = Path(__file__).resolve().parents[2] / "docs" / "schema.sql"

@@ -31,7 +31,7 @@ from helpers import (
     spawn_daemon,
     wait_until,
 )
-from pod_sweeper.store.migrations import shipped
+from pod_sweeper.store.schema.migrations import shipped
 from pod_sweeper.testing.postgres import free_port
 from pooler.bouncer import PgBouncer
 

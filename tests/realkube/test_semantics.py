@@ -26,7 +26,7 @@ from pod_sweeper.kube.answer import Answer, Said
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.store import db
-from pod_sweeper.store.outbox import Claim
+from pod_sweeper.store.rows import Claim
 from pod_sweeper.tasks.loops import confirmer
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.loops.reconciler import Reconciler

@@ -19,6 +19,8 @@ from harness.memstore import MemoryStore
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.answer import Answer
+from pod_sweeper.kube.interface import PodEvent
+from pod_sweeper.store import db
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 
@@ -44,8 +46,9 @@ def settings(**overrides: Any) -> Settings:
 
 @dataclass
 class Answers:
-    """``KubeClient`` as far as the sender uses it: every DELETE is answered by ``answer`` (a 200 unless
-    told otherwise), and a pod named in ``hold`` is answered only once ``release`` is set."""
+    """The sweep's ``kube.interface.SweepKube``, as the unit tests need it: every DELETE is answered by
+    ``answer`` (a 200 unless told otherwise), and a pod named in ``hold`` is answered only once
+    ``release`` is set."""
 
     answer: Callable[[str], Answer] = lambda name: Answer.of(200)
     hold: frozenset[str] = frozenset()
@@ -60,8 +63,11 @@ class Answers:
             self.release.wait(timeout=30)
         return self.answer(name)
 
-    def probe(self, *, timeout: float) -> str | None:
-        return None  # the server answers its health check: a failed request is the row's own trouble
+    def probe(self, *, timeout: float) -> Answer:
+        return Answer.of(200)  # the server answers its health check: a failed request is the row's own trouble
+
+    def record_event(self, event: PodEvent, *, timeout: float) -> Answer:
+        return Answer.of(201)
 
 
 @dataclass
@@ -93,9 +99,10 @@ def rig(kube: Answers | None = None, **overrides: Any) -> Rig:
     store = MemoryStore(clock)
     kube = kube or Answers()
     config, metrics = settings(**overrides), Metrics()
-    # The outage watch's pool is never touched while the server answers its probe (it records outages).
-    outage = OutageWatch(config, None, kube, metrics)  # type: ignore[arg-type]
-    sweeper = Sweeper(config, store, kube, outage=outage, metrics=metrics, clock=clock)  # type: ignore[arg-type]
+    # The outage watch's pool is made and never opened: the watch takes a connection only to record an
+    # outage, and here the server always answers its probe (a use would fail: the pool is not open).
+    outage = OutageWatch(config, db.make_pool(config, max_size=1), kube, metrics)
+    sweeper = Sweeper(config, store, kube, outage=outage, metrics=metrics, clock=clock)
     return Rig(store, clock, kube, sweeper, metrics)
 
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pod_sweeper.core.errors import ConfigError
-from pod_sweeper.store.attach import ROLES, HostTable, parse_mapping, parse_table
+from pod_sweeper.store.admin.attach import ROLES, HostTable, parse_mapping, parse_table
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from pod_sweeper.cli.args import count, duration, positive
 from pod_sweeper.cli.controls import login_name, window_of
 from pod_sweeper.cli.main import build_parser
 from pod_sweeper.core.errors import EXIT_CONFIG, ConfigError
-from pod_sweeper.store.controls import Window
+from pod_sweeper.store.admin.controls import Window
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), ("1.5h", 5400)])

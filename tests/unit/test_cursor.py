@@ -1,4 +1,4 @@
-"""The claim cursor (store/cursor.py), without I/O: claims read from the floor, one claim every
+"""The claim cursor (store/sweep/cursor.py), without I/O: claims read from the floor, one claim every
 DISCOVERY_SECONDS reads from the start and is repeated while it fills its batch, and the floor never
 passes a row the next-due read saw nor comes within MARGIN of the database's clock. And the metrics
 refresher's rule for the reads of every open row while the xmin horizon is held."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from harness.clock import FakeClock
-from pod_sweeper.store.cursor import DISCOVERY_SECONDS, MARGIN, START, ClaimCursor
+from pod_sweeper.store.sweep.cursor import DISCOVERY_SECONDS, MARGIN, START, ClaimCursor
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pod_sweeper.cli.main import settings_markdown
+from pod_sweeper.cli.show import settings_markdown
 
 
 def test_operations_settings_table_is_current() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pod_sweeper.cli.explain_text import next_step, no_row_story
-from pod_sweeper.store.explain import Target
+from pod_sweeper.store.reads.explain import Target
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
 

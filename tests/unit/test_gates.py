@@ -9,7 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
 from pod_sweeper.core.backoff import Backoff
-from pod_sweeper.store.outbox import BreakerWindow
+from pod_sweeper.kube.answer import Answer
+from pod_sweeper.store.rows import BreakerWindow
 from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, NamespaceGates, OutageGate, breaker_budget, trip_reason
 
 
@@ -26,14 +27,14 @@ def test_the_auth_gate_closes_longer_with_each_refusal_and_opens_on_an_answer() 
     gauge = Gauge("refusing", "test", registry=CollectorRegistry())
     gate = AuthGate(Backoff(1.0, 60.0, rng=random.Random(1)), floor=1.0, clock=clock, gauge=gauge)
     assert gate.open and gate.refusing is None and gauge.collect()[0].samples[0].value == 0
-    first = gate.refused("401 Unauthorized").delay
+    first = gate.refused(Answer.of(401, "Unauthorized", "401 Unauthorized")).delay
     assert first >= 1.0 and not gate.open and gate.wait() == first
     assert gate.refusing is not None and "does not accept the daemon's credentials" in gate.refusing
     assert gauge.collect()[0].samples[0].value == 1  # the gate owns its gauge
     clock.now += first
     assert gate.open and gate.wait() == 0
     assert gate.refusing is not None  # open again, but still refused until Kubernetes answers
-    gate.refused("401 Unauthorized")
+    gate.refused(Answer.of(401, "Unauthorized", "401 Unauthorized"))
     assert gate.failures == 2 and "credentials" in (gate.error or "")
     gate.answered()
     clock.now = gate.blocked_until
@@ -84,11 +85,12 @@ def test_a_refused_namespace_waits_alone_longer_each_time_up_to_the_maximum() ->
     assert gates.wait("a") == 0 and gates.refusing() == {}
     delays = []
     for _ in range(8):
-        refusal = gates.refused("a", "403 Forbidden")
+        refusal = gates.refused("a", Answer.of(403, "Forbidden", "403 Forbidden"))
         delays.append(refusal.delay)
         assert gates.wait("a") == pytest.approx(refusal.delay) and gates.wait("b") == 0  # the others go on
         held = gates.refusal("a")
         assert held is not None and held.error == refusal.error and held.delay == pytest.approx(refusal.delay)
+        assert held.status == refusal.status == 403  # a held row's last_http_status is the refusal's own
         assert gates.refusal("b") is None
         assert gauge.labels("a")._value.get() == 1
         clock.now += delays[-1]
@@ -97,7 +99,7 @@ def test_a_refused_namespace_waits_alone_longer_each_time_up_to_the_maximum() ->
     assert gates.wait("a") == 0 and "a" in gates.refusing()  # open again, still refused until answered
     assert gates.answered("a") and not gates.answered("a")  # True: it had been refused until now
     assert gates.refusing() == {} and gates.wait("a") == 0 and gauge.labels("a")._value.get() == 0
-    assert gates.refused("a", "403").delay <= 2.0  # the backoff starts over
+    assert gates.refused("a", Answer.of(403, "Forbidden", "403")).delay <= 2.0  # the backoff starts over
 
 
 def test_the_breaker_gate_is_what_the_claimer_last_read_and_owns_its_gauge() -> None:
@@ -142,10 +144,11 @@ def test_a_thread_reading_the_gates_never_sees_half_of_a_change() -> None:
 
     reader = threading.Thread(target=read)
     reader.start()
+    unauthorized, forbidden = Answer.of(401, "Unauthorized", "401 Unauthorized"), Answer.of(403, "Forbidden", "403")
     try:
         for _ in range(20_000):
-            auth.refused("401 Unauthorized")
-            namespaces.refused("ns", "403 Forbidden")
+            auth.refused(unauthorized)
+            namespaces.refused("ns", forbidden)
             outage.close("connection refused")
             auth.answered()
             namespaces.answered("ns")

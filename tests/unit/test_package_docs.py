@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 TASKS = Path(__file__).resolve().parents[2] / "daemon" / "pod_sweeper" / "tasks"
+STORE = TASKS.parent / "store"
 
 
 def named(folder: Path) -> set[str]:
@@ -27,3 +28,15 @@ def test_the_tasks_docstring_names_its_groups() -> None:
 def test_each_groups_docstring_names_every_module_and_only_modules(group: str) -> None:
     modules = {path.stem for path in (TASKS / group).glob("*.py")} - {"__init__"}
     assert named(TASKS / group) == modules
+
+
+@pytest.mark.parametrize("group", ["sweep", "reads", "admin", "schema"])
+def test_each_store_groups_docstring_names_every_module_and_only_modules(group: str) -> None:
+    modules = {path.stem for path in (STORE / group).glob("*.py")} - {"__init__"}
+    assert named(STORE / group) == modules
+
+
+def test_the_stores_docstring_names_its_groups_and_its_top_modules() -> None:
+    groups = {path.name for path in STORE.iterdir() if (path / "__init__.py").is_file()}
+    top = {path.stem for path in STORE.glob("*.py")} - {"__init__"}
+    assert named(STORE) == groups | top

@@ -9,7 +9,7 @@ from uuid import UUID
 import pytest
 
 from pod_sweeper.core.states import Result
-from pod_sweeper.store.outbox import Claim, Verdict
+from pod_sweeper.store.rows import Claim, Verdict
 from pod_sweeper.tasks.sweep.pipeline import Pipeline
 
 

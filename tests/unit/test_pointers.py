@@ -88,7 +88,7 @@ def test_every_path_and_module_named_in_prose_exists() -> None:
         missing |= {
             (where, m) for m in MODULE.findall(text) if not NOT_A_MODULE.search(m) and not module_exists(m.rstrip("."))
         }
-    assert sorted(missing) == []
+    assert sorted(missing) == [], "\n".join(map(str, sorted(missing)))
 
 
 def test_the_check_finds_what_is_missing() -> None:

@@ -1,13 +1,13 @@
 """The breaker's surge and transaction rules (tasks/rules/surge.py), without I/O: steady churn at any
 rate, and churn that grows over minutes, never trips the surge rule; a script's surge does, within the
-first look. The transaction rule's count is the claim's (store/outbox.py); here, what it says. On
+first look. The transaction rule's count is the claim's (store/sweep/outbox.py); here, what it says. On
 PostgreSQL with the daemon: tests/integration/test_surge.py."""
 
 from __future__ import annotations
 
 import random
 
-from pod_sweeper.store.rates import Arrivals
+from pod_sweeper.store.sweep.rates import Arrivals
 from pod_sweeper.tasks.rules.surge import (
     SURGE_INTERVAL,
     SURGE_WINDOW,

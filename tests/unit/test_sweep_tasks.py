@@ -12,7 +12,7 @@ import pytest
 
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.kube.answer import Answer
-from pod_sweeper.store.outbox import Claim, Verdict
+from pod_sweeper.store.rows import Claim, Verdict
 from pod_sweeper.tasks.rules import answers
 from pod_sweeper.tasks.sweep import recorder as recorder_module
 from pod_sweeper.tasks.sweep.sender import LEASE_MARGIN_SECONDS, MAX_CHUNK, MIN_REQUEST_SECONDS

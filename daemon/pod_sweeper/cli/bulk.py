@@ -3,7 +3,7 @@ the last error, age, ids), ``--dry-run`` for a count and a sample that changes n
 ``--limit N``, or ``--yes`` when more than CONFIRM_ABOVE rows match.
 
 The rows are read a page at a time and changed a page at a time, each page in its own short
-transaction with its audit row (store/bulk.py), so a bulk action of any size never holds up the
+transaction with its audit row (store/admin/bulk.py), so a bulk action of any size never holds up the
 daemon's claims, and a page that fails leaves the pages before it done and recorded.
 """
 
@@ -20,8 +20,9 @@ from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, ConfigError
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.states import Outcome, Status
 from pod_sweeper.core.text import printable
-from pod_sweeper.store import bulk, controls, migrations
+from pod_sweeper.store.admin import bulk, controls
 from pod_sweeper.store.db import Connection, connection
+from pod_sweeper.store.schema import migrations
 
 CONFIRM_ABOVE = 1000  # a bulk action on more rows needs --limit or --yes
 SAMPLE = 10  # rows a dry run lists

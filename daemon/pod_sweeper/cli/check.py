@@ -19,7 +19,11 @@ from pod_sweeper.core.text import printable
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
-from pod_sweeper.store import attach, db, migrations, outbox
+from pod_sweeper.store import db
+from pod_sweeper.store.admin import attach
+from pod_sweeper.store.reads import checks
+from pod_sweeper.store.schema import migrations
+from pod_sweeper.store.sweep import channel
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ class Check:
 
 async def _namespaces(settings: Settings) -> list[str]:
     async with db.connection(settings) as conn:
-        return await outbox.namespaces(conn, cluster=settings.cluster)
+        return await checks.namespaces(conn, cluster=settings.cluster)
 
 
 async def _listen_route(settings: Settings) -> Check:
@@ -83,7 +87,7 @@ async def _listen_route(settings: Settings) -> Check:
     except PodSweeperError as exc:
         return Check(False, "listen database", str(exc))
     try:
-        await outbox.listen(conn, cluster=settings.cluster)
+        await channel.listen(conn, cluster=settings.cluster)
     finally:
         await conn.close()
     return Check(True, "listen database", "connected, LISTEN works")

@@ -1,7 +1,9 @@
 """``pause``, ``unpause``, ``hold`` and ``release``: an on-call's levers, narrower than scaling every
-replica to zero and reversible by one command (docs/operations.md, "Stop it now").
+replica to zero and reversible by one command (docs/operations.md, "Stop it now"); and the two levers
+beside them, ``reset-breaker`` (close a tripped breaker after a look) and ``prune`` (the done history
+older than the retention, at once).
 
-Each command writes its change and its audit row in one transaction (store/controls.py), says in one
+Each command writes its change and its audit row in one transaction (store/admin/controls.py), says in one
 line what it did, and exits 2 with one line on a bad argument. A pause or a hold stops new claims at
 once on every replica (the claim reads them); rows already claimed are not recalled, so each command
 says how many may still be sent and until when, and ``pause --wait`` returns once none is in flight.
@@ -13,6 +15,7 @@ import argparse
 import asyncio
 import getpass
 import os
+import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -22,8 +25,11 @@ from pod_sweeper.cli import args as flag
 from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, ConfigError
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.scope import invalid_name, valid_namespace
-from pod_sweeper.store import controls, migrations, outbox
+from pod_sweeper.store.admin import controls
 from pod_sweeper.store.db import Connection, connection
+from pod_sweeper.store.reads import status
+from pod_sweeper.store.schema import migrations
+from pod_sweeper.store.sweep import breaker, channel, retention
 
 DEFAULT_FOR = timedelta(hours=1)
 MAX_FOR = timedelta(hours=24)  # longer needs --until: a forgotten pause must end by itself
@@ -137,7 +143,7 @@ async def cmd_unpause(settings: Settings, args: argparse.Namespace) -> int:
             was = await controls.unpause(conn, cluster=cluster, namespace=namespace)
             if not was:
                 await controls.audit(conn, action, affected=0)
-            await outbox.notify(conn, cluster=cluster)  # its replicas may sleep until their poll: wake them
+            await channel.notify(conn, cluster=cluster)  # its replicas may sleep until their poll: wake them
     print(f"unpaused {scope}: claims resume" if was else f"{scope} was not paused")
     return EXIT_OK
 
@@ -186,7 +192,7 @@ async def cmd_release(settings: Settings, args: argparse.Namespace) -> int:
             was = await controls.release(conn, cluster=cluster, namespace=namespace, name=name)
             if not was:
                 await controls.audit(conn, action, affected=0)
-            await outbox.notify(conn, cluster=cluster)
+            await channel.notify(conn, cluster=cluster)
     print(f"released {namespace}/{name}: its rows go on" if was else f"{namespace}/{name} was not held")
     return EXIT_OK
 
@@ -245,3 +251,54 @@ def add_parsers(commands: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--cluster", metavar="NAME", help="default: POD_SWEEPER_CLUSTER")
     add_actor(p)
     p.set_defaults(handler=cmd_release)
+
+
+# --- the breaker's reset and the history's prune: levers too, audited like the rest ------------------
+
+
+async def cmd_prune(settings: Settings, args: argparse.Namespace) -> int:
+    older_than = args.older_than if args.older_than is not None else settings.retention.total_seconds()
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        deleted = await retention.prune(conn, retention_seconds=older_than, batch=args.batch)
+        # Batches commit one by one (they must not hold up the claims): the trail records the pass after.
+        action = controls.Action(args.actor, "prune", {"older_than_seconds": older_than}, "")
+        async with conn.transaction():
+            await controls.audit(conn, action, affected=deleted or 0)
+    if deleted is None:
+        print("another replica is pruning right now; nothing done")
+    else:
+        print(f"deleted {deleted} done row(s) finished more than {older_than:g} s ago")
+    return EXIT_OK
+
+
+async def cmd_reset_breaker(settings: Settings, args: argparse.Namespace) -> int:
+    """Close a cluster's tripped blast-radius breaker (the breaker trips by itself; a person resets it)."""
+    cluster = args.cluster or settings.cluster
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        scope = "every cluster" if args.all_clusters else f"cluster {cluster}"
+        async with conn.transaction():
+            touched = await breaker.reset_breakers(
+                conn, cluster=cluster, all_clusters=args.all_clusters, who=f"{args.actor} (reset-breaker)"
+            )
+            resumed = sorted(name for name, was_tripped in touched.items() if was_tripped)
+            await controls.audit(
+                conn, controls.Action(args.actor, "reset-breaker", {"resumed": resumed}, scope), len(resumed)
+            )
+        still = [b["cluster"] for b in await status.breakers(conn) if b["tripped_at"] is not None]
+        for name in resumed:  # the cluster's replicas sleep until their poll: wake them now
+            await channel.notify(conn, cluster=name)
+    if resumed:
+        print(f"breaker closed, deletes resume in cluster {', '.join(resumed)}")
+    elif cluster not in touched and not args.all_clusters:
+        print(f"cluster {cluster} has no breaker yet (no replica of it has started): nothing to reset")
+    else:
+        print(
+            f"the breaker of cluster {cluster} was not tripped" if not args.all_clusters else "no breaker was tripped"
+        )
+    if still:
+        print(
+            f"still tripped: cluster {', '.join(still)} (`pod-sweeper reset-breaker --cluster NAME`)", file=sys.stderr
+        )
+    return EXIT_OK

@@ -29,7 +29,10 @@ from psycopg.conninfo import make_conninfo
 from pod_sweeper.cli.status_text import render_table
 from pod_sweeper.core.logs import setup_logging
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.store import attach, db, migrations, status
+from pod_sweeper.store import db
+from pod_sweeper.store.admin import attach
+from pod_sweeper.store.reads import status
+from pod_sweeper.store.schema import migrations
 from pod_sweeper.tasks.process.runner import Daemon
 from pod_sweeper.testing.fakekube import FakeKube
 from pod_sweeper.testing.postgres import provide_server

@@ -1,4 +1,4 @@
-"""``pod-sweeper explain`` for on-call: what ``store.explain`` read of one pod, and what happens next and
+"""``pod-sweeper explain`` for on-call: what ``store.reads.explain`` read of one pod, and what happens next and
 when. What happens next is a pure function of the row (:func:`next_step`), so its table is unit-tested
 without a database. Text for people (every value escaped and cut: see ``core.text``), ``--json`` for
 scripts.
@@ -16,7 +16,7 @@ from pod_sweeper.cli.status_text import undo
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.text import printable
 from pod_sweeper.core.waits import DUE, Wait, describe
-from pod_sweeper.store.explain import Story
+from pod_sweeper.store.reads.explain import Story
 
 
 def _age(at: datetime, now: datetime) -> str:

@@ -1,4 +1,4 @@
-"""``pod-sweeper status`` for people and scripts: what ``store.status`` read, as tables for a terminal
+"""``pod-sweeper status`` for people and scripts: what ``store.reads.status`` read, as tables for a terminal
 (every value from the database escaped: see ``core.text``) or as JSON."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.text import printable
-from pod_sweeper.store import rates
+from pod_sweeper.store.sweep import rates
 
 
 def _of(cluster: str) -> str:
@@ -45,7 +45,7 @@ def render_text(status: dict[str, Any]) -> str:
 
 def _outcome(row: dict[str, Any]) -> str | None:
     """A summary line's outcome, with what its count covers: done rows are counted over the last hour,
-    and all of them only as the planner estimates (store/status.py: never a read of the history)."""
+    and all of them only as the planner estimates (store/reads/status.py: never a read of the history)."""
     if row.get("estimated"):
         return "all (planner's estimate)"
     if row.get("counted_since") is not None:

@@ -1,8 +1,10 @@
 """What the API server said, in one shape: an ``Answer`` whose ``said`` is decided by one function
 (``said``) from the HTTP status and the Status ``reason``, or from there being no answer at all.
 
-Every request the daemon makes ends in an ``Answer``: a DELETE returns it, the other calls raise it
-inside a ``kube.errors.KubeError``. What an answer means for a row is not said here (that is the answer
+Every request the daemon makes ends in an ``Answer``: the sweep's DELETE and the outage watch's probe
+return it whatever it says (no answer and, for the DELETE, a failure nobody foresaw included), the
+other calls return it when they succeed (a force delete, an Event) and raise it inside a
+``kube.errors.KubeError`` when they do not (kube/interface.py says which the sweep makes). What an answer means for a row is not said here (that is the answer
 table, ``tasks.rules.answers``); what it says about the server and the credentials is, as properties
 every reader shares (``needs_probe``, ``answered``, ``past_authorization``), so nobody looks at a status
 code again. No I/O: every status is a unit test (tests/unit/test_kube_answer.py).

@@ -22,9 +22,11 @@ from typing import Any
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from loguru import logger
 
 from pod_sweeper.kube.answer import Answer, Said
 from pod_sweeper.kube.errors import KubeError
+from pod_sweeper.kube.interface import PodEvent
 
 
 @dataclass(frozen=True)
@@ -58,19 +60,6 @@ class PodState:
 
 
 EVENT_COMPONENT = "pod-sweeper"
-
-
-@dataclass(frozen=True)
-class PodEvent:
-    """An Event to record on a pod the daemon deleted: why it went, for ``kubectl get events``."""
-
-    namespace: str
-    name: str
-    uid: str
-    reason: str
-    message: str
-    replica: str
-    at: datetime
 
 
 @dataclass(frozen=True)
@@ -190,30 +179,32 @@ class KubeClient:
         _ = response.data  # drain it: the connection goes back to the pool
         return True
 
-    def force_delete(self, namespace: str, name: str, uid: str, *, timeout: float) -> int:
-        """DELETE with gracePeriodSeconds=0, still under the UID precondition."""
+    def force_delete(self, namespace: str, name: str, uid: str, *, timeout: float) -> Answer:
+        """DELETE with gracePeriodSeconds=0, still under the UID precondition: its answer, or a KubeError."""
         body = {"preconditions": {"uid": uid}, "gracePeriodSeconds": 0, "propagationPolicy": "Background"}
         response = self._call(self._core.delete_namespaced_pod, name, namespace, body=body, timeout=timeout)
         _ = response.data
-        return int(response.status)
+        return Answer.of(int(response.status))
 
-    def probe(self, *, timeout: float) -> str | None:
-        """Whether the API server answers at all: None when ``GET /readyz`` gets an answer below 500 (a
-        401 or 403 is an answer: the credentials are the auth gate's business), else why not. Every
-        identity may read /readyz (the default ClusterRole system:public-info-viewer), and it fails
-        when etcd does, so it tells "the server is down" from "this pod's DELETE failed"."""
+    def probe(self, *, timeout: float) -> Answer:
+        """Whether the API server answers at all: the answer of ``GET /readyz``, down (``needs_probe``)
+        when there is none or it is a 5xx (its message then names the failing checks). A 401 or 403 is
+        an answer: the credentials are the auth gate's business. Every identity may read /readyz (the
+        default ClusterRole system:public-info-viewer), and it fails when etcd does, so it tells "the
+        server is down" from "this pod's DELETE failed"."""
         method, url, headers, _, _ = self._api_client.param_serialize("GET", "/readyz", auth_settings=["BearerToken"])
         try:
             response = self._api_client.call_api(method, url, header_params=headers, _request_timeout=timeout)
             body = response.read() or b""
         except ApiException as exc:  # a TLS failure: the client says status 0
-            return f"no answer from the API server: {exc.reason}"[:500]
+            return Answer.none(str(exc.reason), kind="ApiException")
         except _TRANSPORT_ERRORS as exc:
-            return f"no answer from the API server: {type(exc).__name__}: {exc}"[:500]
-        if response.status >= 500:
+            return _unanswered(exc)
+        status = int(response.status)
+        if status >= 500:
             checks = " ".join(line for line in body.decode(errors="replace").splitlines() if "failed" in line)
-            return f"the API server answers GET /readyz with {response.status} {checks}".strip()[:500]
-        return None
+            return Answer.of(status, message=f"the API server answers GET /readyz with {status} {checks}".strip()[:500])
+        return Answer.of(status)
 
     def may(self, verb: str, resource: str, namespace: str | None, *, timeout: float) -> bool:
         """Whether the API server lets us ``verb`` the core ``resource`` in ``namespace`` (None: a
@@ -230,9 +221,9 @@ class KubeClient:
         response = self._call(authorization.create_self_subject_access_review, review, timeout=timeout)
         return bool((json.loads(response.data).get("status") or {}).get("allowed"))
 
-    def record_event(self, event: PodEvent, *, timeout: float) -> int:
-        """Create a core/v1 Event on the pod (what ``kubectl get events`` and ``describe`` show);
-        returns the HTTP status. Its name is the pod's plus a time in hex, as client-go names them."""
+    def record_event(self, event: PodEvent, *, timeout: float) -> Answer:
+        """Create a core/v1 Event on the pod (what ``kubectl get events`` and ``describe`` show): the
+        answer, or a KubeError. Its name is the pod's plus a time in hex, as client-go names them."""
         stamp = event.at.strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "metadata": {"name": f"{event.name[:200]}.{time.time_ns():x}", "namespace": event.namespace},
@@ -256,13 +247,22 @@ class KubeClient:
         }
         response = self._call(self._core.create_namespaced_event, event.namespace, body, timeout=timeout)
         _ = response.data
-        return int(response.status)
+        return Answer.of(int(response.status))
 
     def delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool = False) -> Answer:
         """DELETE under the UID, and what the server said to it, whatever that was (no answer
         included): it never raises for the server. After a 409 Conflict a GET says who holds the name
         now (``holder_uid``); when the GET itself fails, its answer is the request's. With ``dry_run``
-        the DELETE goes with dryRun=All: the API server validates it and changes nothing."""
+        the DELETE goes with dryRun=All: the API server validates it and changes nothing. A failure
+        nobody foresaw (a bug) is logged with its stack and answered as ``unforeseen``, which the answer
+        table keeps the row through."""
+        try:
+            return self._delete_pod(namespace, name, uid, timeout=timeout, dry_run=dry_run)
+        except Exception as exc:
+            logger.opt(exception=exc).error("unexpected error deleting pod {ns}/{pod}", ns=namespace, pod=name)
+            return Answer.unforeseen(exc)
+
+    def _delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool) -> Answer:
         body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
         if dry_run:
             body["dryRun"] = ["All"]

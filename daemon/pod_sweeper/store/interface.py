@@ -2,9 +2,12 @@
 each one connection's worth of the outbox for one cluster and one replica.
 
 The claimer and the recorder (and the sweeper's goodbye NOTIFY) reach the database only through these
-methods, so the pipeline can run on another store: ``store.outbox.OutboxStore`` is the real one,
+methods, so the pipeline can run on another store: ``store.sweep.pgstore.OutboxStore`` is the real one,
 PostgreSQL through the pool; the test tree's ``harness.memstore.MemoryStore`` keeps rows in memory on a fake clock, for
 unit tests of the tasks, and is held to the real one by tests/integration/test_store_contract.py.
+
+The interface names no database library: its rows are ``store.rows``' and its one failure is
+``StoreError``, which the PostgreSQL store raises from psycopg's errors (the cause kept).
 """
 
 from __future__ import annotations
@@ -12,11 +15,17 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
-from pod_sweeper.store.outbox import AtClaim, BreakerWindow, ClaimedBatch, Verdict
+from pod_sweeper.store.rows import AtClaim, BreakerWindow, ClaimedBatch, Verdict
+
+
+class StoreError(Exception):
+    """The store could not do what it was asked (the database failed, or no connection could be had
+    in time): the pipeline's tasks count it, log its one line and try again. ``__cause__`` holds the
+    database's own error."""
 
 
 class SweepSession(Protocol):
-    """One connection's worth of one cluster's outbox, as one replica sees it (see ``store.outbox`` for
+    """One connection's worth of one cluster's outbox, as one replica sees it (see ``store.sweep.outbox`` for
     what each statement does)."""
 
     def transaction(self) -> AbstractAsyncContextManager[object]:
@@ -71,11 +80,12 @@ class SweepSession(Protocol):
 
 class SweepStore(Protocol):
     def session(self) -> AbstractAsyncContextManager[SweepSession]:
-        """A session for as long as the block runs (a pooled connection, for the real store)."""
+        """A session for as long as the block runs (a pooled connection, for the real store). A failure
+        of the store, getting the session or inside the block, comes out as ``StoreError``."""
         ...
 
     def rediscover_in(self) -> float | None:
-        """Seconds until the next claim reads from the start of the claim index (store/cursor.py), so
+        """Seconds until the next claim reads from the start of the claim index (store/sweep/cursor.py), so
         the claimer sleeps no longer than that: a row below the floor (rows a pause kept, a long host
         transaction's) is found then, not at the next poll. None: the store keeps no floor."""
         ...

@@ -1,8 +1,12 @@
-"""Owner of every SQL statement the daemon and the CLI run.
+"""Owner of every fixed SQL statement the daemon and the CLI run: each lives in ``sql/*.sql``, loaded
+by name, so that DBAs can read (and EXPLAIN) exactly what runs; read-only queries meant for people
+live in ``sql/dba/``. Also the channel's name and the advisory lock keys.
 
-Statements live in ``sql/*.sql`` files, loaded by name, so that DBAs can read (and EXPLAIN) exactly
-what runs; read-only queries meant for people live in ``sql/dba/``. Statements built from identifiers
-(the attach mapping) are composed here too, always through ``psycopg.sql.Identifier``.
+Statements that name a host's own tables and columns cannot be fixed files: they are composed, always
+through ``psycopg.sql.Identifier`` with values as parameters, by the module that owns those names:
+store/admin/attach.py (the trigger and its function), store/admin/enqueue_rule.py and
+store/admin/backfill.py (the enqueue rule), store/sweep/recheck.py and store/reads/explain.py (reads of
+the host's table), store/schema/roles.py (grants to a role named on the command line).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``attach`` and ``detach``: install or remove the enqueue trigger on a host table.
 
 The trigger function is generated per attachment with the host's column names baked in (no dynamic
-SQL per row; the call and the conditions are ``store.enqueue_rule``'s, which backfill uses too), and
+SQL per row; the call and the conditions are ``store.admin.enqueue_rule``'s, which backfill uses too), and
 three triggers call it: INSERT, UPDATE and DELETE, each with a WHEN clause so that
 the many updates that retire nothing never even enter PL/pgSQL. Every name goes through
 ``psycopg.sql.Identifier``; the generated function body reaches the server as a string literal, so a
@@ -19,7 +19,8 @@ from psycopg import sql
 
 from pod_sweeper.core.errors import AttachError, ConfigError
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
-from pod_sweeper.store import enqueue_rule, queries
+from pod_sweeper.store import queries
+from pod_sweeper.store.admin import enqueue_rule
 from pod_sweeper.store.db import Connection
 
 ROLES = ("sandbox_id", "generation", "pod_namespace", "pod_name", "pod_uid", "active")

@@ -2,7 +2,7 @@
 ``attach``), so that "retired implies pod deleted" holds for the past too.
 
 Backfill enqueues exactly as the trigger does: the same condition (a retired row that names a UID) and
-the same call of ``pod_sweeper.enqueue``, both from ``store.enqueue_rule``, so a row the trigger would
+the same call of ``pod_sweeper.enqueue``, both from ``store.admin.enqueue_rule``, so a row the trigger would
 reject (a NULL or empty field, a malformed UID, an empty cluster) is recorded in
 ``pod_sweeper.rejects`` here too, with ``reason = 'backfill'``, and counted in the result. One
 statement per attached table, in the caller's transaction; a UID that already has an outbox row (open
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from psycopg import sql
 
-from pod_sweeper.store import attach, enqueue_rule
+from pod_sweeper.store.admin import attach, enqueue_rule
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.recheck import Attachment, load_attachments
+from pod_sweeper.store.sweep.recheck import Attachment, load_attachments
 
 REASON = "backfill"
 SAMPLE = 20

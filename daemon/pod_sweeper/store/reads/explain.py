@@ -14,9 +14,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pod_sweeper.store import queries, waits
+from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.recheck import Attachment, host_names, load_attachments
+from pod_sweeper.store.reads import waits
+from pod_sweeper.store.sweep.recheck import Attachment, host_names, load_attachments
 
 OPEN = ("pending", "claimed")
 

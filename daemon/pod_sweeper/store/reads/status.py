@@ -13,8 +13,10 @@ from typing import Any
 
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.waits import RULES, Wait
-from pod_sweeper.store import outbox, queries, rates, waits
+from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
+from pod_sweeper.store.reads import waits
+from pod_sweeper.store.sweep import outbox, rates
 
 
 async def breakers(conn: Connection) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from psycopg import sql
 
 from pod_sweeper.core.errors import AttachError, MigrationError, first_line
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.recheck import load_attachments
+from pod_sweeper.store.sweep.recheck import load_attachments
 
 
 def password_verifier(conn: Connection, role: str, password: str) -> str:

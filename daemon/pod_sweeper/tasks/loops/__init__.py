@@ -1,3 +1,4 @@
 """The side loops beside the pipeline: the ``listener`` (LISTEN/NOTIFY), the ``outage`` watch of the API
 server, the ``surge`` watch that trips the breaker, the ``confirmer`` of terminating pods, the
-``reconciler`` and the ``events`` sender."""
+``reconciler``, the ``events`` sender, ``retention`` (the done history past its age) and the
+``schema_watch`` (the ledger read again while the replica runs)."""

@@ -25,8 +25,8 @@ from pod_sweeper.kube.answer import Said
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.errors import KubeError
 from pod_sweeper.kube.scope import NamespaceScope
-from pod_sweeper.store import terminating
 from pod_sweeper.store.db import Connection
+from pod_sweeper.store.sweep import terminating
 from pod_sweeper.tasks.loops.outage import OutageWatch
 
 BATCH = 50
@@ -115,7 +115,7 @@ class Confirmer:
             if await asyncio.to_thread(self.kube.node_exists, node, timeout=timeout):
                 return  # its kubelet may still finish it: never force
             started = time.monotonic()
-            status = await asyncio.to_thread(self.kube.force_delete, namespace, name, uid, timeout=timeout)
+            answer = await asyncio.to_thread(self.kube.force_delete, namespace, name, uid, timeout=timeout)
         except KubeError as exc:
             if exc.answer.said not in (Said.NOT_FOUND, Said.CONFLICT):
                 logger.warning("force-deleting {ns}/{pod} must wait: {error}", ns=namespace, pod=name, error=str(exc))
@@ -131,6 +131,6 @@ class Confirmer:
             pod=name,
             uid=uid,
             node=node,
-            status=status,
+            status=answer.status,
             ms=(time.monotonic() - started) * 1000,
         )

@@ -25,9 +25,9 @@ from loguru import logger
 from pod_sweeper.core.backoff import TokenBucket
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import KubeClient, PodEvent
 from pod_sweeper.kube.errors import KubeError
-from pod_sweeper.store.outbox import Claim
+from pod_sweeper.kube.interface import PodEvent, SweepKube
+from pod_sweeper.store.rows import Claim
 from pod_sweeper.tasks.loops.outage import OutageWatch
 
 QUEUE_SIZE = 1000  # Events waiting to be sent; more are dropped (and counted)
@@ -39,7 +39,7 @@ LAST_SEND_GRACE = 1.0
 
 
 class EventRecorder:
-    def __init__(self, settings: Settings, kube: KubeClient, metrics: Metrics, outage: OutageWatch) -> None:
+    def __init__(self, settings: Settings, kube: SweepKube, metrics: Metrics, outage: OutageWatch) -> None:
         self.settings, self.kube, self.metrics, self.outage = settings, kube, metrics, outage
         self.queue: asyncio.Queue[PodEvent] = asyncio.Queue(maxsize=QUEUE_SIZE)
         self.bucket = TokenBucket(settings.events_qps, max(1, round(settings.events_qps * 5)))

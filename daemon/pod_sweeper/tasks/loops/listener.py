@@ -25,8 +25,9 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import DatabaseUnavailable, first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.store import db, outbox
+from pod_sweeper.store import db
 from pod_sweeper.store.db import Connection
+from pod_sweeper.store.sweep import channel
 
 
 class ListenerDeaf(Exception):
@@ -59,7 +60,7 @@ class Listener:
                 conn = await db.connect(
                     self.settings, application_name="pod-sweeper-listener", conninfo=self.settings.listen_conninfo()
                 )
-                await outbox.listen(conn, cluster=self.settings.cluster)
+                await channel.listen(conn, cluster=self.settings.cluster)
                 self.healthy = True
                 self.listening.set()
                 failures = 0
@@ -106,4 +107,4 @@ class Listener:
                 expected_by = now + interval
                 next_ping = now + interval
                 async with self.pool.connection() as other:
-                    await outbox.notify(other, expected, cluster=self.settings.cluster)
+                    await channel.notify(other, expected, cluster=self.settings.cluster)

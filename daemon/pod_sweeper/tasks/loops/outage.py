@@ -32,9 +32,9 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import KubeClient
-from pod_sweeper.store import outbox
+from pod_sweeper.kube.interface import SweepKube
 from pod_sweeper.store.db import Connection
+from pod_sweeper.store.sweep import outages
 from pod_sweeper.tasks.rules.gates import OutageGate
 
 # The database row is written with this connection timeout: an outage of the API server is often a
@@ -47,7 +47,7 @@ class OutageWatch:
         self,
         settings: Settings,
         pool: AsyncConnectionPool[Connection],
-        kube: KubeClient,
+        kube: SweepKube,
         metrics: Metrics,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -100,9 +100,9 @@ class OutageWatch:
 
     async def _probe_once(self) -> None:
         started = self._clock()
-        reason = await asyncio.to_thread(self.kube.probe, timeout=self.settings.request_timeout)
-        if reason is not None:
-            self._close(reason)
+        answer = await asyncio.to_thread(self.kube.probe, timeout=self.settings.request_timeout)
+        if answer.needs_probe:  # no answer, or a 5xx: the server is down
+            self._close(str(answer))
         elif self.gate.open:
             self.answered(started)
         else:
@@ -140,20 +140,20 @@ class OutageWatch:
         """Probe once at start; then, while the gate is closed, probe after each backoff until the server
         answers, and keep the outage's row in the database current."""
         where = {"cluster": self.settings.cluster, "replica": self.settings.replica_id}
-        await self._write(outbox.clear_outage, **where)  # a row a previous process of this replica left
+        await self._write(outages.clear_outage, **where)  # a row a previous process of this replica left
         await self._probe()
         recorded = False
         while True:
             if self.gate.open:
                 if recorded:
-                    await self._write(outbox.clear_outage, **where)
+                    await self._write(outages.clear_outage, **where)
                     recorded = False
                 self._changed.clear()
                 await self._changed.wait()
                 continue
             since = self.gate.since if self.gate.since is not None else self._clock()
             await self._write(
-                outbox.record_outage, **where, reason=self.gate.reason or "", closed_for=self._clock() - since
+                outages.record_outage, **where, reason=self.gate.reason or "", closed_for=self._clock() - since
             )
             recorded = True
             await periodic.pause(self.gate.wait())

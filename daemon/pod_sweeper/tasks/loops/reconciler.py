@@ -34,9 +34,9 @@ from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.api import KubeClient, PodState
 from pod_sweeper.kube.errors import KubeError
-from pod_sweeper.store import quarantine
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.recheck import Attachment, Generation, generations, load_attachments
+from pod_sweeper.store.sweep import quarantine
+from pod_sweeper.store.sweep.recheck import Attachment, Generation, generations, load_attachments
 from pod_sweeper.tasks.loops.outage import OutageWatch
 
 _BIGINT = 2**63

@@ -24,8 +24,8 @@ from psycopg_pool import AsyncConnectionPool
 from pod_sweeper.core import periodic
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.store import outbox, rates
 from pod_sweeper.store.db import Connection
+from pod_sweeper.store.sweep import breaker, rates
 from pod_sweeper.tasks.rules.gates import BreakerGate
 from pod_sweeper.tasks.rules.surge import BASELINE_SECONDS, SURGE_INTERVAL, SURGE_WINDOW, Baseline, SurgeRules, judge
 
@@ -69,7 +69,7 @@ class SurgeWatch:
             if reason is None:
                 self.baseline.learn(seen.rate, elapsed)
                 return None
-            await outbox.trip_breaker(conn, cluster, reason, self.settings.replica_id)
+            await breaker.trip_breaker(conn, cluster, reason, self.settings.replica_id)
         self.breaker.observe(reason)
         logger.critical("blast-radius breaker tripped, no more deletes: {reason}", reason=reason)
         return reason

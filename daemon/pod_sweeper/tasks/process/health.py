@@ -32,8 +32,10 @@ from pod_sweeper.core import periodic
 from pod_sweeper.core.errors import ConfigError, first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.waits import ROW_ORDER, RULES, Seen, Wait, WaitLog, unready
-from pod_sweeper.store import controls, outbox, rates, waits
+from pod_sweeper.store.admin import controls
 from pod_sweeper.store.db import Connection
+from pod_sweeper.store.reads import waits
+from pod_sweeper.store.sweep import gauges, outbox, rates
 
 # The loop beats every second; livez fails after this many seconds without a beat.
 LIVENESS_GRACE_SECONDS = 15.0
@@ -174,14 +176,14 @@ class HealthServer:
 def _set_cluster_gauges(
     metrics: Metrics,
     clusters_seen: set[str],
-    by_cluster: list[outbox.ClusterGauges],
+    by_cluster: list[gauges.ClusterGauges],
     by_rate: dict[str, rates.ClusterRates],
 ) -> set[str]:
     """Each cluster's gauges as read; a cluster with nothing left to show reads 0 (not the last value
     it had). Returns every cluster seen so far."""
     current = {c.cluster: c for c in by_cluster}
     for name in clusters_seen | set(current):
-        row = current.get(name, outbox.ClusterGauges(name))
+        row = current.get(name, gauges.ClusterGauges(name))
         metrics.cluster_lag.labels(name).set(row.oldest_claimable_seconds)
         metrics.cluster_pending.labels(name).set(row.pending)
         metrics.cluster_dead.labels(name).set(row.dead)
@@ -255,8 +257,8 @@ async def refresh_gauges(
                 now = time.monotonic()
                 if open_rows_due(held_for, None if open_read_at is None else now - open_read_at):
                     open_read_at = now
-                    lag = await outbox.lag(conn)
-                    by_cluster = await outbox.cluster_gauges(conn)
+                    lag = await gauges.lag(conn)
+                    by_cluster = await gauges.cluster_gauges(conn)
                     by_rate = {r.cluster: r for r in await rates.cluster_rates(conn)}
                     rows_waiting = await waits.by_cluster(conn, guard)
                     _set_waiting_rows(metrics, clusters_seen | {c.cluster for c in by_cluster}, rows_waiting)

@@ -23,29 +23,33 @@ import os
 import signal
 import time
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from kubernetes import client
 from loguru import logger
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pod_sweeper.core import failpoints, periodic
+from pod_sweeper.core import failpoints
 from pod_sweeper.core.backoff import Backoff
-from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable, SchemaError
+from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, DatabaseUnavailable
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.waits import Wait
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.kube.scope import NamespaceScope
-from pod_sweeper.store import attach, controls, db, migrations, outbox
-from pod_sweeper.store.outbox import OutboxStore
-from pod_sweeper.store.recheck import Attachment, load_attachments
+from pod_sweeper.store import db
+from pod_sweeper.store.schema import migrations
+from pod_sweeper.store.sweep import outbox
+from pod_sweeper.store.sweep.pgstore import OutboxStore
+from pod_sweeper.store.sweep.recheck import Attachment, load_attachments
 from pod_sweeper.tasks.loops.confirmer import Confirmer
 from pod_sweeper.tasks.loops.listener import Listener
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.loops.reconciler import Reconciler
+from pod_sweeper.tasks.loops.retention import Retention
+from pod_sweeper.tasks.loops.schema_watch import SchemaWatch, count_attached
 from pod_sweeper.tasks.loops.surge import SurgeWatch
 from pod_sweeper.tasks.process.health import Health, HealthServer, refresh_gauges
 from pod_sweeper.tasks.process.sdnotify import Notifier
@@ -62,14 +66,40 @@ STALL_MARGIN_SECONDS = 10.0
 # HTTP connections to the API server beyond one per worker: the Events task, the outage probe, the
 # confirmer and the reconciliation pass each send from a thread of their own.
 KUBE_CONNECTIONS_BESIDE_THE_WORKERS = 4
-RETENTION_INTERVAL_SECONDS = 60.0
-SCHEMA_WATCH_SECONDS = 30.0  # how often a running replica reads the schema ledger again
-RETENTION_BATCH = 1000
-RETENTION_PAUSE_SECONDS = 0.1
 
 
 class _Stop(Exception):
     """Raised by the shutdown watcher to end the task group once the drain is done."""
+
+
+@dataclass
+class _Opened:
+    """What the start-up opened so far, for ``Daemon.run`` to close on the way out."""
+
+    kube: KubeClient | None = None
+    pool: AsyncConnectionPool[db.Connection] | None = None
+
+
+@dataclass(frozen=True)
+class _Started:
+    """What a finished start-up hands the wiring."""
+
+    pool: AsyncConnectionPool[db.Connection]
+    kube: KubeClient
+    version: int  # the schema's
+    attachments: dict[int, Attachment]
+
+
+@dataclass(frozen=True)
+class _Wired:
+    """The pipeline and the parts the task group needs besides it."""
+
+    started: _Started
+    sweeper: Sweeper
+    listener: Listener | None
+    outage: OutageWatch
+    schema: SchemaGate
+    breaker: BreakerGate
 
 
 async def _named(name: str, coro: Coroutine[Any, Any, None]) -> None:
@@ -156,177 +186,135 @@ class Daemon:
         return None
 
     async def run(self) -> int:
-        loop = asyncio.get_running_loop()
+        """The process, in its steps: the probes first, then the start-up (each step a person may have
+        to fix goes through the ``StartGate``), the wiring of the pipeline and its watches, and the task
+        group until a stop; whatever was opened is closed on the way out."""
         if self.handle_signals:
+            loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
-        pool: AsyncConnectionPool[db.Connection] | None = None
-        kube: KubeClient | None = None
         # The probes first: with POD_SWEEPER_ON_START_ERROR=wait, /livez answers while a start-up
         # error waits for a person (tasks/process/startup.py), so a sidecar's pod starts all the same.
         if self.settings.http_port:
             self.http = HealthServer(self.settings.http_host, self.settings.http_port, self.health, self.metrics)
             self.http.start()
         heart = asyncio.create_task(self._heartbeat(), name="heartbeat")
-        gate = StartGate(self.settings.on_start_error, self.health, self.metrics, self.stop_requested)
+        opened = _Opened()
         try:
-            configuration = await gate.step("kubeconfig", self._kube_configuration)
-            # No URL is a configuration error (exit 2, or a wait), before anything starts.
-            if configuration is None or await gate.step("database_url", self._database_url) is None:
+            started = await self._start(opened)
+            if started is None:
                 return EXIT_OK
-            kube = KubeClient(configuration)
-            if armed := failpoints.arm(self.settings.failpoints):
-                logger.warning(
-                    "failpoints armed: {points} ({spec}); this process will kill, raise in or stall itself on "
-                    "purpose: for chaos tests only",
-                    points=", ".join(armed),
-                    spec=self.settings.failpoints,
-                )
-            self.metrics.failpoints_armed.set(len(armed))
-            self.notifier.status("connecting to the database")
-            pool = await self._open_pool()
-            if pool is None:
-                return EXIT_OK
-            version = await gate.step("schema", lambda: self._check_schema(pool))
-            if version is None:
-                return EXIT_OK
-            # A role the schema's owner has not granted yet (a first install whose replicas start
-            # before anyone ran `grant`) waits here like a schema that is behind, instead of exiting 1.
-            attachments = await gate.step("privileges", lambda: self._first_reads(pool))
-            if attachments is None:
-                return EXIT_OK
-            self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True
-            outage = OutageWatch(self.settings, pool, kube, self.metrics)
-            schema = SchemaGate(self.metrics.schema_incompatible)
-            store = OutboxStore(
-                pool,
-                cluster=self.settings.cluster,
-                replica=self.settings.replica_id,
-                attachments=attachments,
-                due_horizon=self.settings.poll_interval,  # the claimer sleeps no longer than this anyway
-                guard=self.settings.guard_standbys,
-            )
-            breaker = BreakerGate(self.metrics.breaker_tripped.labels(self.settings.cluster))
-            sweeper = Sweeper(
-                self.settings,
-                store,
-                kube,
-                outage=outage,
-                metrics=self.metrics,
-                schema=schema,
-                breaker=breaker,
-            )
-            listener = Listener(self.settings, pool, sweeper.notify, self.metrics) if self.settings.listens else None
-            self.sweeper, self.listener, self.outage = sweeper, listener, outage
-            self._watch(sweeper, listener, outage)
-            logger.info(
-                "pod-sweeper running as {replica} for cluster {cluster}, schema version {version}, {mode}; "
-                "deletes in {scope}",
-                replica=self.settings.replica_id,
-                cluster=self.settings.cluster,
-                version=version,
-                mode=self.settings.wakeup_mode() + (", DRY RUN: nothing is deleted" if self.settings.dry_run else ""),
-                scope=NamespaceScope(self.settings.namespaces).describe(),
-            )
-            failed = False
-            try:
-                async with asyncio.TaskGroup() as group:
-                    if listener is not None:
-                        group.create_task(_named("listener", listener.run()), name="listener")
-                    group.create_task(_named("outage watch", outage.run()), name="outage watch")
-                    group.create_task(_named("sweeper", sweeper.run()), name="sweeper")
-                    group.create_task(_named("readiness", self._become_ready(sweeper, listener)), name="readiness")
-                    group.create_task(_named("shutdown", self._shutdown_when_asked(sweeper)), name="shutdown")
-                    group.create_task(_named("retention", self._retention(pool)), name="retention")
-                    group.create_task(_named("schema watch", self._watch_schema(pool, schema)), name="schema watch")
-                    if SurgeRules.of(self.settings).watched:
-                        surge = SurgeWatch(self.settings, pool, breaker, self.metrics)
-                        group.create_task(_named("surge watch", surge.run()), name="surge watch")
-                    confirmer = Confirmer(self.settings, pool, kube, self.metrics, outage)
-                    group.create_task(_named("confirmer", confirmer.run()), name="confirmer")
-                    if self.settings.reconcile:
-                        reconciler = Reconciler(self.settings, pool, kube, self.metrics, outage)
-                        group.create_task(_named("reconciler", reconciler.run()), name="reconciler")
-                    group.create_task(
-                        _named(
-                            "gauges",
-                            refresh_gauges(
-                                pool,
-                                self.metrics,
-                                self.health,
-                                GAUGE_REFRESH_SECONDS,
-                                self.settings.cluster,
-                                self.settings.guard_standbys,
-                            ),
-                        ),
-                        name="gauges",
-                    )
-            except* _Stop:
-                pass
-            except* Exception:
-                failed = True
-            if failed:
-                return EXIT_FAILURE
-            logger.info("stopped cleanly")
-            return EXIT_OK
+            return await self._run_tasks(self._wire(started))
         finally:
             heart.cancel()
             self.notifier.close()
             if self.http is not None:
                 self.http.close()
-            if pool is not None:
-                await pool.close()
-            if kube is not None:
-                kube.close()
+            if opened.pool is not None:
+                await opened.pool.close()
+            if opened.kube is not None:
+                opened.kube.close()
 
-    async def _watch_schema(self, pool: AsyncConnectionPool[db.Connection], gate: SchemaGate) -> None:
-        """Read the schema ledger again every SCHEMA_WATCH_SECONDS, not only at start: a newer release's
-        migrate may run beside this replica. A newer schema that declares this release readable is a
-        log line and a gauge; one this release may not run on closes the gate, so no claim is made, and
-        says so; a fit one opens it again."""
-        known = migrations.expected_version()
-        self.metrics.schema_version.labels("replica").set(known)
-        seen = known
-
-        async def look() -> None:
-            nonlocal seen
-            async with pool.connection() as conn:
-                try:
-                    version = await migrations.check_schema(conn)
-                except SchemaError as exc:
-                    if gate.open:
-                        logger.error("no longer claiming: {error}", error=str(exc))
-                    gate.observe(str(exc))
-                    self.health.schema_error = str(exc)
-                    return
-                await self._count_attached(conn)
-            if not gate.open:
-                logger.info("the schema is one this replica may run on again (version {v}): claiming", v=version)
-            gate.observe(None)
-            self.health.schema_error = None
-            self.metrics.schema_version.labels("database").set(version)
-            if version != seen and version > known:
-                logger.info(
-                    "the database's schema is at {v}, newer than this replica's {known}, and declares it may run"
-                    " on it: running on (upgrade it when you can)",
-                    v=version,
-                    known=known,
-                )
-            seen = version
-
-        await periodic.every(lambda: SCHEMA_WATCH_SECONDS, "schema watch", look, expected=(psycopg.Error,))
-
-    async def _count_attached(self, conn: db.Connection, *, at_start: bool = False) -> None:
-        """How many attached tables feed this replica's cluster, in a gauge; none is said at start, as an
-        install half done (docs/operations.md: every install path ends with `attach`)."""
-        tables = await attach.feeding(conn, cluster=self.settings.cluster)
-        self.metrics.attached_tables.set(len(tables))
-        if at_start and not tables:
-            logger.error(
-                "no table is attached for cluster {cluster}: no retire reaches the outbox and nothing will be"
-                " swept; run `pod-sweeper attach --table SCHEMA.TABLE` as the schema's owner",
-                cluster=self.settings.cluster,
+    async def _start(self, opened: _Opened) -> _Started | None:
+        """Start-up, in the order readiness needs (the module's docstring): the Kubernetes configuration,
+        the database URL, the pool (retried until it opens), the schema, the first reads. None: the
+        process is to end with 0 (a stop asked for while a step waited). What it opens goes in
+        ``opened``, for ``run`` to close whatever happens."""
+        gate = StartGate(self.settings.on_start_error, self.health, self.metrics, self.stop_requested)
+        configuration = await gate.step("kubeconfig", self._kube_configuration)
+        # No URL is a configuration error (exit 2, or a wait), before anything starts.
+        if configuration is None or await gate.step("database_url", self._database_url) is None:
+            return None
+        opened.kube = kube = KubeClient(configuration)
+        if armed := failpoints.arm(self.settings.failpoints):
+            logger.warning(
+                "failpoints armed: {points} ({spec}); this process will kill, raise in or stall itself on "
+                "purpose: for chaos tests only",
+                points=", ".join(armed),
+                spec=self.settings.failpoints,
             )
+        self.metrics.failpoints_armed.set(len(armed))
+        self.notifier.status("connecting to the database")
+        opened.pool = pool = await self._open_pool()
+        if pool is None:
+            return None
+        version = await gate.step("schema", lambda: self._check_schema(pool))
+        if version is None:
+            return None
+        # A role the schema's owner has not granted yet (a first install whose replicas start
+        # before anyone ran `grant`) waits here like a schema that is behind, instead of exiting 1.
+        attachments = await gate.step("privileges", lambda: self._first_reads(pool))
+        if attachments is None:
+            return None
+        self.health.database_ok, self.health.database_error, self.health.schema_ok = True, None, True
+        return _Started(pool, kube, version, attachments)
+
+    def _wire(self, started: _Started) -> _Wired:
+        """The pipeline and its watches, each handed what it needs; readiness told where to look."""
+        settings, pool, kube = self.settings, started.pool, started.kube
+        outage = OutageWatch(settings, pool, kube, self.metrics)
+        schema = SchemaGate(self.metrics.schema_incompatible)
+        store = OutboxStore(
+            pool,
+            cluster=settings.cluster,
+            replica=settings.replica_id,
+            attachments=started.attachments,
+            due_horizon=settings.poll_interval,  # the claimer sleeps no longer than this anyway
+            guard=settings.guard_standbys,
+        )
+        breaker = BreakerGate(self.metrics.breaker_tripped.labels(settings.cluster))
+        sweeper = Sweeper(settings, store, kube, outage=outage, metrics=self.metrics, schema=schema, breaker=breaker)
+        listener = Listener(settings, pool, sweeper.notify, self.metrics) if settings.listens else None
+        self.sweeper, self.listener, self.outage = sweeper, listener, outage
+        self._watch(sweeper, listener, outage)
+        logger.info(
+            "pod-sweeper running as {replica} for cluster {cluster}, schema version {version}, {mode}; "
+            "deletes in {scope}",
+            replica=settings.replica_id,
+            cluster=settings.cluster,
+            version=started.version,
+            mode=settings.wakeup_mode() + (", DRY RUN: nothing is deleted" if settings.dry_run else ""),
+            scope=NamespaceScope(settings.namespaces).describe(),
+        )
+        return _Wired(started, sweeper, listener, outage, schema, breaker)
+
+    def _said_of_schema(self, error: str | None) -> None:
+        self.health.schema_error = error
+
+    async def _run_tasks(self, wired: _Wired) -> int:
+        """The named tasks in one group until the shutdown watcher ends it (exit 0) or one dies (exit 1,
+        the others cancelled, a line naming it)."""
+        settings, pool, kube, metrics = self.settings, wired.started.pool, wired.started.kube, self.metrics
+        sweeper, listener, outage = wired.sweeper, wired.listener, wired.outage
+        tasks: dict[str, Coroutine[Any, Any, None]] = {}
+        if listener is not None:
+            tasks["listener"] = listener.run()
+        tasks["outage watch"] = outage.run()
+        tasks["sweeper"] = sweeper.run()
+        tasks["readiness"] = self._become_ready(sweeper, listener)
+        tasks["shutdown"] = self._shutdown_when_asked(sweeper)
+        tasks["retention"] = Retention(settings, pool, metrics).run()
+        tasks["schema watch"] = SchemaWatch(settings, pool, metrics, wired.schema, self._said_of_schema).run()
+        if SurgeRules.of(settings).watched:
+            tasks["surge watch"] = SurgeWatch(settings, pool, wired.breaker, metrics).run()
+        tasks["confirmer"] = Confirmer(settings, pool, kube, metrics, outage).run()
+        if settings.reconcile:
+            tasks["reconciler"] = Reconciler(settings, pool, kube, metrics, outage).run()
+        guard = settings.guard_standbys
+        tasks["gauges"] = refresh_gauges(pool, metrics, self.health, GAUGE_REFRESH_SECONDS, settings.cluster, guard)
+        failed = False
+        try:
+            async with asyncio.TaskGroup() as group:
+                for name, coro in tasks.items():
+                    group.create_task(_named(name, coro), name=name)
+        except* _Stop:
+            pass
+        except* Exception:
+            failed = True
+        if failed:
+            return EXIT_FAILURE
+        logger.info("stopped cleanly")
+        return EXIT_OK
 
     async def _kube_configuration(self) -> client.Configuration:
         return load_configuration(
@@ -350,7 +338,7 @@ class Daemon:
             with migrations.privileges_of(conn):
                 await outbox.cluster_rows(conn, cluster=self.settings.cluster, owner=self.settings.replica_id)
                 attachments = await load_attachments(conn)
-                await self._count_attached(conn, at_start=True)
+                await count_attached(conn, self.settings, self.metrics, at_start=True)
                 if not self.settings.dry_run:
                     shadow = sorted(self.settings.dry_run_namespaces or ())
                     reopened = await outbox.reopen_dry_run(conn, cluster=self.settings.cluster, keep=shadow)
@@ -374,26 +362,6 @@ class Daemon:
         self.notifier.stopping()
         await sweeper.drain(time.monotonic() + self.settings.shutdown_timeout)
         raise _Stop
-
-    async def _retention(self, pool: AsyncConnectionPool[db.Connection]) -> None:
-        """Delete done rows older than POD_SWEEPER_RETENTION, a batch at a time, one replica at a time."""
-        retention = self.settings.retention.total_seconds()
-
-        async def prune() -> None:
-            # A connection per batch, given back during the pause between batches: the pass never holds
-            # one of the pool's connections (sized in pool_size) for longer than a batch's statement.
-            while True:
-                async with pool.connection() as conn:
-                    deleted = await outbox.prune_batch(conn, retention_seconds=retention, batch=RETENTION_BATCH)
-                self.metrics.pruned.inc(deleted or 0)
-                if deleted is None or deleted < RETENTION_BATCH:
-                    break
-                await periodic.pause(RETENTION_PAUSE_SECONDS)  # lets the claims and the records through
-            async with pool.connection() as conn:
-                await outbox.prune_outages(conn)
-                await controls.prune_audit(conn, keep_seconds=self.settings.audit_retention.total_seconds())
-
-        await periodic.every(lambda: RETENTION_INTERVAL_SECONDS, "retention pass", prune, expected=(psycopg.Error,))
 
     def _status_line(self) -> str:
         m = self.metrics
@@ -477,7 +445,7 @@ POOL_USERS = {
     "retention": 1,  # one batch at a time (given back during the pause between batches)
     "confirmer": 1,  # terminating pods due, and their confirmations
     "outage watch": 1,  # the outage's row, while one lasts
-    "schema watch": 1,  # the ledger, every SCHEMA_WATCH_SECONDS
+    "schema watch": 1,  # the ledger, every tasks/loops/schema_watch.py SCHEMA_WATCH_SECONDS
 }
 RECONCILER_CONNECTIONS = 1  # the reconciliation pass holds one for its whole pass
 

@@ -37,15 +37,18 @@ from types import MappingProxyType
 from prometheus_client import Gauge
 
 from pod_sweeper.core.backoff import Backoff
-from pod_sweeper.store.outbox import BreakerWindow
+from pod_sweeper.kube.answer import Answer
+from pod_sweeper.store.rows import BreakerWindow
 
 
 @dataclass(frozen=True)
 class Refusal:
-    """A 401 or 403 as its gate took it: how long the row waits, and what is wrong (for ``last_error``)."""
+    """A 401 or 403 as its gate took it: how long the row waits, what is wrong (for ``last_error``) and
+    the status of the answer that closed the gate (for ``last_http_status``)."""
 
     delay: float
     error: str
+    status: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,13 +88,13 @@ class AuthGate:
     def error(self) -> str | None:
         return self._state.error
 
-    def refused(self, message: str) -> Refusal:
-        """Kubernetes did not accept the credentials (401): close for a while."""
+    def refused(self, answer: Answer) -> Refusal:
+        """Kubernetes did not accept the credentials (a 401 ``answer``): close for a while."""
         failures = self._state.failures + 1
         delay = self._backoff.delay(failures, at_least=self._floor)
-        error = f"{message}; the API server does not accept the daemon's credentials (check the token or kubeconfig)"
+        error = f"{answer}; the API server does not accept the daemon's credentials (check the token or kubeconfig)"
         self._state = _Auth(failures, self._clock() + delay, error)
-        return Refusal(delay, error)
+        return Refusal(delay, error, answer.status)
 
     def answered(self) -> None:
         """Kubernetes answered a request: whatever was refused before works now."""
@@ -119,6 +122,7 @@ class _Closing:
     failures: int  # 403s in a row in the namespace
     until: float  # monotonic
     error: str  # what was refused and what is needed
+    status: int | None  # the refusal's HTTP status (a 403)
 
 
 class NamespaceGates:
@@ -137,17 +141,17 @@ class NamespaceGates:
         # namespace -> its closing; a read-only mapping the loop replaces whole (module docstring)
         self._closings: MappingProxyType[str, _Closing] = MappingProxyType({})
 
-    def refused(self, namespace: str, message: str) -> Refusal:
-        """A 403 in ``namespace``: hold its rows back for a while."""
+    def refused(self, namespace: str, answer: Answer) -> Refusal:
+        """A 403 ``answer`` in ``namespace``: hold its rows back for a while."""
         before = self._closings.get(namespace)
         failures = (before.failures if before else 0) + 1
         delay = self._backoff.delay(failures, at_least=self._floor)
-        error = f"{message}; the daemon needs 'delete' (and 'get') on pods in namespace {namespace}"
-        closing = _Closing(failures, self._clock() + delay, error)
+        error = f"{answer}; the daemon needs 'delete' (and 'get') on pods in namespace {namespace}"
+        closing = _Closing(failures, self._clock() + delay, error, answer.status)
         self._closings = MappingProxyType({**self._closings, namespace: closing})
         if self._gauge is not None:
             self._gauge.labels(namespace).set(1)
-        return Refusal(delay, error)
+        return Refusal(delay, error, answer.status)
 
     def answered(self, namespace: str) -> bool:
         """Kubernetes answered a request in ``namespace`` with something other than 403; True when it
@@ -168,7 +172,7 @@ class NamespaceGates:
         """Why ``namespace``'s rows wait, and for how much longer; None when they may go."""
         closing = self._closings.get(namespace)
         wait = max(0.0, closing.until - self._clock()) if closing else 0.0
-        return Refusal(wait, closing.error) if closing and wait else None
+        return Refusal(wait, closing.error, closing.status) if closing and wait else None
 
     def refusing(self) -> dict[str, str]:
         """The namespaces refused and not answered since, with why."""

@@ -5,7 +5,7 @@ minute of honest churn, and a script retiring 5,000 at once may be the first thi
 all day. What a mistake looks like is a departure from the cluster's own recent rate, or one host
 transaction retiring many executions at once. Both are read from the outbox before the rows are
 deleted, which an after-the-fact count of deletes cannot do: the surge by the surge watch
-(tasks/loops/surge.py), the transaction by the claim that takes its first rows (store/outbox.py), in
+(tasks/loops/surge.py), the transaction by the claim that takes its first rows (store/sweep/outbox.py), in
 the claim's own transaction, so none of them is sent.
 
 ``judge`` says whether what arrived trips the breaker, and why; ``transaction_reason`` says it of one
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.store.rates import Arrivals
+from pod_sweeper.store.sweep.rates import Arrivals
 
 # Seconds of arrivals the surge rule looks at, and seconds between looks. A short window sees a script
 # within a second of its start; two seconds of a steady 100 a second is 200 rows, far from noise.

@@ -23,16 +23,15 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-import psycopg
 from loguru import logger
 
 from pod_sweeper.core import failpoints
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.store.interface import SweepSession, SweepStore
-from pod_sweeper.store.outbox import Claim, ClaimedBatch, LargeTransaction, Verdict
-from pod_sweeper.store.recheck import Recheck
+from pod_sweeper.store.interface import StoreError, SweepSession, SweepStore
+from pod_sweeper.store.rows import Claim, ClaimedBatch, LargeTransaction, Verdict
+from pod_sweeper.store.sweep.recheck import Recheck
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.rules import answers
 from pod_sweeper.tasks.rules.answers import Policy
@@ -113,7 +112,7 @@ class Claimer:
                 # A poll-only replica cannot hear NOTIFY, so it neither arms nor clears the flag: clearing
                 # it would silence the retires for listening replicas.
                 batch = await self._claim(want, disarm=settings.listens and not just_armed)
-            except psycopg.Error as exc:
+            except StoreError as exc:
                 db_failures += 1
                 self.metrics.db_errors.inc()
                 delay = self._db_backoff.delay(db_failures)
@@ -218,7 +217,7 @@ class Claimer:
         try:
             async with self.store.session() as session:
                 return await session.next_due()
-        except psycopg.Error:
+        except StoreError:
             return None
 
     async def _arm(self) -> bool:
@@ -228,7 +227,7 @@ class Claimer:
             async with self.store.session() as session:
                 if await session.arm():
                     return True
-        except psycopg.Error:
+        except StoreError:
             return False
         self.metrics.arm_deferred.inc()
         return False

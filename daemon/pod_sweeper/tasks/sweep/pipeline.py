@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from pod_sweeper.store.outbox import Claim, Verdict
+from pod_sweeper.store.rows import Claim, Verdict
 
 
 @dataclass

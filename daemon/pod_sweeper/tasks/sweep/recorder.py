@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import psycopg
 from loguru import logger
 
 from pod_sweeper.core import failpoints, periodic
@@ -20,8 +19,8 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.states import Status
-from pod_sweeper.store.interface import SweepStore
-from pod_sweeper.store.outbox import Verdict
+from pod_sweeper.store.interface import StoreError, SweepStore
+from pod_sweeper.store.rows import Verdict
 from pod_sweeper.tasks.sweep.pipeline import Pipeline
 
 RECORD_BATCH = 500
@@ -58,7 +57,7 @@ class Recorder:
             try:
                 await self.flush()
                 failures = 0
-            except psycopg.Error as exc:
+            except StoreError as exc:
                 failures += 1
                 self.metrics.db_errors.inc()
                 delay = self.backoff.delay(failures)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from loguru import logger
 
 from pod_sweeper.core.states import Result
-from pod_sweeper.store.outbox import Claim, Verdict
+from pod_sweeper.store.rows import Claim, Verdict
 
 
 def log_verdict(claim: Claim, verdict: Verdict) -> None:

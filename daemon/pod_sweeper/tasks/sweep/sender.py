@@ -40,9 +40,9 @@ from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.states import Result
 from pod_sweeper.kube.answer import Answer, Said
-from pod_sweeper.kube.api import KubeClient
+from pod_sweeper.kube.interface import SweepKube
 from pod_sweeper.kube.scope import NamespaceScope, invalid_name
-from pod_sweeper.store.outbox import Claim, Verdict
+from pod_sweeper.store.rows import Claim, Verdict
 from pod_sweeper.tasks.loops.events import EventRecorder
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.rules import answers
@@ -63,7 +63,7 @@ class Sender:
     def __init__(
         self,
         settings: Settings,
-        kube: KubeClient,
+        kube: SweepKube,
         pipeline: Pipeline,
         metrics: Metrics,
         *,
@@ -134,7 +134,7 @@ class Sender:
         it (else at once: the lease ran short, the API server cannot be reached, a 401, the breaker,
         the stop)."""
         if (refusal := self.namespaces.refusal(claim.pod_namespace)) is not None:
-            return answers.handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=403)
+            return answers.handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=refusal.status)
         return answers.handed_back(claim, error=self.outage.reason or self.auth.error or self.breaker.reason)
 
     def _lease_left(self, work: Work) -> float:
@@ -177,17 +177,15 @@ class Sender:
             # delete_pod() may send a DELETE and then a GET: both must end before the lease does.
             timeout = min(self.settings.request_timeout, self._lease_left(work) / 2)
             started_at, sent = datetime.now(UTC), time.monotonic()
-            try:
-                answer = self.kube.delete_pod(
-                    claim.pod_namespace,
-                    claim.pod_name,
-                    str(claim.pod_uid),
-                    timeout=timeout,
-                    dry_run=self._dry_everywhere or claim.pod_namespace in self._dry_namespaces,
-                )
-            except Exception as exc:  # a bug, or something nobody foresaw: the answer table keeps the row
-                logger.opt(exception=exc).error("unexpected error deleting row {id}", id=claim.id)
-                answer = Answer.unforeseen(exc)
+            # Never raises (kube/interface.py): a failure nobody foresaw comes back as `unforeseen`, and
+            # the answer table keeps the row through it.
+            answer = self.kube.delete_pod(
+                claim.pod_namespace,
+                claim.pod_name,
+                str(claim.pod_uid),
+                timeout=timeout,
+                dry_run=self._dry_everywhere or claim.pod_namespace in self._dry_namespaces,
+            )
             unauthorized = answer.said is Said.UNAUTHORIZED
             if answer.said is Said.FORBIDDEN:
                 forbidden.add(claim.pod_namespace)
@@ -223,7 +221,7 @@ class Sender:
         given past authorization opens them again."""
         namespace = claim.pod_namespace
         if answer.said is Said.UNAUTHORIZED:
-            refusal = self.auth.refused(str(answer))
+            refusal = self.auth.refused(answer)
             logger.error(
                 "Kubernetes refused our credentials (401); not claiming for {delay:.0f} s: {error}",
                 delay=refusal.delay,
@@ -231,7 +229,7 @@ class Sender:
             )
             return refusal
         if answer.said is Said.FORBIDDEN:
-            refusal = self.namespaces.refused(namespace, str(answer))
+            refusal = self.namespaces.refused(namespace, answer)
             logger.error(
                 "Kubernetes refused us in namespace {ns} (403); its rows wait {delay:.0f} s, the others go on: {error}",
                 ns=namespace,

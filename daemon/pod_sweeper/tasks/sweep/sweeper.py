@@ -19,15 +19,14 @@ import asyncio
 import time
 from collections.abc import Callable
 
-import psycopg
 from loguru import logger
 
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import KubeClient
-from pod_sweeper.store.interface import SweepStore
+from pod_sweeper.kube.interface import SweepKube
+from pod_sweeper.store.interface import StoreError, SweepStore
 from pod_sweeper.tasks.loops.events import EventRecorder
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.rules import answers
@@ -96,7 +95,7 @@ class Sweeper:
         self,
         settings: Settings,
         store: SweepStore,
-        kube: KubeClient,
+        kube: SweepKube,
         *,
         outage: OutageWatch,
         metrics: Metrics,
@@ -105,7 +104,7 @@ class Sweeper:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
-        self.store = store  # the pipeline's one way to the database (store.outbox.OutboxStore in the daemon)
+        self.store = store  # the pipeline's one way to the database (store.sweep.pgstore.OutboxStore in the daemon)
         backoff = Backoff(settings.backoff_base, settings.backoff_max)
         policy = Policy(settings.max_attempts, backoff)
         auth = AuthGate(backoff, floor=settings.backoff_base, gauge=metrics.kube_refusing)  # 401: every row
@@ -205,7 +204,7 @@ class Sweeper:
             pipeline.record(answers.handed_back(claim))
         try:
             await asyncio.wait_for(self.recorder.flush(), max(1.0, deadline - time.monotonic()))
-        except (psycopg.Error, TimeoutError) as exc:
+        except (StoreError, TimeoutError) as exc:
             logger.error(
                 "could not record {n} result(s) at shutdown; their leases will expire: {error}",
                 n=pipeline.unwritten,
@@ -226,5 +225,5 @@ class Sweeper:
         try:
             async with asyncio.timeout(2), self.store.session() as session:
                 await session.notify()
-        except (psycopg.Error, TimeoutError) as exc:
+        except (StoreError, TimeoutError) as exc:
             logger.warning("could not wake the other replicas on the way out: {error}", error=first_line(exc))

@@ -1,0 +1,108 @@
+"""The rows the sweep pipeline holds and the store writes, as data: a claimed row (``Claim``), how its
+round ends (``Verdict``, with the request behind it, ``Attempt``), what one claim took (``ClaimedBatch``),
+what the claim itself decides (``AtClaim``), and the breaker's window as a claim reads it. The store's
+interface, the answer table (tasks/rules) and both stores import them from here; nothing here does I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from pod_sweeper.core.states import Outcome, Result, Status
+
+if TYPE_CHECKING:  # the re-check's result, named in AtClaim (a data type of the sweep store's re-check)
+    from pod_sweeper.store.sweep.recheck import Attachment, Recheck
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed row: what the sweeper needs to act on it and to record how it ended."""
+
+    id: int
+    epoch: int
+    attachment_id: int
+    sandbox_id: str
+    generation: int
+    pod_namespace: str
+    pod_name: str
+    pod_uid: UUID
+    attempts: int  # charged so far, this claim's included
+    reason: str
+    lease_expired_from: str | None = None  # the replica whose lease on the row expired, when one had it
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One request to the API server: when, how long, and the answer's reason."""
+
+    started_at: datetime
+    duration_ms: float
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How one claimed row ends this round: its ``Result`` (which gives its status and outcome), whether
+    the claim's attempt is charged, and what the record and the attempt history keep of it."""
+
+    id: int
+    epoch: int
+    result: Result
+    charged: bool = True  # False: the claim's attempt is given back (a fault of nobody the row answers for)
+    delay: float = 0.0  # pending again: seconds until it may be claimed
+    error: str | None = None
+    http_status: int | None = None
+    attempt: Attempt | None = None  # the request behind this result, for the attempt history
+    confirm_in: float | None = None  # seconds until the terminating pod is looked at again
+
+    @property
+    def status(self) -> Status:
+        return self.result.status
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return self.result.outcome
+
+
+@dataclass(frozen=True)
+class ClaimedBatch:
+    """What one claim took: the rows whose DELETE is to be sent, and the rows whose round the claim
+    itself ended (as ``at_claim`` said; recorded in the claim's own transaction)."""
+
+    to_send: list[Claim]
+    decided: list[tuple[Claim, Verdict]]
+    attachments: dict[int, Attachment]  # the attachments the re-check read the rows through
+
+    @property
+    def taken(self) -> int:
+        """Rows this claim took, however each ended (a short count: nothing more is due now)."""
+        return len(self.to_send) + len(self.decided)
+
+
+class LargeTransaction(Exception):
+    """A claim found rows of one host transaction at least the breaker's transaction rule allows
+    (``size``: this claim's share and the rows still pending); the claim was rolled back."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"one host transaction retired at least {size} executions")
+        self.size = size
+
+
+# What the claim itself decides of a claimed row, given the re-check: its Verdict, or None to send it.
+AtClaim = Callable[[Claim, "Recheck"], "Verdict | None"]
+
+
+@dataclass(frozen=True)
+class BreakerWindow:
+    """One cluster's breaker as the claim reads it (its row locked for the claim's transaction)."""
+
+    tripped_reason: str | None  # None: closed
+    deletes: dict[str, int]  # per namespace, since the later of a minute ago and the last resume
+    claimed: int  # rows any replica holds right now: deletes that may still happen
+
+    @property
+    def total(self) -> int:
+        return sum(self.deletes.values())
