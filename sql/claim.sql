@@ -6,7 +6,7 @@
 -- Every claim bumps claim_epoch (the fence for the record of its result) and is charged as an attempt.
 -- Each row comes back with what it was before (was, held_by): a lease that expired is the answer
 -- table's to judge (a row that crashed its daemon as many times as it has attempts goes dead; the daemon
--- decides that, in tasks/rules/answers.py, never here).
+-- decides that, in tasks/rules/verdicts.py, never here).
 -- %(floor)s is where the claim starts reading the claim index (store/sweep/cursor.py): '-infinity' for a
 -- discovery claim, else a position below which no open row was due when the process last looked. While
 -- the xmin horizon is held, every version the claims and records left behind stays in the index below

@@ -1,5 +1,5 @@
 -- Record how a batch of claimed rows ended, one row per element of the JSON array, as the daemon's
--- answer table decided it (tasks/rules/answers.py): nothing here derives a status, an outcome or a result.
+-- answer table decided it (tasks/rules/verdicts.py): nothing here derives a status, an outcome or a result.
 --   status 'done'    with its outcome (last_error cleared, last_http_status the final answer's);
 --   status 'pending' again after delay seconds (refund 1: the attempt is given back, as for a hand-back);
 --   status 'dead'    with its last error.

@@ -251,7 +251,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def fast_confirmation(monkeypatch: pytest.MonkeyPatch) -> None:
     """A terminating pod is looked at again half a second after its grace, and every second after that
     (the cluster and node tiers)."""
-    monkeypatch.setattr("pod_sweeper.tasks.rules.answers.CONFIRM_MARGIN_SECONDS", 0.5)
+    monkeypatch.setattr("pod_sweeper.tasks.rules.verdicts.CONFIRM_MARGIN_SECONDS", 0.5)
     monkeypatch.setattr("pod_sweeper.tasks.loops.confirmer.RECHECK_SECONDS", 1.0)
 
 

@@ -20,7 +20,7 @@ from pod_sweeper.store.admin import attach
 from pod_sweeper.store.rows import ClaimedBatch
 from pod_sweeper.store.sweep import outbox as transitions
 from pod_sweeper.store.sweep.recheck import load_attachments
-from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.testing.reference import executions_ddl
 
 # Set on a test that asked for the real API server at run time (see ``real_kube``): its failure report
@@ -67,7 +67,7 @@ async def claim(
     cluster: str = DEFAULT_CLUSTER,
 ) -> ClaimedBatch:
     """One claim as the daemon's claimer makes it (the answer table deciding what the claim ends)."""
-    policy = answers.Policy(max_attempts, Backoff(1.0, 1.0))
+    policy = verdicts.Policy(max_attempts, Backoff(1.0, 1.0))
     return await transitions.claim(
         conn,
         cluster=cluster,
@@ -76,7 +76,7 @@ async def claim(
         lease_seconds=lease_seconds,
         attachments=await load_attachments(conn),
         disarm=disarm,
-        at_claim=lambda c, checked: answers.at_claim(c, checked, policy),
+        at_claim=lambda c, checked: verdicts.at_claim(c, checked, policy),
     )
 
 

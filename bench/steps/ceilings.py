@@ -21,7 +21,7 @@ from pod_sweeper.store import db
 from pod_sweeper.store.rows import Verdict
 from pod_sweeper.store.sweep import outbox
 from pod_sweeper.store.sweep.recheck import load_attachments
-from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules import verdicts
 
 SLOW_API_DELAY = 0.05  # seconds added to every DELETE in the slow-API step
 SLOW_API_CONCURRENCY = 64
@@ -48,7 +48,7 @@ def sql_ceiling(rig: Rig, n: int) -> None:
     url = rig.fresh_db()
     rig.backlog(url, n)
 
-    policy = answers.Policy(10, Backoff(1.0, 1.0))
+    policy = verdicts.Policy(10, Backoff(1.0, 1.0))
 
     async def run() -> float:
         async with db.connection(rig.settings(url), prepare=True) as conn:  # as the daemon's pool
@@ -64,7 +64,7 @@ def sql_ceiling(rig: Rig, n: int) -> None:
                     lease_seconds=60,
                     attachments=attachments,
                     disarm=True,
-                    at_claim=lambda c, checked: answers.at_claim(c, checked, policy),
+                    at_claim=lambda c, checked: verdicts.at_claim(c, checked, policy),
                 )
                 await outbox.record_results(
                     conn,

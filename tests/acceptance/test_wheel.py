@@ -29,7 +29,7 @@ SHIPPED_TESTING = {
     "pod_sweeper/testing/reference.py",
     "pod_sweeper/testing/fakekube/__init__.py",
     "pod_sweeper/testing/fakekube/__main__.py",
-    "pod_sweeper/testing/fakekube/answers.py",
+    "pod_sweeper/testing/fakekube/wording.py",
     "pod_sweeper/testing/fakekube/faults.py",
     "pod_sweeper/testing/fakekube/server.py",
 }

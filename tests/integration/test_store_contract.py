@@ -22,9 +22,9 @@ from pod_sweeper.store.interface import SweepStore
 from pod_sweeper.store.rows import Claim, ClaimedBatch, Verdict
 from pod_sweeper.store.sweep.pgstore import OutboxStore
 from pod_sweeper.store.sweep.recheck import load_attachments
-from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules import verdicts
 
-POLICY = answers.Policy(10, Backoff(1.0, 1.0))
+POLICY = verdicts.Policy(10, Backoff(1.0, 1.0))
 SANDBOXES = [f"s{i}" for i in range(5)]
 # The columns the pipeline reads and writes, per sandbox.
 COLUMNS = ("status", "outcome", "attempts", "claim_epoch", "claimed_by", "last_error", "last_http_status")
@@ -109,7 +109,7 @@ async def claim(world: World, batch: int, lease: float = 30) -> ClaimedBatch:
             batch=batch,
             lease_seconds=lease,
             disarm=True,
-            at_claim=lambda c, checked: answers.at_claim(c, checked, POLICY),
+            at_claim=lambda c, checked: verdicts.at_claim(c, checked, POLICY),
             guard=None,
         )
 
@@ -154,7 +154,7 @@ async def scenario(world: World) -> list[Any]:
         [
             Verdict(a.id, a.epoch, Result.DELETED, http_status=200),
             Verdict(b.id, b.epoch, Result.RETRY, delay=600, error="503 ServiceUnavailable", http_status=503),
-            answers.handed_back(c, error="the stop"),
+            verdicts.handed_back(c, error="the stop"),
         ],
     )
     seen.append(("recorded", sorted(owned), world.rows()))

@@ -30,10 +30,10 @@ from pod_sweeper.store.rows import Claim
 from pod_sweeper.tasks.loops import confirmer
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.loops.reconciler import Reconciler
-from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules import verdicts
 
 SANDBOX, GENERATION = "example.com/sandbox", "example.com/generation"
-POLICY = answers.Policy(5, Backoff(1.0, 1.0))
+POLICY = verdicts.Policy(5, Backoff(1.0, 1.0))
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def record(conn: psycopg.Connection[Any], ns: str, pod: Any, sid: str) -> None:
 def result_of(answer: Answer, uid: str) -> Result:
     """What the answer table makes of the real server's answer, for a row of pod ``uid``."""
     row = Claim(1, 1, 1, "s", 1, "ns", "p", uuid.UUID(uid), 1, "retired")
-    return answers.decide(row, answers.Sent(datetime.now(UTC), 0.0, 0.0, answer), POLICY).result
+    return verdicts.decide(row, verdicts.Sent(datetime.now(UTC), 0.0, 0.0, answer), POLICY).result
 
 
 def test_a_wrong_uid_is_409_and_the_get_decides_replaced(
@@ -89,7 +89,7 @@ def test_a_pod_on_a_node_without_kubelet_is_confirmed_stuck_then_forced_once_its
     pod = core.create_namespaced_pod(ns, manifest("bound", scheduled=True, node=node, terminationGracePeriodSeconds=1))
     record(execs, ns, pod, "s")
     monkeypatch.setattr(confirmer, "RECHECK_SECONDS", 0.5)  # still terminating: looked at again soon
-    monkeypatch.setattr("pod_sweeper.tasks.rules.answers.CONFIRM_MARGIN_SECONDS", 0.5)
+    monkeypatch.setattr("pod_sweeper.tasks.rules.verdicts.CONFIRM_MARGIN_SECONDS", 0.5)
     settings = daemon_settings(
         db_url, kube_apiserver.admin_kubeconfig, stuck_terminating_seconds=1.0, force_stuck=True, poll_interval=1.0
     )

@@ -1,7 +1,7 @@
 """What the unit tests of the sweep pipeline's tasks share: the in-memory store on a fake clock, an API
-client that answers as it is told (``Answers``), and the tasks built as the sweeper builds them.
+client that answers as it is told (``ScriptedKube``), and the tasks built as the sweeper builds them.
 
-``Answers`` stands only where the answer's shape is the real one: ``kube.answer.Answer``, which the
+``ScriptedKube`` stands only where the answer's shape is the real one: ``kube.answer.Answer``, which the
 real API server's answers are read into in tests/realkube/test_semantics.py.
 """
 
@@ -45,7 +45,7 @@ def settings(**overrides: Any) -> Settings:
 
 
 @dataclass
-class Answers:
+class ScriptedKube:
     """The sweep's ``kube.interface.SweepKube``, as the unit tests need it: every DELETE is answered by
     ``answer`` (a 200 unless told otherwise), and a pod named in ``hold`` is answered only once
     ``release`` is set."""
@@ -66,7 +66,7 @@ class Answers:
     def probe(self, *, timeout: float) -> Answer:
         return Answer.of(200)  # the server answers its health check: a failed request is the row's own trouble
 
-    def record_event(self, event: PodEvent, *, timeout: float) -> Answer:
+    def create_event(self, event: PodEvent, *, timeout: float) -> Answer:
         return Answer.of(201)
 
 
@@ -76,7 +76,7 @@ class Rig:
 
     store: MemoryStore
     clock: FakeClock
-    kube: Answers
+    kube: ScriptedKube
     sweeper: Sweeper
     metrics: Metrics
 
@@ -94,10 +94,10 @@ class Rig:
         await running(self.sweeper.claimer.run(), lambda: until(lambda: pipeline.queued == queued, what="the claim"))
 
 
-def rig(kube: Answers | None = None, **overrides: Any) -> Rig:
+def rig(kube: ScriptedKube | None = None, **overrides: Any) -> Rig:
     clock = FakeClock()
     store = MemoryStore(clock)
-    kube = kube or Answers()
+    kube = kube or ScriptedKube()
     config, metrics = settings(**overrides), Metrics()
     # The outage watch's pool is made and never opened: the watch takes a connection only to record an
     # outage, and here the server always answers its probe (a use would fail: the pool is not open).

@@ -41,7 +41,7 @@ def test_a_batch_leaves_only_once_written_and_a_failed_write_keeps_it() -> None:
         held = claims(5)
         pipeline.add(held, 0.0)
         for claim in held:
-            pipeline.record(deleted(claim))
+            pipeline.conclude(deleted(claim))
         assert pipeline.awaiting_answers() == []
         written: list[list[int]] = []
         database_up = False
@@ -69,7 +69,7 @@ def test_two_writers_at_once_write_each_verdict_once() -> None:
         held = claims(50)
         pipeline.add(held, 0.0)
         for claim in held:
-            pipeline.record(deleted(claim))
+            pipeline.conclude(deleted(claim))
         written: list[int] = []
 
         async def write(batch: list[Verdict]) -> None:
@@ -96,7 +96,7 @@ def test_the_drain_takes_back_what_no_worker_took_and_waits_for_the_rest() -> No
         assert [c.id for c in pipeline.awaiting_answers()] == [1, 2, 3]
         settled = asyncio.create_task(pipeline.wait_settled(5))
         await asyncio.sleep(0)
-        pipeline.record(deleted(at_api.claim))
+        pipeline.conclude(deleted(at_api.claim))
         await asyncio.wait_for(settled, 1)  # woken by the verdict, not by its timeout
         assert [c.id for c in pipeline.awaiting_answers()] == [2, 3]
 

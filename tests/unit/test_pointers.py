@@ -1,7 +1,7 @@
 """Pointers that point: every repository path and every dotted module path named in the package's
 docstrings and comments, the SQL files' comments, the tests' docstrings, the docs and the README exists
 (a path with a placeholder, ``migrations/NNNN_name.sql``, matches at least one file). Module paths are
-read under ``pod_sweeper`` (``tasks.rules.answers``) and may end in a name the module defines
+read under ``pod_sweeper`` (``tasks.rules.verdicts``) and may end in a name the module defines
 (``core.waits.RULES``). Code is not read: a variable's attribute there looks like a module path."""
 
 from __future__ import annotations
@@ -94,5 +94,5 @@ def test_every_path_and_module_named_in_prose_exists() -> None:
 def test_the_check_finds_what_is_missing() -> None:
     assert not path_exists("deploy/prometheusrule.yaml") and path_exists("deploy/monitoring/prometheusrule.yaml")
     assert path_exists("migrations/NNNN_name.sql") and not path_exists("migrations/NNNN_name.yaml")
-    assert module_exists("tasks.rules.answers") and module_exists("core.waits.RULES")
+    assert module_exists("tasks.rules.verdicts") and module_exists("core.waits.RULES")
     assert not module_exists("tasks.answers") and not module_exists("core.waits.NOTHING")

@@ -13,10 +13,10 @@ import pytest
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.kube.answer import Answer
 from pod_sweeper.store.rows import Claim, Verdict
-from pod_sweeper.tasks.rules import answers
+from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.sweep import recorder as recorder_module
 from pod_sweeper.tasks.sweep.sender import LEASE_MARGIN_SECONDS, MAX_CHUNK, MIN_REQUEST_SECONDS
-from unit.sweep_kit import Answers, Rig, rig, running, until
+from unit.sweep_kit import Rig, ScriptedKube, rig, running, until
 
 
 def go(coro: Any) -> Any:
@@ -47,7 +47,7 @@ def test_the_claimer_takes_a_whole_batch_and_then_waits_for_room() -> None:
             # Workers take 9 and their verdicts are written: 1 queued, room for 11, a batch fits.
             taken = [await pipeline.next_work() for _ in range(9)]
             for work in taken:
-                pipeline.record(Verdict(work.claim.id, work.claim.epoch, Result.DELETED, http_status=200))
+                pipeline.conclude(Verdict(work.claim.id, work.claim.epoch, Result.DELETED, http_status=200))
             await r.sweeper.recorder.flush()
             await until(lambda: pipeline.in_hand == 11, what="the second claim")
             assert {row.attempts for row in r.store.in_status(Status.CLAIMED)} == {1}
@@ -186,7 +186,7 @@ def test_a_row_whose_lease_ran_short_in_the_queue_goes_back_unsent_and_uncharged
 
 
 def test_a_401_stops_the_rest_of_its_chunk_and_every_row_goes_back_uncharged() -> None:
-    kube = Answers(answer=lambda name: Answer.of(401, "Unauthorized", "401 Unauthorized"))
+    kube = ScriptedKube(answer=lambda name: Answer.of(401, "Unauthorized", "401 Unauthorized"))
     r = rig(kube, concurrency=1, batch_size=8)
     r.retire(8)
     pipeline, sender = r.sweeper.pipeline, r.sweeper.sender
@@ -228,7 +228,7 @@ def test_the_recorder_writes_in_batches_of_its_size(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(recorder_module, "RECORD_BATCH", 7)
     r = rig()
     for claim in claimed(r, 17):
-        r.sweeper.pipeline.record(Verdict(claim.id, claim.epoch, Result.DELETED, http_status=200))
+        r.sweeper.pipeline.conclude(Verdict(claim.id, claim.epoch, Result.DELETED, http_status=200))
     go(r.sweeper.recorder.flush())
     assert writes_of(r) == [7, 7, 3] and r.sweeper.pipeline.in_hand == 0
     assert len(r.store.in_status(Status.DONE)) == 17
@@ -237,7 +237,7 @@ def test_the_recorder_writes_in_batches_of_its_size(monkeypatch: pytest.MonkeyPa
 def test_a_failed_write_is_retried_and_each_verdict_is_written_once() -> None:
     r = rig()
     for claim in claimed(r, 5):
-        r.sweeper.pipeline.record(answers.handed_back(claim, delay=60))
+        r.sweeper.pipeline.conclude(verdicts.handed_back(claim, delay=60))
     r.store.fail("record_results", times=2)
 
     async def scenario() -> None:
@@ -257,7 +257,7 @@ def test_two_writers_at_once_write_each_verdict_once() -> None:
     """The recorder's task and the shutdown drain both flush; the pipeline lets one write at a time."""
     r = rig()
     for claim in claimed(r, 10):
-        r.sweeper.pipeline.record(Verdict(claim.id, claim.epoch, Result.DELETED, http_status=200))
+        r.sweeper.pipeline.conclude(Verdict(claim.id, claim.epoch, Result.DELETED, http_status=200))
     writing = asyncio.Event()
     store_record = r.store.session
 
@@ -299,7 +299,7 @@ def test_two_writers_at_once_write_each_verdict_once() -> None:
 
 
 def test_the_drain_hands_back_what_was_not_answered_by_its_deadline_uncharged_and_once() -> None:
-    kube = Answers(hold=frozenset(f"pod-s{i}" for i in range(20)))  # no request is answered in time
+    kube = ScriptedKube(hold=frozenset(f"pod-s{i}" for i in range(20)))  # no request is answered in time
     r = rig(kube, concurrency=2, batch_size=20)
     r.retire(20)
 
@@ -337,7 +337,7 @@ def test_the_whole_pipeline_on_the_memory_store_ends_every_row_once() -> None:
             return Answer.of(422, "Invalid", "422 Invalid")
         return Answer.of(200)
 
-    r = rig(Answers(answer=answer), concurrency=4, batch_size=16)
+    r = rig(ScriptedKube(answer=answer), concurrency=4, batch_size=16)
     for i in range(1, 101):
         r.store.retire(f"s{i}")
 

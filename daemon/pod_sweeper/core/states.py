@@ -3,7 +3,7 @@ done, and the ``result`` each round ends with (what ``pod_sweeper.attempts.resul
 rule of when a row's attempts are used up.
 
 It belongs to neither side: the Kubernetes side says what an answer was, the daemon's answer table
-(``tasks.rules.answers``) says which ``Result`` it means for the row, the database side records it and the
+(``tasks.rules.verdicts``) says which ``Result`` it means for the row, the database side records it and the
 metrics count it, all from the same value, none deriving it again.
 """
 

@@ -4,10 +4,11 @@
 Every request the daemon makes ends in an ``Answer``: the sweep's DELETE and the outage watch's probe
 return it whatever it says (no answer and, for the DELETE, a failure nobody foresaw included), the
 other calls return it when they succeed (a force delete, an Event) and raise it inside a
-``kube.errors.KubeError`` when they do not (kube/interface.py says which the sweep makes). What an answer means for a row is not said here (that is the answer
-table, ``tasks.rules.answers``); what it says about the server and the credentials is, as properties
-every reader shares (``needs_probe``, ``answered``, ``past_authorization``), so nobody looks at a status
-code again. No I/O: every status is a unit test (tests/unit/test_kube_answer.py).
+``kube.errors.KubeError`` when they do not (kube/interface.py says which the sweep makes). What an
+answer means for a row is not said here (that is the answer table, ``tasks.rules.verdicts``); what it
+says about the server and the credentials is, as properties every reader shares (``needs_probe``,
+``answered``, ``past_authorization``), so nobody looks at a status code again. No I/O: every status is
+a unit test (tests/unit/test_kube_answer.py).
 """
 
 from __future__ import annotations

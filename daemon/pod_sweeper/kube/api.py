@@ -3,7 +3,7 @@ namespace and name under ``preconditions.uid``, reads pods and nodes, lists, ask
 Events and probes the server's health, with the official client. Every answer comes back in one shape, an
 ``Answer`` (``kube.answer``): a DELETE returns it whatever the server said, or whether it said anything;
 the other calls raise it in a ``KubeError`` for anything but a success. What an answer means for a row is
-not said here: that is the daemon's answer table (``tasks.rules.answers``).
+not said here: that is the daemon's answer table (``tasks.rules.verdicts``).
 
 Its configuration comes from ``kube.config`` (retries off: the sweeper owns the whole policy).
 Answers are matched on status code and ``reason``, never on message text.
@@ -221,7 +221,7 @@ class KubeClient:
         response = self._call(authorization.create_self_subject_access_review, review, timeout=timeout)
         return bool((json.loads(response.data).get("status") or {}).get("allowed"))
 
-    def record_event(self, event: PodEvent, *, timeout: float) -> Answer:
+    def create_event(self, event: PodEvent, *, timeout: float) -> Answer:
         """Create a core/v1 Event on the pod (what ``kubectl get events`` and ``describe`` show): the
         answer, or a KubeError. Its name is the pod's plus a time in hex, as client-go names them."""
         stamp = event.at.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,7 +1,7 @@
 """What the sweep pipeline and its watches ask of the API server, as an interface: ``SweepKube``. The
 sender's DELETE, the outage watch's probe and the Events task's Event each end in an ``Answer``
 (kube/answer.py), so the tasks read one shape whoever answers: ``kube.api.KubeClient`` is the real one,
-over HTTP; the unit tests' ``Answers`` (tests/unit/sweep_kit.py) answers as it is told, in the same
+over HTTP; the unit tests' ``ScriptedKube`` (tests/unit/sweep_kit.py) answers as it is told, in the same
 shape. ``PodEvent``, what an Event says, lives here because the interface names it."""
 
 from __future__ import annotations
@@ -39,6 +39,6 @@ class SweepKube(Protocol):
         is down: no answer, or a 5xx)."""
         ...
 
-    def record_event(self, event: PodEvent, *, timeout: float) -> Answer:
+    def create_event(self, event: PodEvent, *, timeout: float) -> Answer:
         """Create the Event; the answer when it was created, else a ``kube.errors.KubeError`` holding it."""
         ...

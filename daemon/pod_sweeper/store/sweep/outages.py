@@ -7,10 +7,10 @@ from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 
 
-async def record_outage(conn: Connection, *, cluster: str, replica: str, reason: str, closed_for: float) -> None:
+async def report_outage(conn: Connection, *, cluster: str, replica: str, reason: str, closed_for: float) -> None:
     """This replica cannot reach its API server (since ``closed_for`` seconds ago)."""
     params = {"cluster": cluster, "replica": replica, "reason": reason, "closed_for": closed_for}
-    await conn.execute(queries.load("outage_record"), params)
+    await conn.execute(queries.load("outage_report"), params)
 
 
 async def clear_outage(conn: Connection, *, cluster: str, replica: str) -> None:

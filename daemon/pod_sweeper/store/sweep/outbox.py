@@ -1,7 +1,7 @@
 """The outbox's state transitions on the sweep's hot path, each one short transaction: the claim (with
 the re-check and the breaker's transaction rule), the record of how rows ended (done, retry, dead,
 hand-back), when the next row falls due, the wakeup flag, and the replication guard's mark. What a
-row's round means is decided elsewhere (``tasks.rules.answers``, handed to ``claim`` as its
+row's round means is decided elsewhere (``tasks.rules.verdicts``, handed to ``claim`` as its
 ``at_claim``): here it is only written, as the ``Verdict`` says. Every function that touches one
 cluster's rows takes the cluster as a required keyword: none falls back to a default.
 

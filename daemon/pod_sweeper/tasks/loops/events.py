@@ -38,7 +38,7 @@ REASON = "Retired"
 LAST_SEND_GRACE = 1.0
 
 
-class EventRecorder:
+class EventSender:
     def __init__(self, settings: Settings, kube: SweepKube, metrics: Metrics, outage: OutageWatch) -> None:
         self.settings, self.kube, self.metrics, self.outage = settings, kube, metrics, outage
         self.queue: asyncio.Queue[PodEvent] = asyncio.Queue(maxsize=QUEUE_SIZE)
@@ -79,7 +79,7 @@ class EventRecorder:
             if self._deadline is not None:
                 timeout = max(0.1, min(timeout, self._deadline - time.monotonic()))
             try:
-                await asyncio.to_thread(self.kube.record_event, event, timeout=timeout)
+                await asyncio.to_thread(self.kube.create_event, event, timeout=timeout)
             except KubeError as exc:
                 self.metrics.events.labels("failed").inc()
                 now = time.monotonic()

@@ -153,7 +153,7 @@ class OutageWatch:
                 continue
             since = self.gate.since if self.gate.since is not None else self._clock()
             await self._write(
-                outages.record_outage, **where, reason=self.gate.reason or "", closed_for=self._clock() - since
+                outages.report_outage, **where, reason=self.gate.reason or "", closed_for=self._clock() - since
             )
             recorded = True
             await periodic.pause(self.gate.wait())

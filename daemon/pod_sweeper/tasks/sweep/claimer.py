@@ -9,7 +9,7 @@ breaker row. While the API server cannot be reached (the outage watch) or refuse
 auth gate) it claims nothing, and claims at once when the gate opens.
 
 What the claim itself settles (a generation active again, a re-check that could not be made, a lease
-that expired once too often) is the answer table's (``answers.at_claim``), recorded in the claim's own
+that expired once too often) is the answer table's (``verdicts.at_claim``), recorded in the claim's own
 transaction; the rest go to the pipeline only after that transaction has committed, so no DELETE ever
 runs inside a transaction. A claim that finds one host transaction too large for the breaker's
 transaction rule is rolled back and trips the breaker instead. A database error is retried with backoff.
@@ -33,10 +33,10 @@ from pod_sweeper.store.interface import StoreError, SweepSession, SweepStore
 from pod_sweeper.store.rows import Claim, ClaimedBatch, LargeTransaction, Verdict
 from pod_sweeper.store.sweep.recheck import Recheck
 from pod_sweeper.tasks.loops.outage import OutageWatch
-from pod_sweeper.tasks.rules import answers
-from pod_sweeper.tasks.rules.answers import Policy
+from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, SchemaGate, breaker_budget, trip_reason
 from pod_sweeper.tasks.rules.surge import SurgeRules, transaction_reason
+from pod_sweeper.tasks.rules.verdicts import Policy
 from pod_sweeper.tasks.sweep.pipeline import Pipeline
 from pod_sweeper.tasks.sweep.report import log_verdict
 
@@ -87,7 +87,7 @@ class Claimer:
         self.wake.set()
 
     def _at_claim(self, claim: Claim, recheck: Recheck) -> Verdict | None:
-        return answers.at_claim(claim, recheck, self.policy)
+        return verdicts.at_claim(claim, recheck, self.policy)
 
     async def run(self) -> None:
         db_failures = 0

@@ -73,7 +73,7 @@ class Pipeline:
                 taken.append(self._queue.get_nowait())
         return taken
 
-    def record(self, verdict: Verdict) -> None:
+    def conclude(self, verdict: Verdict) -> None:
         self._results.append(verdict)
         self._results_ready.set()
         self._settled.set()

@@ -12,7 +12,7 @@ in this order:
 3. the gates hear of the answer: the outage watch of every answer and of every request that got none
    (or a 5xx), the auth gate of a 401, a namespace's gate of a 403 or of its first answer since;
    what the answer is, each asks of its ``said`` and properties, never of a status code;
-4. ``answers.decide`` says how the row ends (its ``Verdict``), which goes to the pipeline; the metrics, the
+4. ``verdicts.decide`` says how the row ends (its ``Verdict``), which goes to the pipeline; the metrics, the
    log line and, for a deleted pod, its Event follow from that ``Verdict``.
 
 **Threads.** ``_send`` runs on a pool thread; everything else here runs on the event loop. What the
@@ -43,11 +43,11 @@ from pod_sweeper.kube.answer import Answer, Said
 from pod_sweeper.kube.interface import SweepKube
 from pod_sweeper.kube.scope import NamespaceScope, invalid_name
 from pod_sweeper.store.rows import Claim, Verdict
-from pod_sweeper.tasks.loops.events import EventRecorder
+from pod_sweeper.tasks.loops.events import EventSender
 from pod_sweeper.tasks.loops.outage import OutageWatch
-from pod_sweeper.tasks.rules import answers
-from pod_sweeper.tasks.rules.answers import Policy, Sent
+from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, NamespaceGates, Refusal
+from pod_sweeper.tasks.rules.verdicts import Policy, Sent
 from pod_sweeper.tasks.sweep.pipeline import Pipeline, Work
 from pod_sweeper.tasks.sweep.report import log_verdict
 
@@ -73,7 +73,7 @@ class Sender:
         breaker: BreakerGate,
         outage: OutageWatch,
         stopping: asyncio.Event,
-        events: EventRecorder | None,
+        events: EventSender | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings, self.kube, self.pipeline, self.metrics, self.policy = settings, kube, pipeline, metrics, policy
@@ -104,18 +104,18 @@ class Sender:
             sendable: list[Work] = []
             for work in chunk:
                 if (why := self._unsendable(work.claim)) is not None:
-                    self.pipeline.record(answers.unsendable(work.claim, why))
+                    self.pipeline.conclude(verdicts.unsendable(work.claim, why))
                     continue
                 await self.bucket.acquire()
                 if not self._may_send(work):
-                    self.pipeline.record(self._handed_back(work.claim))
+                    self.pipeline.conclude(self._handed_back(work.claim))
                     continue
                 sendable.append(work)
             if sendable:
                 sent = await loop.run_in_executor(self._executor, self._send, sendable)
                 for work, request in zip(sendable, sent, strict=True):
                     if request is None:  # not sent after all (see _send)
-                        self.pipeline.record(self._handed_back(work.claim))
+                        self.pipeline.conclude(self._handed_back(work.claim))
                     else:
                         await self._settle(work.claim, request)
 
@@ -134,8 +134,8 @@ class Sender:
         it (else at once: the lease ran short, the API server cannot be reached, a 401, the breaker,
         the stop)."""
         if (refusal := self.namespaces.refusal(claim.pod_namespace)) is not None:
-            return answers.handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=refusal.status)
-        return answers.handed_back(claim, error=self.outage.reason or self.auth.error or self.breaker.reason)
+            return verdicts.handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=refusal.status)
+        return verdicts.handed_back(claim, error=self.outage.reason or self.auth.error or self.breaker.reason)
 
     def _lease_left(self, work: Work) -> float:
         """Seconds a request for this row may still take, the margin kept before its lease ends."""
@@ -200,12 +200,12 @@ class Sender:
         self.metrics.answered(sent.answer.label).inc()
         unreachable = await self._outage_hears(sent)
         refusal = self._gates_hear(claim, sent.answer)
-        verdict = answers.decide(claim, sent, self.policy, unreachable=unreachable, refusal=refusal)
+        verdict = verdicts.decide(claim, sent, self.policy, unreachable=unreachable, refusal=refusal)
         log_verdict(claim, verdict)
         if self.events is not None and verdict.result is Result.DELETED:
             self.events.deleted(claim)
         failpoints.hit("after_answer")
-        self.pipeline.record(verdict)
+        self.pipeline.conclude(verdict)
 
     async def _outage_hears(self, sent: Sent) -> str | None:
         """The outage watch hears of every answer, and judges a request that got none or a 5xx: the

@@ -3,12 +3,12 @@
 - the claimer (``claimer.Claimer``) claims and re-checks rows whenever the pipeline has room and
   something is due, and sleeps until a NOTIFY, the next due time or the poll;
 - ``concurrency`` workers (``sender.Sender``) send each row's DELETE under its UID precondition and
-  apply what the answer table (``answers.decide``) says it means for the row;
+  apply what the answer table (``verdicts.decide``) says it means for the row;
 - the recorder (``recorder.Recorder``) writes the results in batches, fenced on the claim epoch.
 
 This class makes the pieces and hands each task what it needs and nothing else: the
 ``pipeline.Pipeline`` they pass rows through, the gates (``gates.AuthGate``, ``gates.NamespaceGates``,
-``gates.BreakerGate``, each owning its state and its gauge), the ``answers.Policy``. It runs them in one
+``gates.BreakerGate``, each owning its state and its gauge), the ``verdicts.Policy``. It runs them in one
 task group (any one dying stops the others), exposes their state read-only (``SweeperStatus``) and ends
 them gracefully: no new claims, in-flight deletes get until a deadline, the rest go back uncharged.
 """
@@ -27,11 +27,11 @@ from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.interface import SweepKube
 from pod_sweeper.store.interface import StoreError, SweepStore
-from pod_sweeper.tasks.loops.events import EventRecorder
+from pod_sweeper.tasks.loops.events import EventSender
 from pod_sweeper.tasks.loops.outage import OutageWatch
-from pod_sweeper.tasks.rules import answers
-from pod_sweeper.tasks.rules.answers import Policy
+from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, NamespaceGates, SchemaGate
+from pod_sweeper.tasks.rules.verdicts import Policy
 from pod_sweeper.tasks.sweep.claimer import Claimer
 from pod_sweeper.tasks.sweep.pipeline import Pipeline
 from pod_sweeper.tasks.sweep.recorder import Recorder
@@ -48,7 +48,7 @@ class SweeperStatus:
         auth: AuthGate,
         namespaces: NamespaceGates,
         breaker: BreakerGate,
-        events: EventRecorder | None,
+        events: EventSender | None,
     ) -> None:
         self._claimer, self._auth, self._namespaces = claimer, auth, namespaces
         self._breaker, self._events = breaker, events
@@ -133,9 +133,7 @@ class Sweeper:
             clock=clock,
         )
         # Events on deleted pods (best effort, paced, off the rows' path); none in a dry run.
-        self.events = (
-            EventRecorder(settings, kube, metrics, outage) if settings.events and not settings.dry_run else None
-        )
+        self.events = EventSender(settings, kube, metrics, outage) if settings.events and not settings.dry_run else None
         self.sender = Sender(
             settings,
             kube,
@@ -189,7 +187,7 @@ class Sweeper:
         pipeline = self.pipeline
         self._stopping.set()
         for claim in pipeline.stop_claiming():  # claimed but not started: back to pending at once
-            pipeline.record(answers.handed_back(claim))
+            pipeline.conclude(verdicts.handed_back(claim))
         # Each verdict settles a row; wait until every row in flight has one, or the deadline.
         while pipeline.awaiting_answers() and time.monotonic() < deadline:
             await pipeline.wait_settled(deadline - time.monotonic())
@@ -201,7 +199,7 @@ class Sweeper:
         # warnings. So each is cancelled once here, and waited for (briefly) before anything else.
         await asyncio.wait(others, timeout=2.0)
         for claim in pipeline.awaiting_answers():  # still at the API after the deadline
-            pipeline.record(answers.handed_back(claim))
+            pipeline.conclude(verdicts.handed_back(claim))
         try:
             await asyncio.wait_for(self.recorder.flush(), max(1.0, deadline - time.monotonic()))
         except (StoreError, TimeoutError) as exc:

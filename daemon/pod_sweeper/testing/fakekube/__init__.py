@@ -22,16 +22,16 @@ call can never block it. What it does, per the project's reference notes on the 
 - a request log that tests assert on (to see client-side retries, or that a DELETE carried its UID).
 
 
-The package: ``answers`` (how a real server words its answers), ``faults`` (injected misbehaviour and
+The package: ``wording`` (how a real server words its answers), ``faults`` (injected misbehaviour and
 the request log), ``server`` (``FakeKube`` and its HTTP handler); ``python -m pod_sweeper.testing.fakekube
 --kubeconfig PATH`` runs one in a process of its own.
 """
 
 from __future__ import annotations
 
-from pod_sweeper.testing.fakekube.answers import GRANTED, Pod, not_found, selector_matches, status_body
 from pod_sweeper.testing.fakekube.faults import Fault, RequestRecord
 from pod_sweeper.testing.fakekube.server import FakeKube, serve
+from pod_sweeper.testing.fakekube.wording import GRANTED, Pod, not_found, selector_matches, status_body
 
 __all__ = [
     "GRANTED",

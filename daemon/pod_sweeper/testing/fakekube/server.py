@@ -1,5 +1,5 @@
 """The fake API server itself (``FakeKube``): pods, Events, namespaces and access reviews over real HTTP
-from its own threads, with the faults and the request log of ``faults``, answering as ``answers`` says
+from its own threads, with the faults and the request log of ``faults``, answering as ``wording`` says
 a real server words it. The package's docstring says what it does and how faithful it is."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from pod_sweeper.testing.fakekube.answers import (
+from pod_sweeper.testing.fakekube.faults import DEFAULT_REASONS, Fault, RequestRecord
+from pod_sweeper.testing.fakekube.wording import (
     GRANTED,
     Pod,
     not_found,
@@ -29,7 +30,6 @@ from pod_sweeper.testing.fakekube.answers import (
     status_body,
     timestamp,
 )
-from pod_sweeper.testing.fakekube.faults import DEFAULT_REASONS, Fault, RequestRecord
 
 _POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
 _PODS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")

@@ -11,7 +11,7 @@ due again, what ``last_error`` says). The sender and the claimer only apply what
   server sends back uncharged.
 
 Attempts are charged only for answers about the row itself; "used up" is ``core.states.exhausted``.
-No I/O and no clock, so every row of the table is a unit test (tests/unit/test_answers.py).
+No I/O and no clock, so every row of the table is a unit test (tests/unit/test_verdicts.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The answer table of docs/design.md, row by row, as ``tasks.rules.answers`` applies it: no database, no
+"""The answer table of docs/design.md, row by row, as ``tasks.rules.verdicts`` applies it: no database, no
 thread, no server. Every row of the table has a case here, keyed by its first column, and a test holds
 the two to each other: a row added to the page without a case, or a case whose row was removed, fails."""
 
@@ -18,9 +18,9 @@ from pod_sweeper.core.states import Outcome, Result, Status, exhausted
 from pod_sweeper.kube.answer import Answer
 from pod_sweeper.store.rows import Claim, Verdict
 from pod_sweeper.store.sweep.recheck import Recheck
-from pod_sweeper.tasks.rules import answers
-from pod_sweeper.tasks.rules.answers import CONFIRM_MARGIN_SECONDS, Policy, Sent, decide
+from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.rules.gates import Refusal
+from pod_sweeper.tasks.rules.verdicts import CONFIRM_MARGIN_SECONDS, Policy, Sent, decide
 
 MAX = 10
 BACKOFF = Backoff(1.0, 300.0, rng=random.Random(7))
@@ -51,7 +51,7 @@ def at_the_claim(recheck: Recheck, **claim_kw: object) -> Callable[[Claim], Verd
     def end(c: Claim) -> Verdict:
         if claim_kw:
             c = claim(c.attempts, **claim_kw)  # type: ignore[arg-type]
-        verdict = answers.at_claim(c, recheck, POLICY)
+        verdict = verdicts.at_claim(c, recheck, POLICY)
         assert verdict is not None
         return verdict
 
@@ -110,17 +110,17 @@ ROWS: dict[str, Row] = {
     ),
     "(at the claim) its lease expired once more than it has attempts": Row(
         lambda c: (
-            answers.at_claim(claim(MAX + 1, lease_expired_from="crashed"), NOTHING_CHECKED, POLICY)
+            verdicts.at_claim(claim(MAX + 1, lease_expired_from="crashed"), NOTHING_CHECKED, POLICY)
             or pytest.fail("not decided")
         ),
         Result.DEAD,
         charged=False,
     ),
     "(not sent) a name Kubernetes could not hold, or a namespace outside the scope": Row(
-        lambda c: answers.unsendable(c, "a name no pod can have"), Result.DEAD
+        lambda c: verdicts.unsendable(c, "a name no pod can have"), Result.DEAD
     ),
     "(not sent) a gate holds it back, its lease ran short, or the stop": Row(
-        lambda c: answers.handed_back(c, error="the breaker"), Result.HANDED_BACK, charged=False
+        lambda c: verdicts.handed_back(c, error="the breaker"), Result.HANDED_BACK, charged=False
     ),
 }
 
@@ -201,8 +201,8 @@ def test_a_refusal_waits_as_long_as_its_gate_says() -> None:
 
 
 def test_a_lease_that_expired_with_attempts_left_is_sent_again() -> None:
-    assert answers.at_claim(claim(MAX, lease_expired_from="crashed"), NOTHING_CHECKED, POLICY) is None
-    assert answers.at_claim(claim(3), NOTHING_CHECKED, POLICY) is None
+    assert verdicts.at_claim(claim(MAX, lease_expired_from="crashed"), NOTHING_CHECKED, POLICY) is None
+    assert verdicts.at_claim(claim(3), NOTHING_CHECKED, POLICY) is None
 
 
 def test_a_409_that_is_not_the_preconditions_is_a_rejection() -> None:
