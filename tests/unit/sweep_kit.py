@@ -22,6 +22,7 @@ from pod_sweeper.kube.answer import Answer
 from pod_sweeper.kube.interface import PodEvent
 from pod_sweeper.store import db
 from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.sweep.pipeline import Pipeline
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 
 
@@ -125,3 +126,8 @@ async def running(task: Awaitable[None], body: Callable[[], Awaitable[None]]) ->
     finally:
         background.cancel()
         await asyncio.gather(background, return_exceptions=True)
+
+
+def held(pipeline: Pipeline) -> int:
+    """Rows the pipeline holds (claimed and not yet written): its capacity less its room."""
+    return pipeline.capacity - pipeline.free

@@ -11,6 +11,7 @@ import pytest
 from pod_sweeper.core.states import Result
 from pod_sweeper.store.rows import Claim, Verdict
 from pod_sweeper.tasks.sweep.pipeline import Pipeline
+from unit.sweep_kit import held
 
 
 def claims(n: int, start: int = 1) -> list[Claim]:
@@ -25,12 +26,12 @@ def test_rows_held_are_taken_in_order_and_more_work_never_waits() -> None:
     async def body() -> None:
         pipeline = Pipeline(capacity=5)
         pipeline.add(claims(3), lease_deadline=100.0)
-        assert (pipeline.free, pipeline.queued, pipeline.in_hand) == (2, 3, 3)
+        assert (pipeline.free, pipeline.queued, held(pipeline)) == (2, 3, 3)
         first = await pipeline.next_work()
         assert first.claim.id == 1 and first.lease_deadline == 100.0
         assert [w.claim.id for w in pipeline.more_work(5)] == [2, 3]  # what there is, at once
         assert pipeline.more_work(5) == []
-        assert pipeline.in_hand == 3  # taken is not let go: the rows are still at the API
+        assert held(pipeline) == 3  # taken is not let go: the rows are still at the API
 
     asyncio.run(body())
 
@@ -38,9 +39,9 @@ def test_rows_held_are_taken_in_order_and_more_work_never_waits() -> None:
 def test_a_batch_leaves_only_once_written_and_a_failed_write_keeps_it() -> None:
     async def body() -> None:
         pipeline = Pipeline(capacity=10)
-        held = claims(5)
-        pipeline.add(held, 0.0)
-        for claim in held:
+        rows = claims(5)
+        pipeline.add(rows, 0.0)
+        for claim in rows:
             pipeline.conclude(deleted(claim))
         assert pipeline.awaiting_answers() == []
         written: list[list[int]] = []
@@ -48,17 +49,17 @@ def test_a_batch_leaves_only_once_written_and_a_failed_write_keeps_it() -> None:
 
         async def write(batch: list[Verdict]) -> None:
             if not database_up:
-                assert pipeline.in_hand == 5  # nothing let go before the write returns
+                assert held(pipeline) == 5  # nothing let go before the write returns
                 raise OSError("database gone")
             written.append([v.id for v in batch])
 
         with pytest.raises(OSError):
             await pipeline.write_results(write, batch=2)
-        assert (pipeline.unwritten, pipeline.in_hand) == (5, 5)  # kept for the retry
+        assert (pipeline.unwritten, held(pipeline)) == (5, 5)  # kept for the retry
         database_up = True
         await pipeline.write_results(write, batch=2)
         assert written == [[1, 2], [3, 4], [5]]
-        assert (pipeline.unwritten, pipeline.in_hand, pipeline.free) == (0, 0, 10)
+        assert (pipeline.unwritten, held(pipeline), pipeline.free) == (0, 0, 10)
 
     asyncio.run(body())
 

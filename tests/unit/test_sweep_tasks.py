@@ -16,7 +16,7 @@ from pod_sweeper.store.rows import Claim, Verdict
 from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.sweep import recorder as recorder_module
 from pod_sweeper.tasks.sweep.sender import LEASE_MARGIN_SECONDS, MAX_CHUNK, MIN_REQUEST_SECONDS
-from unit.sweep_kit import Rig, ScriptedKube, rig, running, until
+from unit.sweep_kit import Rig, ScriptedKube, held, rig, running, until
 
 
 def go(coro: Any) -> Any:
@@ -40,16 +40,16 @@ def test_the_claimer_takes_a_whole_batch_and_then_waits_for_room() -> None:
 
     async def scenario() -> None:
         async def body() -> None:
-            await until(lambda: pipeline.in_hand == 10, what="the first claim")
+            await until(lambda: held(pipeline) == 10, what="the first claim")
             for _ in range(50):  # let it turn: it must not claim the 2 rows of room left
                 await asyncio.sleep(0)
-            assert pipeline.in_hand == 10 and len(r.store.in_status(Status.CLAIMED)) == 10
+            assert held(pipeline) == 10 and len(r.store.in_status(Status.CLAIMED)) == 10
             # Workers take 9 and their verdicts are written: 1 queued, room for 11, a batch fits.
             taken = [await pipeline.next_work() for _ in range(9)]
             for work in taken:
                 pipeline.conclude(Verdict(work.claim.id, work.claim.epoch, Result.DELETED, http_status=200))
             await r.sweeper.recorder.flush()
-            await until(lambda: pipeline.in_hand == 11, what="the second claim")
+            await until(lambda: held(pipeline) == 11, what="the second claim")
             assert {row.attempts for row in r.store.in_status(Status.CLAIMED)} == {1}
 
         await running(claimer.run(), body)
@@ -230,7 +230,7 @@ def test_the_recorder_writes_in_batches_of_its_size(monkeypatch: pytest.MonkeyPa
     for claim in claimed(r, 17):
         r.sweeper.pipeline.conclude(Verdict(claim.id, claim.epoch, Result.DELETED, http_status=200))
     go(r.sweeper.recorder.flush())
-    assert writes_of(r) == [7, 7, 3] and r.sweeper.pipeline.in_hand == 0
+    assert writes_of(r) == [7, 7, 3] and held(r.sweeper.pipeline) == 0
     assert len(r.store.in_status(Status.DONE)) == 17
 
 
@@ -241,9 +241,7 @@ def test_a_failed_write_is_retried_and_each_verdict_is_written_once() -> None:
     r.store.fail("record_results", times=2)
 
     async def scenario() -> None:
-        await running(
-            r.sweeper.recorder.run(), lambda: until(lambda: r.sweeper.pipeline.in_hand == 0, what="the write")
-        )
+        await running(r.sweeper.recorder.run(), lambda: until(lambda: held(r.sweeper.pipeline) == 0, what="the write"))
 
     go(scenario())
     assert r.count("pod_sweeper_db_errors_total") == 2

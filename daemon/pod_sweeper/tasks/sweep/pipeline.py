@@ -104,11 +104,6 @@ class Pipeline:
 
     # --- the shutdown drain and the status ----------------------------------------------------------
 
-    @property
-    def in_hand(self) -> int:
-        """Rows held right now (claimed and not yet written)."""
-        return len(self._inflight)
-
     def stop_claiming(self) -> list[Claim]:
         """The claimer is let out of its wait for room, and the rows no worker has taken are taken back
         from the queue (for the drain to hand back)."""

@@ -84,11 +84,6 @@ class SweeperStatus:
         """The namespaces Kubernetes answers 403 in (and has not answered otherwise since), with why."""
         return self._namespaces.refusing()
 
-    @property
-    def events_queued(self) -> int:
-        """Events waiting to be sent (0 with Events off)."""
-        return self._events.queue.qsize() if self._events is not None else 0
-
 
 class Sweeper:
     def __init__(
