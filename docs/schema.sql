@@ -392,6 +392,14 @@ BEGIN
 END;
 $function$;
 
+CREATE OR REPLACE FUNCTION pod_sweeper.in_force(p_until timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+AS $function$
+    SELECT p_until > now()
+$function$;
+
 CREATE OR REPLACE FUNCTION pod_sweeper.keeping(p_cluster text, p_namespace text, p_name text, p_uid uuid)
  RETURNS TABLE(kind text, cluster text, pod_namespace text, pod_name text, pod_uid uuid, reason text, actor text, since timestamp with time zone, until timestamp with time zone)
  LANGUAGE sql
@@ -399,12 +407,12 @@ CREATE OR REPLACE FUNCTION pod_sweeper.keeping(p_cluster text, p_namespace text,
 AS $function$
     SELECT 'pause', p.cluster, p.pod_namespace, NULL::text, NULL::uuid, p.reason, p.actor, p.since, p.until
     FROM pod_sweeper.pauses AS p
-    WHERE p.cluster = p_cluster AND p.pod_namespace IN ('', p_namespace) AND p.until > now()
+    WHERE p.cluster = p_cluster AND p.pod_namespace IN ('', p_namespace) AND pod_sweeper.in_force(p.until)
     UNION ALL
     SELECT 'hold', h.cluster, h.pod_namespace, h.pod_name, h.pod_uid, h.reason, h.actor, h.since, h.until
     FROM pod_sweeper.holds AS h
     WHERE h.cluster = p_cluster AND h.pod_namespace = p_namespace AND h.pod_name = p_name
-      AND h.until > now() AND (h.pod_uid IS NULL OR h.pod_uid = p_uid)
+      AND pod_sweeper.in_force(h.until) AND (h.pod_uid IS NULL OR h.pod_uid = p_uid)
 $function$;
 
 CREATE OR REPLACE FUNCTION pod_sweeper.prune_audit(keep interval)

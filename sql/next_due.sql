@@ -39,8 +39,8 @@ held AS (
 SELECT extract(epoch FROM least(
     low.at,
     CASE WHEN held.at IS NOT NULL THEN now() + make_interval(secs => %(recheck)s) END,
-    (SELECT min(until) FROM pod_sweeper.pauses WHERE cluster = %(cluster)s AND until > now()),
-    (SELECT min(until) FROM pod_sweeper.holds WHERE cluster = %(cluster)s AND until > now())
+    (SELECT min(until) FROM pod_sweeper.pauses WHERE cluster = %(cluster)s AND pod_sweeper.in_force(until)),
+    (SELECT min(until) FROM pod_sweeper.holds WHERE cluster = %(cluster)s AND pod_sweeper.in_force(until))
 ) - now())::float8 AS seconds,
        least(low.at, held.at) AS low,
        held.at IS NOT NULL AS held,

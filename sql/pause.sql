@@ -5,8 +5,8 @@
 INSERT INTO pod_sweeper.pauses (cluster, pod_namespace, reason, actor, until)
 SELECT %(cluster)s, %(namespace)s, %(reason)s, %(actor)s, e.until
 FROM (SELECT coalesce(%(until)s::timestamptz, now() + make_interval(secs => %(seconds)s::float8)) AS until) AS e
-WHERE e.until > now()
+WHERE pod_sweeper.in_force(e.until)
 ON CONFLICT (cluster, pod_namespace) DO UPDATE
 SET reason = excluded.reason, actor = excluded.actor, db_role = excluded.db_role, until = excluded.until,
-    since = CASE WHEN pauses.until > now() THEN pauses.since ELSE now() END
+    since = CASE WHEN pod_sweeper.in_force(pauses.until) THEN pauses.since ELSE now() END
 RETURNING since, until

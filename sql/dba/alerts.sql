@@ -62,7 +62,7 @@ UNION ALL
 SELECT 'PodSweeperPausedLong',
        format('cluster %s, namespace %s: paused for %s s by %s (%s); `pod-sweeper unpause` ends it', cluster,
               coalesce(nullif(pod_namespace, ''), '*'), round(extract(epoch FROM now() - since)), actor, reason)
-FROM pod_sweeper.pauses WHERE until > now() AND since < now() - interval '2 hours'
+FROM pod_sweeper.pauses WHERE pod_sweeper.in_force(until) AND since < now() - interval '2 hours'
 UNION ALL
 SELECT 'PodSweeperNoProgress',
        format('cluster %s: rows are claimable but none finished in 20 minutes (10 min window, for 10 min)', l.cluster)
