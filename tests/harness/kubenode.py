@@ -134,7 +134,10 @@ class HostState:
 
 
 def pause_image_archive(binary: Path, reference: str, folder: Path) -> Path:
-    """An OCI image archive holding ``binary`` as /pause, its entrypoint: what ``ctr images import`` takes."""
+    """An OCI image archive holding ``binary`` as /pause, its entrypoint: what ``ctr images import`` takes.
+    A link is followed (a release's node folder links to the main folder's pause): the layer must hold
+    the program itself, not a link to a path the container cannot see."""
+    binary = binary.resolve()
     layer = io.BytesIO()
     with tarfile.open(fileobj=layer, mode="w") as tar:
         info = tar.gettarinfo(str(binary), arcname="pause")

@@ -54,3 +54,19 @@ def test_ci_runs_every_release_of_the_matrix() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert "tools/kube/build --matrix" in ci and 'tools/kube/build --release "$minor"' in ci
     assert "tests/conformance tests/realkube/test_admission.py" in ci and "tests/realkube/test_chart.py" in ci
+
+
+def test_the_real_node_runs_the_oldest_and_the_newest_kubelet() -> None:
+    """The matrix's two ends build their kubelet (tools/kube/releases/new --kubelet) and CI runs the real
+    node's kubelet tests and the native sidecar against each; the main release's kubelet runs the whole
+    real-node tier."""
+    minors = matrix()
+    nodes = subprocess.run([str(BUILD), "--nodes"], capture_output=True, text=True, check=True).stdout.split()
+    assert nodes == [minors[0], minors[-1]], nodes
+    for minor in minors[1:-1]:
+        module = ROOT / "tools" / "kube" / "releases" / minor / "go.mod"
+        assert not module.is_file() or "tool k8s.io/kubernetes/cmd/kubelet" not in module.read_text(), minor
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "node_minors=$(tools/kube/build --nodes)" in ci
+    assert 'tools/kube/build --release "$minor" --node --dir' in ci
+    assert "tests/node/test_kubelet.py" in ci and "test_the_sidecar_never_keeps_its_host_from_starting" in ci
