@@ -1,5 +1,10 @@
 -- The pod_sweeper schema as the migrations build it (migrations/), generated from PostgreSQL 15
--- by tests/migration/readable.py; do not edit. It is for reading: migrate with `pod-sweeper migrate`.
+-- by tests/migration/readable.py; do not edit. It is for reading, and run on an empty database it
+-- builds the same schema (the migration tier checks both): install with `pod-sweeper migrate`,
+-- which also keeps the ledger.
+
+SET check_function_bodies = false;
+CREATE SCHEMA pod_sweeper;
 
 -- Tables
 
@@ -28,9 +33,8 @@ CREATE TABLE pod_sweeper.attempts (
     error text,
     recorded boolean NOT NULL,
     CONSTRAINT attempts_result_check CHECK ((result = ANY (ARRAY['deleted'::text, 'absent'::text, 'replaced'::text, 'would_delete'::text, 'retry'::text, 'dead'::text, 'handed_back'::text]))),
-    CONSTRAINT attempts_outbox_id_fkey FOREIGN KEY (outbox_id) REFERENCES pod_sweeper.outbox(id) ON DELETE CASCADE,
     CONSTRAINT attempts_pkey PRIMARY KEY (id)
-);
+) WITH (fillfactor=100, autovacuum_vacuum_insert_scale_factor=0.05);
 COMMENT ON TABLE pod_sweeper.attempts IS 'pod-sweeper: one row per DELETE attempt (see the README)';
 CREATE INDEX attempts_outbox ON pod_sweeper.attempts USING btree (outbox_id, id);
 CREATE INDEX attempts_recent_deletes ON pod_sweeper.attempts USING btree (started_at) WHERE (result = ANY (ARRAY['deleted'::text, 'would_delete'::text]));
@@ -73,7 +77,6 @@ CREATE TABLE pod_sweeper.holds (
     CONSTRAINT holds_pkey PRIMARY KEY (cluster, pod_namespace, pod_name)
 );
 COMMENT ON TABLE pod_sweeper.holds IS 'pod-sweeper: pods whose rows are never sent until `until` (kept for forensics, say)';
-CREATE TRIGGER pod_sweeper_trail AFTER DELETE OR UPDATE ON pod_sweeper.holds FOR EACH ROW EXECUTE FUNCTION pod_sweeper.record_control_end();
 
 CREATE TABLE pod_sweeper.outages (
     cluster text NOT NULL,
@@ -124,7 +127,7 @@ END) STORED,
     CONSTRAINT outbox_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'claimed'::text, 'done'::text, 'dead'::text]))),
     CONSTRAINT outbox_pkey PRIMARY KEY (id),
     CONSTRAINT outbox_one_row_per_pod UNIQUE (pod_uid)
-);
+) WITH (fillfactor=70, autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_insert_scale_factor=0.05, autovacuum_analyze_scale_factor=0.02, autovacuum_vacuum_cost_limit=2000);
 COMMENT ON TABLE pod_sweeper.outbox IS 'pod-sweeper outbox: one row per pod UID whose generation was retired; see the README';
 CREATE INDEX outbox_claimable ON pod_sweeper.outbox USING btree (cluster, next_attempt_at) WHERE (status = ANY (ARRAY['pending'::text, 'claimed'::text]));
 CREATE INDEX outbox_dead ON pod_sweeper.outbox USING btree (updated_at) WHERE (status = 'dead'::text);
@@ -144,7 +147,6 @@ CREATE TABLE pod_sweeper.pauses (
     CONSTRAINT pauses_pkey PRIMARY KEY (cluster, pod_namespace)
 );
 COMMENT ON TABLE pod_sweeper.pauses IS 'pod-sweeper: scopes whose rows are not claimed until `until` (pod_namespace empty: the whole cluster)';
-CREATE TRIGGER pod_sweeper_trail AFTER DELETE OR UPDATE ON pod_sweeper.pauses FOR EACH ROW EXECUTE FUNCTION pod_sweeper.record_control_end();
 
 CREATE TABLE pod_sweeper.reconcile_state (
     last_started_at timestamp with time zone,
@@ -203,7 +205,6 @@ CREATE TABLE pod_sweeper.suspects (
     last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
     cluster text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT suspects_why_check CHECK ((why = ANY (ARRAY['retired'::text, 'no_execution_row'::text]))),
-    CONSTRAINT suspects_attachment_id_fkey FOREIGN KEY (attachment_id) REFERENCES pod_sweeper.attachments(id),
     CONSTRAINT suspects_pkey PRIMARY KEY (pod_uid)
 );
 COMMENT ON TABLE pod_sweeper.suspects IS 'pod-sweeper reconciliation: labelled pods no active execution row accounts for, in quarantine';
@@ -217,81 +218,10 @@ CREATE TABLE pod_sweeper.wakeup (
 );
 COMMENT ON TABLE pod_sweeper.wakeup IS 'pod-sweeper: one row; armed = a sweeper sleeps, so retires NOTIFY (migration 0007 says why)';
 
--- Views
+-- Foreign keys
 
-CREATE VIEW pod_sweeper.lag AS
- SELECT count(*) FILTER (WHERE outbox.status = 'pending'::text) AS pending,
-    count(*) FILTER (WHERE (outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])) AND outbox.next_attempt_at <= now()) AS claimable,
-    count(*) FILTER (WHERE outbox.status = 'pending'::text AND outbox.next_attempt_at > now()) AS backoff,
-    count(*) FILTER (WHERE outbox.status = 'claimed'::text) AS claimed,
-    ( SELECT count(*) AS count
-           FROM pod_sweeper.outbox outbox_1
-          WHERE outbox_1.status = 'dead'::text) AS dead,
-    COALESCE(EXTRACT(epoch FROM now() - min(outbox.enqueued_at) FILTER (WHERE (outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])) AND outbox.next_attempt_at <= now())), 0::numeric)::double precision AS oldest_claimable_seconds,
-    COALESCE(EXTRACT(epoch FROM now() - min(outbox.enqueued_at) FILTER (WHERE outbox.status = 'pending'::text AND outbox.next_attempt_at > now())), 0::numeric)::double precision AS oldest_backoff_seconds,
-    COALESCE(EXTRACT(epoch FROM now() - min(outbox.claimed_at) FILTER (WHERE outbox.status = 'claimed'::text)), 0::numeric)::double precision AS oldest_claim_seconds,
-    ( SELECT count(*) AS count
-           FROM ( SELECT
-                   FROM pod_sweeper.rejects
-                 LIMIT 1000) r) AS rejected
-   FROM pod_sweeper.outbox
-  WHERE outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text]);
-
-CREATE VIEW pod_sweeper.lag_by_cluster AS
- SELECT outbox.cluster,
-    count(*) FILTER (WHERE outbox.status = 'pending'::text) AS pending,
-    count(*) FILTER (WHERE (outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])) AND outbox.next_attempt_at <= now()) AS claimable,
-    count(*) FILTER (WHERE outbox.status = 'pending'::text AND outbox.next_attempt_at > now()) AS backoff,
-    count(*) FILTER (WHERE outbox.status = 'claimed'::text) AS claimed,
-    COALESCE(EXTRACT(epoch FROM now() - min(outbox.enqueued_at) FILTER (WHERE (outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])) AND outbox.next_attempt_at <= now())), 0::numeric)::double precision AS oldest_claimable_seconds,
-    max(outbox.claimed_at) AS last_claimed_at
-   FROM pod_sweeper.outbox
-  WHERE outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])
-  GROUP BY outbox.cluster;
-
-CREATE VIEW pod_sweeper.summary AS
- SELECT outbox.status,
-    outbox.outcome,
-    count(*) AS rows,
-    min(outbox.enqueued_at) AS oldest_enqueued_at,
-    max(outbox.updated_at) AS last_updated_at,
-    NULL::timestamp with time zone AS counted_since,
-    false AS estimated
-   FROM pod_sweeper.outbox
-  WHERE outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])
-  GROUP BY outbox.status, outbox.outcome
-UNION ALL
- SELECT outbox.status,
-    outbox.outcome,
-    count(*) AS rows,
-    min(outbox.enqueued_at) AS oldest_enqueued_at,
-    max(outbox.updated_at) AS last_updated_at,
-    NULL::timestamp with time zone AS counted_since,
-    false AS estimated
-   FROM pod_sweeper.outbox
-  WHERE outbox.status = 'dead'::text
-  GROUP BY outbox.status, outbox.outcome
-UNION ALL
- SELECT outbox.status,
-    outbox.outcome,
-    count(*) AS rows,
-    min(outbox.enqueued_at) AS oldest_enqueued_at,
-    max(outbox.updated_at) AS last_updated_at,
-    now() - '01:00:00'::interval AS counted_since,
-    false AS estimated
-   FROM pod_sweeper.outbox
-  WHERE outbox.status = 'done'::text AND outbox.done_at > (now() - '01:00:00'::interval)
-  GROUP BY outbox.status, outbox.outcome
-UNION ALL
- SELECT 'done'::text AS status,
-    NULL::text AS outcome,
-    c.reltuples::bigint AS rows,
-    NULL::timestamp with time zone AS oldest_enqueued_at,
-    NULL::timestamp with time zone AS last_updated_at,
-    NULL::timestamp with time zone AS counted_since,
-    true AS estimated
-   FROM pg_class c
-  WHERE c.oid = 'pod_sweeper.outbox_done_at'::regclass::oid AND c.reltuples >= 0::double precision;
+ALTER TABLE pod_sweeper.attempts ADD CONSTRAINT attempts_outbox_id_fkey FOREIGN KEY (outbox_id) REFERENCES pod_sweeper.outbox(id) ON DELETE CASCADE;
+ALTER TABLE pod_sweeper.suspects ADD CONSTRAINT suspects_attachment_id_fkey FOREIGN KEY (attachment_id) REFERENCES pod_sweeper.attachments(id);
 
 -- Functions (the enqueue trigger's among them)
 
@@ -495,3 +425,84 @@ EXCEPTION WHEN invalid_text_representation THEN
     RETURN NULL;
 END;
 $function$;
+
+-- Views (each after the views it reads)
+
+CREATE VIEW pod_sweeper.lag AS
+ SELECT count(*) FILTER (WHERE outbox.status = 'pending'::text) AS pending,
+    count(*) FILTER (WHERE (outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])) AND outbox.next_attempt_at <= now()) AS claimable,
+    count(*) FILTER (WHERE outbox.status = 'pending'::text AND outbox.next_attempt_at > now()) AS backoff,
+    count(*) FILTER (WHERE outbox.status = 'claimed'::text) AS claimed,
+    ( SELECT count(*) AS count
+           FROM pod_sweeper.outbox outbox_1
+          WHERE outbox_1.status = 'dead'::text) AS dead,
+    COALESCE(EXTRACT(epoch FROM now() - min(outbox.enqueued_at) FILTER (WHERE (outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])) AND outbox.next_attempt_at <= now())), 0::numeric)::double precision AS oldest_claimable_seconds,
+    COALESCE(EXTRACT(epoch FROM now() - min(outbox.enqueued_at) FILTER (WHERE outbox.status = 'pending'::text AND outbox.next_attempt_at > now())), 0::numeric)::double precision AS oldest_backoff_seconds,
+    COALESCE(EXTRACT(epoch FROM now() - min(outbox.claimed_at) FILTER (WHERE outbox.status = 'claimed'::text)), 0::numeric)::double precision AS oldest_claim_seconds,
+    ( SELECT count(*) AS count
+           FROM ( SELECT
+                   FROM pod_sweeper.rejects
+                 LIMIT 1000) r) AS rejected
+   FROM pod_sweeper.outbox
+  WHERE outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text]);
+
+CREATE VIEW pod_sweeper.lag_by_cluster AS
+ SELECT outbox.cluster,
+    count(*) FILTER (WHERE outbox.status = 'pending'::text) AS pending,
+    count(*) FILTER (WHERE (outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])) AND outbox.next_attempt_at <= now()) AS claimable,
+    count(*) FILTER (WHERE outbox.status = 'pending'::text AND outbox.next_attempt_at > now()) AS backoff,
+    count(*) FILTER (WHERE outbox.status = 'claimed'::text) AS claimed,
+    COALESCE(EXTRACT(epoch FROM now() - min(outbox.enqueued_at) FILTER (WHERE (outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])) AND outbox.next_attempt_at <= now())), 0::numeric)::double precision AS oldest_claimable_seconds,
+    max(outbox.claimed_at) AS last_claimed_at
+   FROM pod_sweeper.outbox
+  WHERE outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])
+  GROUP BY outbox.cluster;
+
+CREATE VIEW pod_sweeper.summary AS
+ SELECT outbox.status,
+    outbox.outcome,
+    count(*) AS rows,
+    min(outbox.enqueued_at) AS oldest_enqueued_at,
+    max(outbox.updated_at) AS last_updated_at,
+    NULL::timestamp with time zone AS counted_since,
+    false AS estimated
+   FROM pod_sweeper.outbox
+  WHERE outbox.status = ANY (ARRAY['pending'::text, 'claimed'::text])
+  GROUP BY outbox.status, outbox.outcome
+UNION ALL
+ SELECT outbox.status,
+    outbox.outcome,
+    count(*) AS rows,
+    min(outbox.enqueued_at) AS oldest_enqueued_at,
+    max(outbox.updated_at) AS last_updated_at,
+    NULL::timestamp with time zone AS counted_since,
+    false AS estimated
+   FROM pod_sweeper.outbox
+  WHERE outbox.status = 'dead'::text
+  GROUP BY outbox.status, outbox.outcome
+UNION ALL
+ SELECT outbox.status,
+    outbox.outcome,
+    count(*) AS rows,
+    min(outbox.enqueued_at) AS oldest_enqueued_at,
+    max(outbox.updated_at) AS last_updated_at,
+    now() - '01:00:00'::interval AS counted_since,
+    false AS estimated
+   FROM pod_sweeper.outbox
+  WHERE outbox.status = 'done'::text AND outbox.done_at > (now() - '01:00:00'::interval)
+  GROUP BY outbox.status, outbox.outcome
+UNION ALL
+ SELECT 'done'::text AS status,
+    NULL::text AS outcome,
+    c.reltuples::bigint AS rows,
+    NULL::timestamp with time zone AS oldest_enqueued_at,
+    NULL::timestamp with time zone AS last_updated_at,
+    NULL::timestamp with time zone AS counted_since,
+    true AS estimated
+   FROM pg_class c
+  WHERE c.oid = 'pod_sweeper.outbox_done_at'::regclass::oid AND c.reltuples >= 0::double precision;
+
+-- Triggers
+
+CREATE TRIGGER pod_sweeper_trail AFTER DELETE OR UPDATE ON pod_sweeper.holds FOR EACH ROW EXECUTE FUNCTION pod_sweeper.record_control_end();
+CREATE TRIGGER pod_sweeper_trail AFTER DELETE OR UPDATE ON pod_sweeper.pauses FOR EACH ROW EXECUTE FUNCTION pod_sweeper.record_control_end();

@@ -1,7 +1,10 @@
 """docs/schema.sql: the schema the migration chain builds, written out for a person to read (tables
-with their columns, constraints, indexes and triggers; views; functions with their bodies), the way
-procrastinate keeps its schema.sql. Generated from a database migrated from scratch; the migration tier
-holds the file to it (``POD_SWEEPER_UPDATE_REFERENCE=1`` rewrites it)."""
+with their columns, constraints and indexes; functions with their bodies; views; triggers), the way
+procrastinate keeps its schema.sql, and in an order that runs: foreign keys after every table, the
+views in the order they read each other, the triggers after their functions. It is the one schema
+snapshot: the migration tier holds the chain to it on every PostgreSQL major it tests (the file run on
+an empty database builds what the chain builds), and word for word on the major it was generated from
+(``POD_SWEEPER_UPDATE_REFERENCE=1`` rewrites it)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ import psycopg
 SCHEMA = "pod_sweeper"
 
 _TABLES = """
-SELECT c.oid, c.relname, obj_description(c.oid, 'pg_class') AS comment FROM pg_class c
+SELECT c.oid, c.relname, obj_description(c.oid, 'pg_class') AS comment,
+       array_to_string(c.reloptions, ', ') AS options FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname
 """
 _COLUMNS = """
@@ -22,7 +26,7 @@ FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum
 WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum
 """
 _CONSTRAINTS = """
-SELECT conname, pg_get_constraintdef(oid) AS def FROM pg_constraint
+SELECT conname, pg_get_constraintdef(oid) AS def, contype = 'f' AS foreign FROM pg_constraint
 WHERE conrelid = %s AND contype <> 'n' ORDER BY contype, conname
 """
 _INDEXES = """
@@ -34,7 +38,11 @@ _TRIGGERS = (
     "SELECT pg_get_triggerdef(oid, true) AS def FROM pg_trigger WHERE tgrelid = %s AND NOT tgisinternal ORDER BY tgname"
 )
 _VIEWS = """
-SELECT c.relname, pg_get_viewdef(c.oid, true) AS def FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+SELECT c.oid, c.relname, pg_get_viewdef(c.oid, true) AS def,
+       ARRAY(SELECT DISTINCT d.refobjid FROM pg_rewrite r JOIN pg_depend d
+             ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid AND d.refobjid <> c.oid
+             WHERE r.ev_class = c.oid) AS reads
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relkind = 'v' ORDER BY c.relname
 """
 _FUNCTIONS = """
@@ -60,28 +68,56 @@ def readable_schema(url: str) -> str:
         major = conn.info.server_version // 10000
         out = [
             f"-- The {SCHEMA} schema as the migrations build it (migrations/), generated from PostgreSQL {major}",
-            "-- by tests/migration/readable.py; do not edit. It is for reading: migrate with `pod-sweeper migrate`.",
+            "-- by tests/migration/readable.py; do not edit. It is for reading, and run on an empty database it",
+            "-- builds the same schema (the migration tier checks both): install with `pod-sweeper migrate`,",
+            "-- which also keeps the ledger.",
+            "",
+            "SET check_function_bodies = false;",
+            f"CREATE SCHEMA {SCHEMA};",
             "",
             "-- Tables",
             "",
         ]
+        foreign: list[str] = []
+        triggers: list[str] = []
         for table in conn.execute(_TABLES, (SCHEMA,)).fetchall():
             lines = [_column(c) for c in conn.execute(_COLUMNS, (table["oid"],)).fetchall()]
-            lines += [f"CONSTRAINT {k['conname']} {k['def']}" for k in conn.execute(_CONSTRAINTS, (table["oid"],))]
-            out.append(f"CREATE TABLE {SCHEMA}.{table['relname']} (\n    " + ",\n    ".join(lines) + "\n);")
+            for k in conn.execute(_CONSTRAINTS, (table["oid"],)).fetchall():
+                if k["foreign"]:
+                    foreign.append(f"ALTER TABLE {SCHEMA}.{table['relname']} ADD CONSTRAINT {k['conname']} {k['def']};")
+                else:
+                    lines.append(f"CONSTRAINT {k['conname']} {k['def']}")
+            options = f" WITH ({table['options']})" if table["options"] else ""
+            out.append(f"CREATE TABLE {SCHEMA}.{table['relname']} (\n    " + ",\n    ".join(lines) + f"\n){options};")
             if table["comment"]:
                 comment = table["comment"].replace("'", "''")
                 out.append(f"COMMENT ON TABLE {SCHEMA}.{table['relname']} IS '{comment}';")
             out += [f"{i['def']};" for i in conn.execute(_INDEXES, (table["oid"],)).fetchall()]
-            out += [f"{t['def']};" for t in conn.execute(_TRIGGERS, (table["oid"],)).fetchall()]
+            triggers += [f"{t['def']};" for t in conn.execute(_TRIGGERS, (table["oid"],)).fetchall()]
             out.append("")
-        out += ["-- Views", ""]
-        for view in conn.execute(_VIEWS, (SCHEMA,)).fetchall():
-            out += [f"CREATE VIEW {SCHEMA}.{view['relname']} AS\n{view['def'].rstrip()}", ""]
+        out += ["-- Foreign keys", "", *foreign, ""]
         out += ["-- Functions (the enqueue trigger's among them)", ""]
         for function in conn.execute(_FUNCTIONS, (SCHEMA,)).fetchall():
             out += [function["def"].rstrip() + ";", ""]
+        out += ["-- Views (each after the views it reads)", ""]
+        for view in _in_dependency_order(conn.execute(_VIEWS, (SCHEMA,)).fetchall()):
+            out += [f"CREATE VIEW {SCHEMA}.{view['relname']} AS\n{view['def'].rstrip()}", ""]
+        out += ["-- Triggers", "", *triggers]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _in_dependency_order(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The views, each after the views it reads (by name where neither reads the other)."""
+    pending = {view["oid"]: view for view in views}
+    ordered: list[dict[str, Any]] = []
+    while pending:
+        ready = [v for v in pending.values() if not set(v["reads"]) & set(pending)]
+        if not ready:
+            raise ValueError("the views read each other in a cycle")
+        first = min(ready, key=lambda v: str(v["relname"]))
+        ordered.append(first)
+        del pending[first["oid"]]
+    return ordered
 
 
 def major_of(text: str) -> int | None:
