@@ -71,7 +71,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "conformance": ("integration",),  # the fake and the real API server held to the same answers
     "acceptance": ("acceptance",),  # the real CLI as a subprocess, real signals
     "operator_tier": ("acceptance",),  # promtool, Prometheus and the manifests, as an operator meets them
-    "migration": ("migration",),  # the migration chain against the reference schema
+    "migration": ("migration",),  # the migration chain against the committed schema (docs/schema.sql)
     "chaos": ("chaos",),
     "pooler": ("pooler", "versions"),  # through a real PgBouncer; on every PostgreSQL major
     "failover": ("failover", "slow"),  # clusters of its own: a primary and a streaming standby

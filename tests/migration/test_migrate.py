@@ -14,7 +14,6 @@ from typing import Any
 
 import psycopg
 import pytest
-
 from psycopg import sql
 
 from helpers import run, settings_for, with_dbname
@@ -116,7 +115,7 @@ def test_a_committed_schema_missing_an_index_is_told_apart(empty_db_url: str) ->
 def test_the_readable_schema_is_what_the_chain_builds(empty_db_url: str) -> None:
     """docs/schema.sql, function bodies included, against a database migrated from scratch. PostgreSQL
     deparses views and defaults in its own words, which change between majors: the file is held on the
-    major it was generated from (CI's first pass), and the reference schema above holds every major."""
+    major it was generated from (CI's first pass), and the test above holds every major to it."""
     run(_migrate(empty_db_url))
     actual = readable_schema(empty_db_url)
     if os.environ.get("POD_SWEEPER_UPDATE_REFERENCE"):
@@ -296,7 +295,7 @@ def test_settings_are_scoped_to_each_transaction_and_nothing_is_prepared_behind_
 def test_a_database_that_ran_the_earlier_texts_ends_at_the_same_schema(empty_db_url: str) -> None:
     """0009-0011 were rewritten before any release (their whole-table work moved to 0013, online): a
     database migrated with their earlier texts (``earlier/``, as a build of main applied them) is
-    accepted, and the rest of the chain brings it to the reference schema."""
+    accepted, and the rest of the chain brings it to the committed schema."""
     earlier = sorted(Path(__file__).with_name("earlier").glob("*.sql"))
     assert [p.name[:4] for p in earlier] == ["0009", "0010", "0011"]
     run(_migrate(empty_db_url, target=8))
