@@ -12,11 +12,13 @@ history's columns beyond the result.
 
 What a test may look at or arrange: ``rows`` (by id), ``writes`` (every ``record_results`` call's
 ids, in order), ``activate`` (a generation active again: the re-check finds it), ``fail`` (the next
-calls of a method raise a database error), ``arm_refusals``.
+calls of a method raise a database error), ``arm_refusals``, ``claim_answers`` (a claim's rows are
+taken, and its answer comes back only once the event is set: a commit whose answer is still on its way).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
@@ -64,6 +66,7 @@ class MemoryStore:
         self.armed = False
         self.arm_refusals = 0  # the next arms that find an enqueue still open
         self.tripped: str | None = None
+        self.claim_answers: asyncio.Event | None = None  # set: a claim's answer waits for it
         self._active: set[tuple[str, int]] = set()
         self._failing: dict[str, int] = {}
         self._deleted_at: list[tuple[float, str]] = []  # (when, namespace): the breaker's window
@@ -174,6 +177,8 @@ class MemorySession:
         if decided:
             self._record([verdict for _, verdict in decided])
         ended = {c.id for c, _ in decided}
+        if store.claim_answers is not None:  # taken ("committed"); the answer still on its way
+            await store.claim_answers.wait()
         return ClaimedBatch([c for c in claims if c.id not in ended], decided, {})
 
     async def guard_mark(self) -> int:

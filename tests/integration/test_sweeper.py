@@ -239,7 +239,7 @@ def test_a_refused_namespace_waits_alone_and_the_replica_stays_ready(
         assert len(refused) <= 3 * (elapsed / 0.2 + 2), len(refused)
     # Read once the replica has stopped: while it runs, a refused row may be in its next try (claimed).
     rows = [row_for(execs, f"bad{i}") for i in range(3)]
-    assert all(r is not None and r["status"] == "pending" and r["attempts"] == 0 for r in rows)
+    assert all(r is not None and r["status"] == "pending" and r["attempts"] == 0 for r in rows), rows
     assert all(r is not None and r["last_http_status"] == 403 and "forbidden" in r["last_error"] for r in rows)
     assert all(kube.get_pod("forbidden", f"pod-bad{i}-1") is not None for i in range(3))
 

@@ -324,6 +324,56 @@ def test_the_drain_hands_back_what_was_not_answered_by_its_deadline_uncharged_an
     assert len(kube.calls) == 2  # nothing else was sent after the stop
 
 
+def test_a_claim_answered_after_the_stop_began_is_handed_back_not_lost() -> None:
+    """The stop lands while a claim's rows are taken but its answer is on its way: the drain lets the
+    claim come back and hands its rows back uncharged, sending nothing (cancelled, the claim's rows
+    would stay claimed and charged until their lease ended)."""
+    r = rig(concurrency=2, batch_size=8)
+    r.retire(5)
+    answers = r.store.claim_answers = asyncio.Event()
+
+    async def scenario() -> None:
+        run = asyncio.ensure_future(r.sweeper.run())
+        try:
+            await until(lambda: len(r.store.in_status(Status.CLAIMED)) == 5, what="the claim taken")
+            drain = asyncio.ensure_future(r.sweeper.drain(time.monotonic() + 5))
+            await until(lambda: r.sweeper.claimer.stopping.is_set(), what="the stop")
+            answers.set()
+            await asyncio.wait_for(drain, 5)
+            await asyncio.wait_for(run, 5)
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+
+    go(scenario())
+    assert {(row.status, row.attempts) for row in r.store.rows.values()} == {(Status.PENDING, 0)}
+    assert r.kube.calls == []
+
+
+def test_a_claim_never_answered_does_not_hold_the_stop_past_its_deadline() -> None:
+    r = rig()
+    r.retire(3)
+    r.store.claim_answers = asyncio.Event()  # never set: the database stopped answering mid-claim
+
+    async def scenario() -> float:
+        run = asyncio.ensure_future(r.sweeper.run())
+        try:
+            await until(lambda: len(r.store.in_status(Status.CLAIMED)) == 3, what="the claim taken")
+            started = time.monotonic()
+            await r.sweeper.drain(started + 0.2)
+            await asyncio.wait_for(run, 5)
+            return time.monotonic() - started
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+
+    took = go(scenario())
+    assert took < 1.0, took  # the deadline, then the cancelled claim goes at once
+    assert r.kube.calls == []
+    # Its rows wait out their lease, as after a crash: nothing here can know whether the claim committed.
+    assert len(r.store.in_status(Status.CLAIMED)) == 3
+
+
 def test_the_whole_pipeline_on_the_memory_store_ends_every_row_once() -> None:
     """Claimer, workers and recorder together: a mix of answers, each row's verdict written once."""
 

@@ -86,6 +86,11 @@ class Claimer:
         self.wake_source = source
         self.wake.set()
 
+    def leave(self) -> None:
+        """The stop: out of any sleep at once, the claimer leaves at the end of its turn. A claim in flight
+        is let come back (its rows are then handed back), never cancelled: see Sweeper.drain."""
+        self.wake.set()
+
     def _at_claim(self, claim: Claim, recheck: Recheck) -> Verdict | None:
         return verdicts.at_claim(claim, recheck, self.policy)
 
@@ -126,6 +131,10 @@ class Claimer:
                 await self._sleep_until_wake(settings.poll_interval)
                 continue
             self._count(batch)
+            if self.stopping.is_set():  # answered after the stop began: nothing of it is sent
+                for claim in batch.to_send:
+                    pipeline.conclude(verdicts.handed_back(claim))
+                return
             if batch.to_send:
                 failpoints.hit("after_claim")
             pipeline.add(batch.to_send, started + settings.lease_seconds)
@@ -203,7 +212,8 @@ class Claimer:
     async def _sleep_until_wake(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.wake.wait(), timeout)
-            self.metrics.wakeups.labels(self.wake_source).inc()
+            if not self.stopping.is_set():  # the stop is not a wakeup (Claimer.leave)
+                self.metrics.wakeups.labels(self.wake_source).inc()
             return
         self.metrics.wakeups.labels("poll").inc()
 

@@ -181,8 +181,15 @@ class Sweeper:
         (counting what cannot be sent), and stop the tasks."""
         pipeline = self.pipeline
         self._stopping.set()
+        self.claimer.leave()
         for claim in pipeline.stop_claiming():  # claimed but not started: back to pending at once
             pipeline.conclude(verdicts.handed_back(claim))
+        # The claimer ends its turn rather than being cancelled in it: a claim cancelled in flight may
+        # have committed on the server with its answer lost on the way, leaving its rows claimed (and
+        # charged) until their lease ends. A claim answered after the stop hands its rows straight back
+        # (Claimer.run); one still unanswered at the deadline is cancelled below with the rest.
+        if (claimer := self._task("claimer")) is not None:
+            await asyncio.wait([claimer], timeout=max(0.0, deadline - time.monotonic()))
         # Each verdict settles a row; wait until every row in flight has one, or the deadline.
         while pipeline.awaiting_answers() and time.monotonic() < deadline:
             await pipeline.wait_settled(deadline - time.monotonic())
@@ -203,7 +210,7 @@ class Sweeper:
                 n=pipeline.unwritten,
                 error=first_line(exc),
             )
-        events = next((task for task in self._tasks if task.get_name() == "events"), None)
+        events = self._task("events")
         if self.events is not None and events is not None:
             await self.events.finish(events, deadline)
         await self._wake_the_others()
@@ -211,6 +218,9 @@ class Sweeper:
             if not task.done():
                 task.cancel()
         self.sender.close()
+
+    def _task(self, name: str) -> asyncio.Task[None] | None:
+        return next((task for task in self._tasks if task.get_name() == name), None)
 
     async def _wake_the_others(self) -> None:
         # This replica may have cleared the wakeup flag (it was claiming) and is leaving: retires do not
