@@ -5,12 +5,14 @@ pod), else the usual kubeconfig lookup. The client's urllib3 layer would retry a
 429 and on read timeouts; retries are turned off here so that the sweeper owns the whole policy
 (attempt counting, backoff, Retry-After). The connection pool is sized to the sweeper's concurrency.
 In a pod the token file is looked at before every request (``TokenFile``); elsewhere the config
-loader's credential refresh hook runs at most once a second (``ThrottledRefresh``).
+loader's credential refresh hook runs at most once a second (``ThrottledRefresh``). The client calls
+either from every request thread at once: each class states who may write what.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -81,19 +83,42 @@ class TokenFile:
     re-reads the file once a minute whatever happens; this hook runs before every request, looks at the
     file's identity (one ``stat``, microseconds) and reads it only when it changed, so every request
     after the rotation carries the new token, and a token revoked right after its rotation is never
-    sent again. A file caught mid-write (empty or unreadable) keeps the token in use."""
+    sent again. A file caught mid-write (empty or unreadable) keeps the token in use.
+
+    Threads: the rule is that only the thread holding ``_lock`` reads the file and writes the token and
+    ``_seen``, the token first. One thread at a time, each reading the file as it is then, never puts back
+    a token older than the one in use; and ``_seen`` never names a newer file than that token, since the
+    identity recorded is that of the file opened, taken before it is read. (Unlocked, a thread holding the
+    old token could write it after another wrote the new one, then the other record the new file as seen:
+    the old token sent until the next rotation.) The check before it, one ``stat`` compared with
+    ``_seen``, takes no lock: ``_seen`` is one tuple replaced whole (a single store under the GIL), written
+    after its token, so a thread that finds its file there finds that token, or a newer one, in use.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._seen: tuple[int, int, int] | None = None
+        self._lock = threading.Lock()
 
     def __call__(self, configuration: Any) -> None:
         try:
             info = self.path.stat()
-            identity = (info.st_ino, info.st_mtime_ns, info.st_size)
-            if identity == self._seen:
-                return
-            token = self.path.read_text().strip()
+        except OSError:
+            return
+        if (info.st_ino, info.st_mtime_ns, info.st_size) == self._seen:
+            return
+        with self._lock:  # held for an open and a read, after a rotation only
+            self._read(configuration)
+
+    def _read(self, configuration: Any) -> None:
+        """Under ``_lock``: the token from the file as it is now, unless a thread before has read it."""
+        try:
+            with self.path.open() as file:
+                info = os.fstat(file.fileno())  # the file opened, whatever the symlinks point at by now
+                identity = (info.st_ino, info.st_mtime_ns, info.st_size)
+                if identity == self._seen:
+                    return
+                token = file.read().strip()
         except OSError:
             return
         if token:
@@ -109,6 +134,17 @@ class ThrottledRefresh:
     about a fifth of the CPU of a DELETE here. They renew a token only when it is near its end (the
     kubeconfig loader five minutes before its expiry), so a check a second loses nothing. (In a pod the
     hook is ``TokenFile``, unthrottled: see there.)
+
+    Threads: the rule is that only the thread holding ``_lock`` reads or writes ``_due`` and ``_hook`` and
+    runs the loader's hook. The lock is taken without waiting: a thread that finds another renewing
+    returns at once and sends the credential in force, as it does when no check is due (the loader renews
+    minutes before the expiry, so that credential is still good). ``configuration.refresh_api_key_hook``
+    is this object from ``load_configuration`` on and nothing writes it again: each run of a loader's hook
+    installs a fresh closure of itself, and the hook runs on a view of the configuration that passes every
+    other write through and hands that closure back, to become ``_hook`` (never this object). Before,
+    the swap went through the configuration and two threads renewing at once could leave ``_hook`` being
+    this object, which then never renewed the credential again: a 401 on every request once it expired.
+    The view also keeps the other request threads off the loader's closure while it is installed.
     """
 
     def __init__(
@@ -116,16 +152,42 @@ class ThrottledRefresh:
     ) -> None:
         self._hook, self._every, self._clock = hook, every, clock
         self._due = float("-inf")
+        self._lock = threading.Lock()
 
     def __call__(self, configuration: Any) -> None:
-        now = self._clock()
-        if now < self._due:
-            return
-        # Threads may race past this check together: the hook is safe to run twice, as the client
-        # itself runs it concurrently from every request thread.
-        self._due = now + self._every
-        self._hook(configuration)
-        # Each run of a loader's hook installs a fresh closure of itself: keep it, stay in front.
-        if configuration.refresh_api_key_hook is not self:
-            self._hook = configuration.refresh_api_key_hook
-            configuration.refresh_api_key_hook = self
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is renewing: the credential in force, as when no check is due
+        try:
+            now = self._clock()
+            if now < self._due:
+                return
+            self._due = now + self._every
+            view = _HookCatcher(configuration)
+            self._hook(view)
+            installed = view.installed
+            if installed is not self and callable(installed):
+                self._hook = installed
+        finally:
+            self._lock.release()
+
+
+class _HookCatcher:
+    """A configuration as a loader's refresh hook sees it under ``ThrottledRefresh``: reads and writes go
+    to the real one, except the hook's installing of its next closure, kept in ``installed``."""
+
+    __slots__ = ("_configuration", "installed")
+    _configuration: Any
+    installed: object  # what the hook put in the configuration's refresh_api_key_hook, if anything
+
+    def __init__(self, configuration: Any) -> None:
+        object.__setattr__(self, "_configuration", configuration)
+        object.__setattr__(self, "installed", None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._configuration, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "refresh_api_key_hook":
+            object.__setattr__(self, "installed", value)
+        else:
+            setattr(self._configuration, name, value)
