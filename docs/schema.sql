@@ -244,6 +244,9 @@ CREATE OR REPLACE FUNCTION pod_sweeper.enqueue(p_attachment_id integer, p_sandbo
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_armed  boolean;
+    v_target text;
 BEGIN
     IF p_sandbox_id IS NULL OR p_generation IS NULL OR p_pod_uid IS NULL
        OR p_namespace IS NULL OR p_namespace = '' OR p_pod_name IS NULL OR p_pod_name = ''
@@ -288,11 +291,14 @@ BEGIN
         WHERE o.status = 'done' AND o.outcome = 'skipped_active';
     -- The lock first, then the flag, each its own statement: the flag's snapshot follows the lock.
     PERFORM pg_advisory_xact_lock_shared(8101804718561125749);
+    SELECT w.armed, w.changed_by INTO v_armed, v_target FROM pod_sweeper.wakeup AS w WHERE w.cluster = p_cluster;
     -- A missing row reads as armed: notifying is the safe side.
-    IF (SELECT w.armed FROM pod_sweeper.wakeup AS w WHERE w.cluster = p_cluster) IS NOT FALSE
-       OR current_setting('transaction_isolation') <> 'read committed' THEN
-        -- An empty payload: notifications with equal payloads fold within one transaction.
-        PERFORM pg_notify(pod_sweeper.channel(p_cluster), '');
+    IF v_armed IS NOT FALSE OR current_setting('transaction_isolation') <> 'read committed' THEN
+        -- Notifications with equal payloads fold within one transaction: one a transaction.
+        PERFORM pg_notify(pod_sweeper.channel(p_cluster),
+            CASE WHEN v_armed AND v_target IS NOT NULL AND v_target <> ''
+                      AND current_setting('transaction_isolation') = 'read committed'
+                 THEN 'wake:' || v_target ELSE '' END);
     END IF;
 END;
 $function$;

@@ -14,23 +14,7 @@
 -- With the replication guard (%(guard)s: the standbys it names; NULL: off, migration 0014), a row is
 -- claimed only when its mark vouches for its current enqueue and every named standby has flushed the
 -- WAL up to the mark; a standby that is not connected (or positions this role may not read) holds all.
-WITH disarm AS (
-    -- This sweeper is awake and will claim again until nothing is claimable: retires need not NOTIFY
-    -- (migration 0007). The claim right after arming passes false, or it would undo the arming.
-    -- Clearing is only a saving, never needed for safety: a row another sweeper holds is skipped.
-    -- A flag armed less than %(disarm_after)s seconds ago is left armed: under steady churn the
-    -- sweepers sleep between retires, and clearing and arming again at every one made two versions of
-    -- this one row per retire, which every retire and claim reads past while the xmin horizon is held.
-    UPDATE pod_sweeper.wakeup
-    SET armed = false, changed_at = now(), changed_by = %(owner)s
-    WHERE cluster IN (
-        SELECT cluster FROM pod_sweeper.wakeup
-        WHERE cluster = %(cluster)s AND armed AND %(disarm)s
-          AND changed_at <= now() - make_interval(secs => %(disarm_after)s)
-        FOR UPDATE SKIP LOCKED
-    )
-),
-standbys AS (
+WITH standbys AS (
     SELECT CASE WHEN count(DISTINCT application_name) = cardinality(%(guard)s::text[]) THEN min(flush_lsn) END AS flushed
     FROM pg_stat_replication
     WHERE %(guard)s::text[] IS NOT NULL AND application_name = ANY(%(guard)s::text[])
@@ -53,6 +37,26 @@ due AS (
     ORDER BY next_attempt_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
+),
+disarm AS (
+    -- This sweeper is awake and will claim again until nothing is claimable: retires need not NOTIFY
+    -- (migration 0007). The claim right after arming passes false, or it would undo the arming.
+    -- Clearing is only a saving, never needed for safety: a row another sweeper holds is skipped.
+    -- A flag armed less than %(disarm_after)s seconds ago is left armed: under steady churn the
+    -- sweepers sleep between retires, and clearing and arming again at every one made two versions of
+    -- this one row per retire, which every retire and claim reads past while the xmin horizon is held.
+    -- Only a claim that fills its batch clears it: one that takes fewer arms the flag again in its own
+    -- transaction (store/sweep/outbox.py), so clearing it there was two writes of this row for nothing,
+    -- on every poll of an idle replica too (bench cost).
+    UPDATE pod_sweeper.wakeup
+    SET armed = false, changed_at = now(), changed_by = %(owner)s
+    WHERE cluster IN (
+        SELECT cluster FROM pod_sweeper.wakeup
+        WHERE cluster = %(cluster)s AND armed AND %(disarm)s
+          AND changed_at <= now() - make_interval(secs => %(disarm_after)s)
+          AND (SELECT count(*) FROM due) >= %(batch)s
+        FOR UPDATE SKIP LOCKED
+    )
 )
 UPDATE pod_sweeper.outbox AS o
 SET status = 'claimed',

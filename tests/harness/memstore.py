@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from harness.clock import FakeClock
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.store.interface import StoreError
-from pod_sweeper.store.rows import AtClaim, BreakerWindow, Claim, ClaimedBatch, Verdict
+from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, Claim, ClaimedBatch, Verdict
 from pod_sweeper.store.sweep.recheck import Recheck
 
 BREAKER_WINDOW_SECONDS = 60.0
@@ -139,8 +139,6 @@ class MemorySession:
         store = self._store
         store._maybe_fail("claim")
         now = store.clock()
-        if disarm:
-            store.armed = False
         due = sorted(
             (
                 r
@@ -149,6 +147,8 @@ class MemorySession:
             ),
             key=lambda r: (r.next_attempt_at, r.id),
         )[:batch]
+        if disarm and len(due) >= batch:  # only a full batch clears it (sql/claim.sql)
+            store.armed = False
         claims = []
         for row in due:
             expired_from = row.claimed_by if row.status is Status.CLAIMED else None
@@ -221,13 +221,23 @@ class MemorySession:
         open_rows = [r.next_attempt_at for r in store.rows.values() if r.status in (Status.PENDING, Status.CLAIMED)]
         return min(open_rows) - store.clock() if open_rows else None
 
-    async def arm(self) -> bool:
+    async def arm(self, *, take_over: bool = False) -> Arming:
         store = self._store
+        store._maybe_fail("arm")
+        if store.armed and not take_over:
+            return Arming.ALREADY
         if store.arm_refusals:
             store.arm_refusals -= 1
-            return False
+            return Arming.DEFERRED
         store.armed = True
-        return True
+        return Arming.ARMED
+
+    async def look_ahead(self, *, arm: bool, take_over: bool = False) -> tuple[float | None, Arming | None]:
+        try:
+            due = await self.next_due()
+            return due, (await self.arm(take_over=take_over) if arm else None)
+        except StoreError:
+            return None, Arming.DEFERRED if arm else None
 
     async def breaker_window(self) -> BreakerWindow:
         store = self._store
@@ -244,5 +254,5 @@ class MemorySession:
     async def trip_breaker(self, reason: str) -> None:
         self._store.tripped = reason
 
-    async def notify(self) -> None:
+    async def leave(self) -> None:
         return None

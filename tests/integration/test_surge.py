@@ -77,6 +77,9 @@ def test_a_script_retiring_5000_over_10_s_trips_the_breaker_before_a_tenth_is_de
 ) -> None:
     seed_executions(execs, kube, 5_000)
     daemons = replicas(db_url, kube)
+    # The script starts on a quiet cluster: each listening replica's watch sleeps until a wakeup reaches
+    # it (tasks/loops/surge.py), and the script's first retire NOTIFYs one replica only.
+    wait_until(lambda: all(d.daemon.surge_watch.quiet for d in daemons), what="every surge watch to go quiet")
     stop = threading.Event()
 
     def script() -> None:  # 50 transactions a second of 10 retires each, for 10 s

@@ -17,6 +17,7 @@ from helpers import DaemonThread, add_execution, claim, daemon_settings, retire,
 from pod_sweeper.cli import status_text
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.store import db, queries
+from pod_sweeper.store.rows import Arming
 from pod_sweeper.store.sweep import outbox
 from pod_sweeper.store.sweep.cursor import START
 
@@ -39,37 +40,50 @@ def first_notification_after(db_url: str, action: Any) -> str:
     raise AssertionError("not even the sentinel NOTIFY arrived")
 
 
-async def _claim(db_url: str, *, disarm: bool = True) -> list[int]:
+async def _claim(db_url: str, *, disarm: bool = True, batch: int = 100) -> list[int]:
     async with db.connection(settings_for(db_url)) as conn:
-        result = await claim(conn, disarm=disarm)
+        result = await claim(conn, disarm=disarm, batch=batch)
         return [c.id for c in result.to_send]
 
 
-async def _arm(db_url: str) -> bool:
+def _clear(execs: psycopg.Connection[Any]) -> None:
+    """The flag clear, as a sweeper's claim that filled its batch leaves it (it claims again at once)."""
+    execs.execute("UPDATE pod_sweeper.wakeup SET armed = false, changed_by = 't'")
+
+
+async def _arm(db_url: str, owner: str = "t", *, take_over: bool = False) -> Arming:
     async with db.connection(settings_for(db_url)) as conn:
-        return await outbox.arm(conn, "t", cluster=DEFAULT_CLUSTER)
+        return await outbox.arm(conn, owner, cluster=DEFAULT_CLUSTER, take_over=take_over)
 
 
 def test_armed_until_a_sweeper_first_claims_then_quiet(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
-    for sid in "abc":
+    for sid in "abcde":
         add_execution(execs, kube, sid)
     assert armed(execs)  # no sweeper has run: every retire notifies, as before 0007
     assert first_notification_after(db_url, lambda: retire(execs, "a")) == ""
-    run(_claim(db_url))  # a sweeper claiming: it will claim again, so nobody needs a NOTIFY
+    run(_claim(db_url, batch=2))  # a claim that does not fill its batch leaves the flag armed
+    assert armed(execs)
+    retire(execs, "b")
+    retire(execs, "c")
+    run(_claim(db_url, batch=2))  # a full batch: it will claim again at once, so nobody needs a NOTIFY
     assert not armed(execs)
-    assert first_notification_after(db_url, lambda: retire(execs, "b")) == "sentinel"
-    assert run(_arm(db_url)) is True
+    assert first_notification_after(db_url, lambda: retire(execs, "d")) == "sentinel"
+    assert run(_arm(db_url)) is Arming.ARMED
     assert armed(execs)
-    assert first_notification_after(db_url, lambda: retire(execs, "c")) == ""
+    # armed by "t": the retire wakes that replica, and the others pass over it (migration 0018)
+    assert first_notification_after(db_url, lambda: retire(execs, "e")) == "wake:t"
 
 
-def test_the_claim_after_arming_leaves_the_flag_set(execs: psycopg.Connection[Any], db_url: str) -> None:
-    run(_claim(db_url))
-    assert run(_arm(db_url)) is True
-    run(_claim(db_url, disarm=False))
+def test_the_claim_after_arming_leaves_the_flag_set(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
+    for sid in "ab":
+        add_execution(execs, kube, sid)
+    _clear(execs)
+    assert run(_arm(db_url)) is Arming.ARMED
+    retire(execs, "a")
+    run(_claim(db_url, disarm=False, batch=1))  # a full batch, but the claim right after arming
     assert armed(execs)
-    execs.execute("SELECT 1")
-    run(_claim(db_url))
+    retire(execs, "b")
+    run(_claim(db_url, batch=1))
     assert not armed(execs)
 
 
@@ -77,16 +91,16 @@ def test_arming_waits_out_an_open_retire_and_the_next_claim_sees_it(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
     add_execution(execs, kube, "a")
-    run(_claim(db_url))  # cleared: the retire below reads the flag clear and will not notify
+    _clear(execs)  # the retire below reads the flag clear and will not notify
     with psycopg.connect(db_url) as writer:  # a transaction, as the host application's retire
         retire(writer, "a")
         # The writer's enqueue ran and holds the shared lock until it commits: a sweeper must not
         # arm and sleep now, because its last claim cannot see this row yet.
-        assert run(_arm(db_url)) is False
+        assert run(_arm(db_url)) is Arming.DEFERRED
         assert not armed(execs)
         assert run(_claim(db_url, disarm=False)) == []  # not committed: invisible
         writer.commit()
-    assert run(_arm(db_url)) is True
+    assert run(_arm(db_url)) is Arming.ARMED
     claimed = run(_claim(db_url, disarm=False))  # the claim after arming finds the unannounced row
     row = row_for(execs, "a")
     assert row is not None and claimed == [row["id"]]
@@ -95,8 +109,7 @@ def test_arming_waits_out_an_open_retire_and_the_next_claim_sees_it(
 def test_repeatable_read_retires_always_notify(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
     # Their snapshot may predate an arming, so the flag they read cannot be trusted: they notify.
     add_execution(execs, kube, "a")
-    run(_claim(db_url))
-    assert not armed(execs)
+    _clear(execs)
 
     def retire_rr() -> None:
         with psycopg.connect(db_url) as writer:
@@ -110,14 +123,14 @@ def test_a_missing_flag_row_reads_as_armed(execs: psycopg.Connection[Any], db_ur
     add_execution(execs, kube, "a")
     execs.execute("DELETE FROM pod_sweeper.wakeup")
     assert first_notification_after(db_url, lambda: retire(execs, "a")) == ""
-    assert run(_arm(db_url)) is False  # nothing to arm: the sweeper keeps polling at its short pace
+    assert run(_arm(db_url)) is Arming.DEFERRED  # nothing to arm: the sweeper keeps polling at its short pace
 
 
 def test_an_idle_daemon_arms_the_flag_and_a_retire_wakes_it(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
     add_execution(execs, kube, "a")
-    run(_claim(db_url))  # start cleared, as a crashed replica would leave it
+    _clear(execs)  # start cleared, as a crashed replica would leave it
     with DaemonThread(daemon_settings(db_url, kube)):
         wait_until(lambda: armed(execs), timeout=5, what="the idle daemon to arm the wakeup flag")
         started = time.monotonic()
@@ -134,17 +147,17 @@ def test_a_retire_left_open_keeps_the_daemon_polling_not_asleep(
     # A retire whose enqueue read the flag clear (no NOTIFY) and whose transaction is still open when
     # the daemon runs dry must not leave the daemon asleep: it cannot arm, so it polls at a short
     # pace and takes the row soon after the commit, not after the 30 s poll interval.
-    add_execution(execs, kube, "a")
-    add_execution(execs, kube, "b")
-    monkeypatch.setattr(outbox, "DISARM_AFTER_SECONDS", 0.0)  # its claim clears the flag it just armed
-    with DaemonThread(daemon_settings(db_url, kube)) as daemon:
+    for sid in "abc":
+        add_execution(execs, kube, sid)
+    monkeypatch.setattr(outbox, "DISARM_AFTER_SECONDS", 0.0)  # a full claim clears the flag it just armed
+    with DaemonThread(daemon_settings(db_url, kube, batch_size=1)) as daemon:
         deferred = lambda: daemon.daemon.metrics.registry.get_sample_value(  # noqa: E731
             "pod_sweeper_wakeup_arm_deferred_total"
         )
         wait_until(lambda: armed(execs), timeout=5, what="the idle daemon to arm the wakeup flag")
         with psycopg.connect(db_url) as first, psycopg.connect(db_url) as second:
             retire(first, "a")  # armed: will notify at commit; holds the shared lock meanwhile
-            execs.execute("SELECT pg_notify('pod_sweeper', '')")  # wake the daemon: it claims, clearing the flag
+            retire(execs, "c")  # wakes the daemon: its claim of it fills the batch, clearing the flag
             wait_until(lambda: deferred(), timeout=5, what="the daemon to find it cannot arm")
             assert not armed(execs)
             retire(second, "b")  # reads the flag clear: sends nothing
@@ -177,26 +190,99 @@ def test_status_shows_the_flag(execs: psycopg.Connection[Any], db_url: str) -> N
             return status_text.render_text(await status.read_status(conn))
 
     assert "wakeup flag: armed" in run(text())
-    run(_claim(db_url))
+    _clear(execs)
     assert "wakeup flag: clear" in run(text()) and "by t" in run(text())
     execs.execute("DELETE FROM pod_sweeper.wakeup")
     assert "row missing" in run(text())
 
 
 def test_the_flag_row_is_written_at_most_twice_in_the_disarm_interval(
-    execs: psycopg.Connection[Any], db_url: str
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
     """Every write of the flag's one row is a version that each retire and claim reads past while the
     xmin horizon is held (docs/design.md, "A held xmin horizon"): arming a flag already armed writes
-    nothing, and the daemon's claims leave a flag armed less than DISARM_AFTER_SECONDS ago as it is."""
-    run(_claim(db_url))
-    assert run(_arm(db_url)) is True
+    nothing, and the daemon's claims leave a flag armed less than DISARM_AFTER_SECONDS ago as it is, and
+    one that does not fill its batch too."""
+    _clear(execs)
+    assert run(_arm(db_url)) is Arming.ARMED
     written = execs.execute("SELECT xmin::text AS v, changed_at FROM pod_sweeper.wakeup").fetchone()
-    assert run(_arm(db_url)) is True  # armed already: still armed, and not written again
+    assert run(_arm(db_url)) is Arming.ALREADY  # armed already: still armed, and not written again
+    assert run(_arm(db_url, "another")) is Arming.ALREADY  # nor for another replica, unless it takes over
     assert execs.execute("SELECT xmin::text AS v, changed_at FROM pod_sweeper.wakeup").fetchone() == written
-    params = {"batch": 10, "owner": "t", "lease_seconds": 30, "disarm": True, "cluster": DEFAULT_CLUSTER,
+    for sid in "abc":
+        add_execution(execs, kube, sid)
+        retire(execs, sid)
+    params = {"batch": 1, "owner": "t", "lease_seconds": 30, "disarm": True, "cluster": DEFAULT_CLUSTER,
               "guard": None, "floor": START, "disarm_after": outbox.DISARM_AFTER_SECONDS}  # fmt: skip
     execs.execute(queries.load("claim"), params).fetchall()
     assert armed(execs)  # armed a moment ago: the daemon's claim leaves it
+    execs.execute(queries.load("claim"), {**params, "disarm_after": 0.0, "batch": 10}).fetchall()
+    assert armed(execs)  # two rows of ten: the claimer arms again in the same transaction, so it is left
+    execs.execute("UPDATE pod_sweeper.outbox SET status = 'pending', next_attempt_at = now()")
     execs.execute(queries.load("claim"), {**params, "disarm_after": 0.0}).fetchall()
     assert not armed(execs)
+
+
+def flag_names(conn: psycopg.Connection[Any]) -> str | None:
+    row = conn.execute("SELECT changed_by FROM pod_sweeper.wakeup WHERE armed").fetchone()
+    return None if row is None else row["changed_by"]  # type: ignore[call-overload,no-any-return]
+
+
+def notify_wakeups(thread: DaemonThread) -> float:
+    value = thread.daemon.metrics.registry.get_sample_value("pod_sweeper_wakeups_total", {"source": "notify"})
+    return float(value or 0.0)
+
+
+def test_a_retire_wakes_the_one_replica_the_flag_names_and_not_the_others(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    """Migration 0018: two replicas asleep, one retire: one NOTIFY, for the replica that armed the flag;
+    the other passes over it and claims nothing (which payload wakes whom: tests/unit/test_wakes.py)."""
+    for sid in "abcd":
+        add_execution(execs, kube, sid)
+    with (
+        DaemonThread(daemon_settings(db_url, kube, replica_id="first")) as first,
+        DaemonThread(daemon_settings(db_url, kube, replica_id="second")) as second,
+    ):
+        wait_until(lambda: flag_names(execs) in ("first", "second"), what="a replica to arm the flag")
+        named, other = (first, second) if flag_names(execs) == "first" else (second, first)
+        woken, passed_over = notify_wakeups(named), notify_wakeups(other)
+        for sid in "abcd":
+            retire(execs, sid)
+            wait_until(lambda s=sid: (r := row_for(execs, s)) and r["status"] == "done", timeout=5)  # type: ignore[misc]
+        assert notify_wakeups(named) > woken
+        assert notify_wakeups(other) == passed_over
+        # every row was claimed by the replica woken for it
+        owners = {r["replica"] for r in execs.execute("SELECT replica FROM pod_sweeper.attempts").fetchall()}
+        assert owners == {named.settings.replica_id}
+
+
+def test_a_replica_that_finds_unclaimed_rows_on_its_poll_takes_the_flag_over(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    """The flag names a replica that is gone (it crashed while the flag named it): its wakeups go
+    unheard. The next replica's poll finds the row, arms the flag in its own name, and from then on a
+    retire wakes it by NOTIFY."""
+    for sid in "ab":
+        add_execution(execs, kube, sid)
+    execs.execute("UPDATE pod_sweeper.wakeup SET armed = true, changed_by = 'crashed', changed_at = now()")
+    with DaemonThread(daemon_settings(db_url, kube, replica_id="survivor", poll_interval=1.0)) as survivor:
+        assert flag_names(execs) == "crashed"  # armed already, and naming another: left as it is
+        retire(execs, "a")  # wakes 'crashed', which is not there: found by the survivor's poll
+        wait_until(lambda: (r := row_for(execs, "a")) and r["status"] == "done", timeout=5)
+        wait_until(lambda: flag_names(execs) == "survivor", what="the survivor to take the flag over")
+        woken = notify_wakeups(survivor)
+        started = time.monotonic()
+        retire(execs, "b")
+        wait_until(lambda: (r := row_for(execs, "b")) and r["status"] == "done", timeout=5)
+        assert notify_wakeups(survivor) > woken and time.monotonic() - started < 0.9  # a NOTIFY, not the poll
+
+
+def test_a_replica_that_stops_takes_its_name_off_the_flag(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    with DaemonThread(daemon_settings(db_url, kube, replica_id="leaving")):
+        wait_until(lambda: flag_names(execs) == "leaving", what="the replica to arm the flag")
+    assert armed(execs) and flag_names(execs) is None  # retires wake every replica until one arms it
+    assert run(_arm(db_url, "next")) is Arming.ARMED  # named again by the next one to arm it
+    assert flag_names(execs) == "next"

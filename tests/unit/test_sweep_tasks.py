@@ -293,6 +293,39 @@ def test_two_writers_at_once_write_each_verdict_once() -> None:
     assert r.count("pod_sweeper_results_fenced_total") == 0
 
 
+def test_a_claim_writes_the_verdicts_waiting_in_its_own_transaction_and_the_recorder_finds_none() -> None:
+    """Under steady churn a claimer's turn comes every few ms: it writes what is waiting on its way
+    (one transaction for both), so the recorder's transaction is not spent; each verdict once."""
+    r = rig()
+    for claim in claimed(r, 4):
+        r.sweeper.pipeline.conclude(Verdict(claim.id, claim.epoch, Result.DELETED, http_status=200))
+    r.store.retire("fresh")
+
+    async def scenario() -> None:
+        await r.claim(queued=1)  # the turn that claims the fresh row
+        await r.sweeper.recorder.flush()  # nothing left for the recorder
+
+    go(scenario())
+    assert writes_of(r) == [4]
+    assert len(r.store.in_status(Status.DONE)) == 4 and held(r.sweeper.pipeline) == 1  # the fresh row, in hand
+    assert r.count("pod_sweeper_outcomes_total", outcome="deleted") == 4
+
+
+def test_verdicts_written_by_a_claim_that_failed_stay_to_be_written_once() -> None:
+    r = rig()
+    for claim in claimed(r, 3):
+        r.sweeper.pipeline.conclude(Verdict(claim.id, claim.epoch, Result.DELETED, http_status=200))
+    r.store.fail("record_results")  # the turn's transaction fails: nothing of it is kept
+
+    async def scenario() -> None:
+        await running(r.sweeper.claimer.run(), lambda: until(lambda: held(r.sweeper.pipeline) == 0, what="the write"))
+
+    go(scenario())
+    # the failed turn's verdicts stayed in the pipeline, and the next turn wrote them: each once
+    assert writes_of(r) == [3] and len(r.store.in_status(Status.DONE)) == 3
+    assert r.count("pod_sweeper_outcomes_total", outcome="deleted") == 3
+
+
 # --- the drain at shutdown -----------------------------------------------------------------------------
 
 

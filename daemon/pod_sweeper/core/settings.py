@@ -215,7 +215,9 @@ class Settings(BaseSettings):
     )
     notify_check_interval: Seconds = Field(
         default=30.0,
-        description="Seconds between NOTIFY round-trips that prove the listener still hears. Default 30.",
+        description="Seconds without any notification heard after which the listener proves it still hears "
+        "with a NOTIFY round trip of its own (any notification heard proves it as well, so replicas that hear "
+        "each other's send about one between them). Default 30.",
     )
     http_host: str = Field(
         default="0.0.0.0",

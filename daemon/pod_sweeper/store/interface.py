@@ -1,7 +1,7 @@
 """What the sweep pipeline asks of the outbox, as an interface: ``SweepStore`` gives ``SweepSession``s,
 each one connection's worth of the outbox for one cluster and one replica.
 
-The claimer and the recorder (and the sweeper's goodbye NOTIFY) reach the database only through these
+The claimer and the recorder (and the sweeper's goodbye, ``leave``) reach the database only through these
 methods, so the pipeline can run on another store: ``store.sweep.pgstore.OutboxStore`` is the real one,
 PostgreSQL through the pool; the test tree's ``harness.memstore.MemoryStore`` keeps rows in memory on a fake clock, for
 unit tests of the tasks, and is held to the real one by tests/integration/test_store_contract.py.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
-from pod_sweeper.store.rows import AtClaim, BreakerWindow, ClaimedBatch, Verdict
+from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, ClaimedBatch, Verdict
 
 
 class StoreError(Exception):
@@ -59,8 +59,15 @@ class SweepSession(Protocol):
         """Seconds until the next open row is due (negative: due now); None: none is open."""
         ...
 
-    async def arm(self) -> bool:
-        """Arm the wakeup flag before sleeping; False while it cannot be armed now."""
+    async def arm(self, *, take_over: bool = False) -> Arming:
+        """Arm the wakeup flag in this replica's name before sleeping (``Arming`` says what it found);
+        with ``take_over``, also when it names another replica, whose wakeups went unclaimed."""
+        ...
+
+    async def look_ahead(self, *, arm: bool, take_over: bool = False) -> tuple[float | None, Arming | None]:
+        """After a claim, in its transaction: ``next_due`` and (with ``arm``) ``arm``, in a savepoint of
+        their own, so a failure of either loses neither the claim nor its rows: it reads as nothing due
+        within the poll, and an arming deferred (look again soon)."""
         ...
 
     async def breaker_window(self) -> BreakerWindow:
@@ -73,8 +80,9 @@ class SweepSession(Protocol):
 
     async def trip_breaker(self, reason: str) -> None: ...
 
-    async def notify(self) -> None:
-        """Wake the cluster's listening replicas."""
+    async def leave(self) -> None:
+        """On the way out: the wakeup flag no longer names this replica, and one NOTIFY wakes the
+        cluster's other listening replicas."""
         ...
 
 

@@ -1,6 +1,7 @@
 """The rows the sweep pipeline holds and the store writes, as data: a claimed row (``Claim``), how its
 round ends (``Verdict``, with the request behind it, ``Attempt``), what one claim took (``ClaimedBatch``),
-what the claim itself decides (``AtClaim``), and the breaker's window as a claim reads it. The store's
+what the claim itself decides (``AtClaim``), the breaker's window as a claim reads it, and what arming
+the wakeup flag found (``Arming``). The store's
 interface, the answer table (tasks/rules) and both stores import them from here; nothing here does I/O."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -106,3 +108,11 @@ class BreakerWindow:
     @property
     def total(self) -> int:
         return sum(self.deletes.values())
+
+
+class Arming(Enum):
+    """What an attempt to arm the wakeup flag before sleeping found (migration 0007, sql/arm.sql)."""
+
+    ARMED = "armed"  # armed by this call: claim once more, rows committed before it were not announced
+    ALREADY = "already"  # armed before: every retire since NOTIFYs, and a claim after it saw the rest
+    DEFERRED = "deferred"  # an enqueue that may have read the flag clear is still open: look again soon

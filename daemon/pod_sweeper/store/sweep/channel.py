@@ -1,15 +1,35 @@
-"""A cluster's NOTIFY channel: the wakeup the sweepers listen on, and the NOTIFY that wakes them (the
-channel's name is ``queries``')."""
+"""A cluster's NOTIFY channel: the wakeup the sweepers listen on, the NOTIFY that wakes them, and a
+replica's goodbye (the channel's name is ``queries``')."""
 
 from __future__ import annotations
 
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 
+# What a NOTIFY on the channel says (its payload): an empty one wakes every listening replica; the
+# enqueue's 'wake:REPLICA' (migration 0018) wakes the replica that armed the wakeup flag, and only it;
+# a listener's own round trip is 'ping:...' (tasks/loops/listener.py), a wakeup of nobody.
+WAKE_PREFIX = "wake:"
+PING_PREFIX = "ping:"
+
+
+def wakes(payload: str, *, replica: str) -> bool:
+    """Whether a NOTIFY with ``payload`` is a wakeup for ``replica``."""
+    if payload.startswith(WAKE_PREFIX):
+        return payload == WAKE_PREFIX + replica
+    return not payload.startswith(PING_PREFIX)
+
 
 async def notify(conn: Connection, payload: str = "", *, cluster: str) -> None:
     """NOTIFY the cluster's channel: wakes its listening sweepers (``payload`` tells a listener's own ping)."""
     await conn.execute(queries.load("notify"), queries.notify_params(payload, cluster=cluster))
+
+
+async def leave(conn: Connection, *, cluster: str, owner: str) -> None:
+    """A replica leaving: the wakeup flag no longer names ``owner`` (retires wake every listening replica
+    until another arms it), and one NOTIFY wakes them now (sql/wakeup_leave.sql)."""
+    params = {"cluster": cluster, "owner": owner, "channel": queries.channel(cluster=cluster)}
+    await conn.execute(queries.load("wakeup_leave"), params)
 
 
 async def listen(conn: Connection, *, cluster: str) -> None:

@@ -20,7 +20,7 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Status
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.rows import AtClaim, Claim, ClaimedBatch, LargeTransaction, Verdict
+from pod_sweeper.store.rows import Arming, AtClaim, Claim, ClaimedBatch, LargeTransaction, Verdict
 from pod_sweeper.store.sweep.cursor import START, ClaimCursor
 from pod_sweeper.store.sweep.recheck import Attachment, recheck
 
@@ -220,12 +220,17 @@ async def next_due(
     return Due(None if row["seconds"] is None else float(row["seconds"]), bool(row["held"]))
 
 
-async def arm(conn: Connection, owner: str, *, cluster: str) -> bool:
-    """Ask retires to NOTIFY again, before sleeping; False while an enqueue that may have read the flag
-    clear is still open (then poll again soon instead of sleeping). After True, claim once more
-    (``disarm=False``) before sleeping: rows committed before the arming are not announced."""
-    cur = await conn.execute(queries.load("arm"), {"key": queries.Lock.WAKEUP, "owner": owner, "cluster": cluster})
-    return await cur.fetchone() is not None
+async def arm(conn: Connection, owner: str, *, cluster: str, take_over: bool = False) -> Arming:
+    """Ask retires to NOTIFY again, naming this replica, before sleeping. ``DEFERRED`` while an enqueue
+    that may have read the flag clear is still open (then poll again soon instead of sleeping). After
+    ``ARMED``, claim once more (``disarm=False``) before sleeping: rows committed before the arming were
+    not announced to this replica. ``ALREADY``: armed before, sleep. With ``take_over``, a flag naming
+    another replica is made this one's (its wakeups went unclaimed: sql/arm.sql)."""
+    params = {"key": queries.Lock.WAKEUP, "owner": owner, "cluster": cluster, "take_over": take_over}
+    row = await (await conn.execute(queries.load("arm"), params)).fetchone()
+    if row is None:
+        return Arming.DEFERRED
+    return Arming.ARMED if row["newly"] else Arming.ALREADY
 
 
 async def cluster_rows(conn: Connection, *, cluster: str, owner: str) -> None:

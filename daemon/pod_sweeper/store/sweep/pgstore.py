@@ -11,11 +11,12 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 import psycopg
+from loguru import logger
 
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.interface import StoreError
-from pod_sweeper.store.rows import AtClaim, BreakerWindow, ClaimedBatch, Verdict
+from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, ClaimedBatch, Verdict
 from pod_sweeper.store.sweep import breaker, channel, outbox
 from pod_sweeper.store.sweep.cursor import ClaimCursor
 from pod_sweeper.store.sweep.recheck import Attachment
@@ -84,8 +85,19 @@ class OutboxSession:
         store.guard_waits = store.guard_waits + 1 if due.guard_holds else 0
         return due.seconds
 
-    async def arm(self) -> bool:
-        return await outbox.arm(self._conn, self._owner, cluster=self._cluster)
+    async def arm(self, *, take_over: bool = False) -> Arming:
+        return await outbox.arm(self._conn, self._owner, cluster=self._cluster, take_over=take_over)
+
+    async def look_ahead(self, *, arm: bool, take_over: bool = False) -> tuple[float | None, Arming | None]:
+        try:
+            async with self._conn.transaction():  # inside the claim's: a savepoint
+                due = await self.next_due()
+                return due, (await self.arm(take_over=take_over) if arm else None)
+        except psycopg.Error as exc:
+            if self._conn.broken:
+                raise  # the claim's transaction is lost with it: the claim fails, nothing was sent
+            logger.warning("the next due time or the arming failed; polling soon: {error}", error=first_line(exc))
+            return None, Arming.DEFERRED if arm else None
 
     async def breaker_window(self) -> BreakerWindow:
         return await breaker.breaker_window(self._conn, self._cluster)
@@ -96,8 +108,8 @@ class OutboxSession:
     async def trip_breaker(self, reason: str) -> None:
         await breaker.trip_breaker(self._conn, self._cluster, reason, self._owner)
 
-    async def notify(self) -> None:
-        await channel.notify(self._conn, cluster=self._cluster)
+    async def leave(self) -> None:
+        await channel.leave(self._conn, cluster=self._cluster, owner=self._owner)
 
 
 class OutboxStore:

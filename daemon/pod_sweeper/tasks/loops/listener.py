@@ -3,9 +3,12 @@
 It runs on a dedicated connection (a pooled one could be handed to someone else mid-LISTEN). After every
 (re)connect it LISTENs *first* and only then wakes the claimer for a catch-up claim, so that a retire
 committed in between is either seen by that claim or arrives as a notification. A notification can
-still be lost without the socket noticing (a proxy or a half-open TCP connection), so every
-``notify_check_interval`` the listener sends itself a NOTIFY from another session and expects it back;
-when it does not come, the connection is replaced. Meanwhile the poll keeps draining.
+still be lost without the socket noticing (a proxy or a half-open TCP connection), so once
+``notify_check_interval`` has passed without any notification heard, the listener sends itself a NOTIFY
+from another session and expects it back; when it does not come, the connection is replaced.
+Meanwhile the poll keeps draining. A retire's NOTIFY names the replica that armed the wakeup flag
+(migration 0018): the others pass over it, and over each other's pings, so one retire wakes one
+sleeping replica.
 """
 
 from __future__ import annotations
@@ -98,12 +101,20 @@ class Listener:
                 if expected is not None and notify.payload == expected:
                     expected = None
                     continue
-                self.wake("notify")
+                # Any notification heard proves the connection delivers them, as our own ping would:
+                # the next one is due an interval after it. Replicas that hear each other's pings (and
+                # retires) send about one ping an interval between them, not one each.
+                if expected is None:
+                    next_ping = time.monotonic() + interval
+                # Another replica's ping, or a retire that woke the replica the wakeup flag names
+                # (migration 0018): not this one's to claim.
+                if channel.wakes(notify.payload, replica=self.settings.replica_id):
+                    self.wake("notify")
             now = time.monotonic()
             if expected is not None and now >= expected_by:
                 raise ListenerDeaf(f"our own NOTIFY did not come back within {interval:g} s")
             if expected is None and now >= next_ping:
-                expected = f"ping:{self.settings.replica_id}:{next(self._pings)}"
+                expected = f"{channel.PING_PREFIX}{self.settings.replica_id}:{next(self._pings)}"
                 expected_by = now + interval
                 next_ping = now + interval
                 async with self.pool.connection() as other:

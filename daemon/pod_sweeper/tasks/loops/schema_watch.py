@@ -58,16 +58,17 @@ class SchemaWatch:
         await periodic.every(lambda: SCHEMA_WATCH_SECONDS, "schema watch", self.look, expected=(psycopg.Error,))
 
     async def look(self) -> None:
-        async with self.pool.connection() as conn:
-            try:
+        # The ledger and the attached tables read in one transaction: one commit a look.
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
                 version = await migrations.check_schema(conn)
-            except SchemaError as exc:
-                if self.gate.open:
-                    logger.error("no longer claiming: {error}", error=str(exc))
-                self.gate.observe(str(exc))
-                self.said(str(exc))
-                return
-            await count_attached(conn, self.settings, self.metrics)
+                await count_attached(conn, self.settings, self.metrics)
+        except SchemaError as exc:
+            if self.gate.open:
+                logger.error("no longer claiming: {error}", error=str(exc))
+            self.gate.observe(str(exc))
+            self.said(str(exc))
+            return
         if not self.gate.open:
             logger.info("the schema is one this replica may run on again (version {v}): claiming", v=version)
         self.gate.observe(None)

@@ -7,6 +7,16 @@ the claim judges itself). Each replica of a cluster watches; the
 trip is one idempotent UPDATE of the cluster's breaker row, so two replicas judging the same surge trip
 it once, and each replica's workers stop at once on its own trip (the others at their next claim).
 
+A quiet cluster is not looked at every half second: once a look finds nothing arrived within the
+window, the watch of a listening replica sleeps until something may be arriving (a claim of its that
+took rows: ``Claimer.activity``) or ``QUIET_LOOK_SECONDS`` pass. The first retire after a quiet spell
+NOTIFYs (every replica sleeps then, so the wakeup flag is armed); the replica it wakes claims it, the
+claim judging one large transaction by itself, and its watch looks right after: a surge is judged from
+its first retires, by at least the replica that sweeps them, and the trip, one row, stops every
+replica. A replica that only polls claims only at its poll, so its watch looks every half second
+whatever it finds. Idle, the watch of each listening replica costs one read every QUIET_LOOK_SECONDS
+instead of two a second.
+
 The recent rate starts from the last ten minutes of the outbox, so a replica that restarts on a busy
 cluster compares with that cluster's churn, not with zero; it then follows what the watch sees, but
 not while the breaker is tripped or a surge is being judged (a surge must not teach itself).
@@ -14,6 +24,8 @@ not while the breaker is tripped or a surge is being judged (a surge must not te
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -22,6 +34,7 @@ from loguru import logger
 from psycopg_pool import AsyncConnectionPool
 
 from pod_sweeper.core import periodic
+from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store.db import Connection
@@ -29,9 +42,14 @@ from pod_sweeper.store.sweep import breaker, rates
 from pod_sweeper.tasks.rules.gates import BreakerGate
 from pod_sweeper.tasks.rules.surge import BASELINE_SECONDS, SURGE_INTERVAL, SURGE_WINDOW, Baseline, SurgeRules, judge
 
+# How long the watch of a listening replica sleeps through a quiet cluster at most (see above): what
+# keeps the recent rate learning when no wakeup reaches this replica (another one is woken).
+QUIET_LOOK_SECONDS = 30.0
+
 
 class SurgeWatch:
-    """One replica's watch over its cluster's arrivals. Owns ``pod_sweeper_breaker_surge_threshold``."""
+    """One replica's watch over its cluster's arrivals. Owns ``pod_sweeper_breaker_surge_threshold``.
+    ``activity``: set when retires may be arriving (None: look every half second, quiet or not)."""
 
     def __init__(
         self,
@@ -40,16 +58,32 @@ class SurgeWatch:
         breaker: BreakerGate,
         metrics: Metrics,
         *,
+        activity: asyncio.Event | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings, self.pool, self.breaker, self.metrics = settings, pool, breaker, metrics
         self.rules = SurgeRules.of(settings)
         self.baseline: Baseline | None = None  # read from the outbox at the first step
+        self.activity = activity
+        self.quiet = False  # the last look found nothing arrived within the window
         self._clock = clock
         self._last = clock()
 
     async def run(self) -> None:
-        await periodic.every(lambda: SURGE_INTERVAL, "the breaker's surge watch", self.step, expected=(psycopg.Error,))
+        while True:
+            # Cleared before the look: whatever arrives during it or after it wakes the sleep below.
+            if self.activity is not None:
+                self.activity.clear()
+            try:
+                await self.step()
+            except psycopg.Error as exc:
+                self.quiet = False
+                logger.warning("the breaker's surge watch failed: {error}", error=first_line(exc))
+            if self.quiet and self.activity is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.activity.wait(), QUIET_LOOK_SECONDS)
+            else:
+                await periodic.pause(SURGE_INTERVAL)
 
     async def step(self) -> str | None:
         """One look: the reason it tripped the breaker, or None."""
@@ -60,6 +94,7 @@ class SurgeWatch:
             seen = await rates.arrivals(conn, cluster=cluster, window=SURGE_WINDOW)
             if seen is None:
                 return None
+            self.quiet = seen.arrived == 0 and seen.tripped_reason is None
             now = self._clock()
             elapsed, self._last = now - self._last, now
             self.metrics.breaker_surge_threshold.labels(cluster).set(self.rules.threshold(self.baseline.rate))

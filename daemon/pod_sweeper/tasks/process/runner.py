@@ -131,6 +131,7 @@ class Daemon:
         self.sweeper: Sweeper | None = None
         self.listener: Listener | None = None
         self.outage: OutageWatch | None = None
+        self.surge_watch: SurgeWatch | None = None
         self._signals = 0
 
     @property
@@ -296,7 +297,10 @@ class Daemon:
         tasks["retention"] = Retention(settings, pool, metrics).run()
         tasks["schema watch"] = SchemaWatch(settings, pool, metrics, wired.schema, self._said_of_schema).run()
         if SurgeRules.of(settings).watched:
-            tasks["surge watch"] = SurgeWatch(settings, pool, wired.breaker, metrics).run()
+            # A listening replica's watch sleeps through a quiet cluster until its claimer hears of rows
+            activity = sweeper.claimer.activity if listener is not None else None
+            self.surge_watch = SurgeWatch(settings, pool, wired.breaker, metrics, activity=activity)
+            tasks["surge watch"] = self.surge_watch.run()
         tasks["confirmer"] = Confirmer(settings, pool, kube, metrics, outage).run()
         if settings.reconcile:
             tasks["reconciler"] = Reconciler(settings, pool, kube, metrics, outage).run()

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from loguru import logger
@@ -30,7 +31,7 @@ from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store.interface import StoreError, SweepSession, SweepStore
-from pod_sweeper.store.rows import Claim, ClaimedBatch, LargeTransaction, Verdict
+from pod_sweeper.store.rows import Arming, Claim, ClaimedBatch, LargeTransaction, Verdict
 from pod_sweeper.store.sweep.recheck import Recheck
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.rules import verdicts
@@ -38,6 +39,7 @@ from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, SchemaGate, bre
 from pod_sweeper.tasks.rules.surge import SurgeRules, transaction_reason
 from pod_sweeper.tasks.rules.verdicts import Policy
 from pod_sweeper.tasks.sweep.pipeline import Pipeline
+from pod_sweeper.tasks.sweep.recorder import RECORD_BATCH, count_written
 from pod_sweeper.tasks.sweep.report import log_verdict
 
 # The shortest sleep between claims when rows are due but all locked by other replicas.
@@ -46,6 +48,17 @@ MIN_CLAIM_PAUSE = 0.05
 # up to the cap: the wake latency while writers keep the flag busy (a NOTIFY-free stream of retires).
 ARM_RETRY_MIN = 0.002
 ARM_RETRY_MAX = 0.05
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What one turn's transaction found: the claim, and when it took fewer rows than it asked for, the
+    next due time (seconds; None: nothing open within the poll) and what arming the flag found (None:
+    not armed this turn, after arming or without a listener)."""
+
+    batch: ClaimedBatch
+    due: float | None = None
+    arming: Arming | None = None
 
 
 class Claimer:
@@ -80,6 +93,11 @@ class Claimer:
         # and claimed past: from then on a retire reaches it by NOTIFY. Cleared as it wakes.
         self.asleep = asyncio.Event()
         self.first_claim_done = asyncio.Event()  # the start-up catch-up claim ran (readiness waits on it)
+        # Set by every turn that took rows: retires may be arriving, so the breaker's surge watch, which
+        # sleeps through a quiet cluster, looks again at once. Not by the wakeup itself: the claim it
+        # makes judges one large host transaction first (the transaction rule, which holds only what
+        # that transaction retired), and the surge watch, a spread of them, right after.
+        self.activity = asyncio.Event()
 
     def notify(self, source: str) -> None:
         """Wake the claimer (a NOTIFY arrived, the listener reconnected, a retry fell due, ...)."""
@@ -112,11 +130,20 @@ class Claimer:
                 continue
             want = min(settings.batch_size, room)
             self.wake.clear()  # before the claim: a NOTIFY during it must wake the next sleep
+            # Woken by the poll (no NOTIFY) and rows were there to take: the replica the wakeup flag
+            # names did not claim them (it stopped, crashed or lost its listener), so this one takes the
+            # flag over as it arms it (sql/arm.sql).
+            polled, self.wake_source = self.wake_source == "poll", "claim"
             started = self._clock()
             try:
                 # A poll-only replica cannot hear NOTIFY, so it neither arms nor clears the flag: clearing
                 # it would silence the retires for listening replicas.
-                batch = await self._claim(want, disarm=settings.listens and not just_armed)
+                turn = await self._turn(
+                    want,
+                    disarm=settings.listens and not just_armed,
+                    arm=settings.listens and not just_armed,
+                    polled=polled,
+                )
             except StoreError as exc:
                 db_failures += 1
                 self.metrics.db_errors.inc()
@@ -125,11 +152,12 @@ class Claimer:
                 await self._sleep_until_stop(delay)
                 continue
             db_failures = 0
-            after_arming, just_armed = just_armed, False
+            just_armed = False
             self.first_claim_done.set()
-            if batch is None:  # the breaker holds deletes back: look again at the next wake or poll
+            if turn is None:  # the breaker holds deletes back: look again at the next wake or poll
                 await self._sleep_until_wake(settings.poll_interval)
                 continue
+            batch = turn.batch
             self._count(batch)
             if self.stopping.is_set():  # answered after the stop began: nothing of it is sent
                 for claim in batch.to_send:
@@ -140,20 +168,20 @@ class Claimer:
             pipeline.add(batch.to_send, started + settings.lease_seconds)
             if batch.taken:
                 arm_retry = ARM_RETRY_MIN
+                self.activity.set()
             if batch.taken >= want:
                 continue  # a full batch: there may be more right now
-            # Only now, with the rows already queued: a woken sweeper's DELETE does not wait for this.
-            due = await self._next_due()
-            pause = settings.poll_interval if due is None else min(settings.poll_interval, max(due, 0.0))
+            pause = settings.poll_interval if turn.due is None else min(settings.poll_interval, max(turn.due, 0.0))
             # No longer than the next discovery: rows below the claim cursor's floor (a pause's, a long
             # host transaction's) are found by it, not by the next poll.
             if (rediscover := self.store.rediscover_in()) is not None:
                 pause = min(pause, rediscover)
             pause = max(pause, MIN_CLAIM_PAUSE)
-            if settings.listens and not after_arming:
-                if await self._arm():
-                    just_armed = True
-                    continue  # claim once more: what committed before the arming was not announced
+            if turn.arming is Arming.ARMED:
+                just_armed = True
+                continue  # claim once more: what committed before the arming was not announced
+            if turn.arming is Arming.DEFERRED:
+                self.metrics.arm_deferred.inc()
                 pause, arm_retry = min(pause, arm_retry), min(arm_retry * 2, ARM_RETRY_MAX)
                 await self._sleep_until_wake(pause)
                 continue
@@ -163,29 +191,49 @@ class Claimer:
             finally:
                 self.asleep.clear()
 
-    async def _claim(self, want: int, *, disarm: bool) -> ClaimedBatch | None:
-        """One claim of up to ``want`` rows; None when the breaker allows none."""
+    async def _turn(self, want: int, *, disarm: bool, arm: bool, polled: bool) -> Turn | None:
+        """One turn's statements in one transaction: the verdicts waiting, the breaker's budget, the claim
+        of up to ``want`` rows and, unless it took them all, the next due time and (with ``arm``) the
+        wakeup flag armed.
+        None when the breaker allows no row. The next due time and the arming run in a savepoint: their
+        failure costs neither the claim nor its rows. One commit a turn: every statement of a transaction of its
+        own cost the primary a commit each, seven a turn, and at 100 retires a second with three
+        replicas eleven transactions a retire (bench ``cost``). The rows go to the pipeline only after
+        the commit, so no DELETE runs inside it; the next due read and the arming add a fraction of a
+        millisecond before that."""
         guard = self.settings.guard_standbys
         if guard is not None:  # its own short transaction, before the claim's: see sql/guard_mark.sql
             async with self.store.session() as session:
                 await session.guard_mark()
+        turn: Turn | None = None
         async with self.store.session() as session:
             try:
-                async with self._breaker_section(session):
+                # The verdicts waiting are written first, in the same transaction (they leave the
+                # pipeline once it commits): under steady churn a turn comes every few ms, and the
+                # recorder's own transaction was half a transaction a retire more. First, so that the
+                # next due time read below sees a retry's.
+                async with self.pipeline.writing_in_passing(RECORD_BATCH) as verdicts, session.transaction():
+                    owned = await session.record_results(verdicts) if verdicts else set()
+                    if verdicts:
+                        failpoints.hit("during_record")
                     want = await self._breaker_budget(session, want)
-                    if want == 0:
-                        return None
-                    return await session.claim(
-                        batch=want,
-                        lease_seconds=self.settings.lease_seconds,
-                        disarm=disarm,
-                        at_claim=self._at_claim,
-                        guard=guard,
-                        transaction_rows=self.rules.transaction_rows,
-                    )
+                    if want > 0:
+                        batch = await session.claim(
+                            batch=want,
+                            lease_seconds=self.settings.lease_seconds,
+                            disarm=disarm,
+                            at_claim=self._at_claim,
+                            guard=guard,
+                            transaction_rows=self.rules.transaction_rows,
+                        )
+                        turn = Turn(batch)
+                        if batch.taken < want:
+                            take_over = polled and batch.taken > 0
+                            turn = Turn(batch, *await session.look_ahead(arm=arm, take_over=take_over))
+                count_written(self.metrics, verdicts, owned)
             except LargeTransaction as large:  # the claim was rolled back: nothing of it is sent
                 await self._trip(session, transaction_reason(large.size, self.rules, self.settings.cluster))
-        return None
+        return turn
 
     def _count(self, batch: ClaimedBatch) -> None:
         """The metrics and the log of a claim: rows taken, and those the claim itself ended."""
@@ -215,43 +263,12 @@ class Claimer:
             if not self.stopping.is_set():  # the stop is not a wakeup (Claimer.leave)
                 self.metrics.wakeups.labels(self.wake_source).inc()
             return
+        self.wake_source = "poll"
         self.metrics.wakeups.labels("poll").inc()
 
     async def _sleep_until_stop(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stopping.wait(), seconds)
-
-    async def _next_due(self) -> float | None:
-        """Seconds until the next open row is due (the store's ``next_due``); None when there is none or
-        the database failed (then the poll interval applies, and the next claim reports the failure)."""
-        try:
-            async with self.store.session() as session:
-                return await session.next_due()
-        except StoreError:
-            return None
-
-    async def _arm(self) -> bool:
-        """Arm the wakeup flag before sleeping; False when it cannot be armed now (or the database
-        failed: then the claim that follows reports it)."""
-        try:
-            async with self.store.session() as session:
-                if await session.arm():
-                    return True
-        except StoreError:
-            return False
-        self.metrics.arm_deferred.inc()
-        return False
-
-    @contextlib.asynccontextmanager
-    async def _breaker_section(self, session: SweepSession) -> AsyncIterator[None]:
-        """With the breaker on, the budget and the claim run in one transaction (the claim's own becomes
-        a savepoint), which the budget's read holds the cluster's breaker row in; without the ceiling, the
-        claim only reads whether the breaker is tripped, and needs no transaction of its own."""
-        if not self.settings.max_deletes_per_minute:
-            yield
-            return
-        async with session.transaction():
-            yield
 
     async def _trip(self, session: SweepSession, reason: str) -> None:
         """Trip the cluster's breaker for ``reason``: its row, this replica's gate, the log."""

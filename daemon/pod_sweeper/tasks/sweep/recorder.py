@@ -2,9 +2,11 @@
 claim's epoch, and counts each one by the ``Result`` it was written from.
 
 It lingers a few milliseconds for a fuller batch, retries a database error with backoff, and keeps the
-results in memory until they are written: if the process dies first, the lease expires and another
-replica repeats the DELETE, which the UID precondition makes harmless (it answers 404 and the row ends
-``absent``). A result refused by the fence (another replica took the lease over) is counted and left.
+results in memory until they are written (a claim's transaction writes what is waiting too, on its
+way, so under steady churn most verdicts cost no transaction of their own: ``Claimer._turn``): if the
+process dies first, the lease expires and another replica repeats the DELETE, which the UID
+precondition makes harmless (it answers 404 and the row ends ``absent``). A result refused by the
+fence (another replica took the lease over) is counted and left.
 """
 
 from __future__ import annotations
@@ -78,15 +80,22 @@ class Recorder:
         async with self.store.session() as session, session.transaction():
             owned = await session.record_results(batch)
             failpoints.hit("during_record")
-        for verdict in batch:
-            if verdict.id in owned:
-                self.metrics.recorded(verdict.result)
-            else:
-                self.metrics.fenced.inc()
-                logger.warning(
-                    "row {id}: lease lost before its result was recorded; another replica owns it", id=verdict.id
-                )
+        count_written(self.metrics, batch, owned)
         if any(verdict.status is Status.PENDING for verdict in batch):
             # A retry's due time is likely earlier than what the claimer is sleeping towards (the
             # lease it held): wake it so it plans its sleep again.
             self.wake_claimer("retry")
+
+
+def count_written(metrics: Metrics, batch: list[Verdict], owned: set[int]) -> None:
+    """Each verdict written, by its result; one the fence refused (another replica took the row's lease
+    over) counted and logged. The recorder's writes and the claimer's (a claim's transaction writes what
+    is waiting on its way: ``Claimer._turn``) alike."""
+    for verdict in batch:
+        if verdict.id in owned:
+            metrics.recorded(verdict.result)
+        else:
+            metrics.fenced.inc()
+            logger.warning(
+                "row {id}: lease lost before its result was recorded; another replica owns it", id=verdict.id
+            )

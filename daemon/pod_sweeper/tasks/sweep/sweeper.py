@@ -223,10 +223,11 @@ class Sweeper:
         return next((task for task in self._tasks if task.get_name() == name), None)
 
     async def _wake_the_others(self) -> None:
-        # This replica may have cleared the wakeup flag (it was claiming) and is leaving: retires do not
-        # NOTIFY now, and the other replicas sleep. One NOTIFY makes them claim, and arm it themselves.
+        # This replica may have cleared the wakeup flag (it was claiming), or be the one it names, and is
+        # leaving: retires would not NOTIFY, or wake nobody. Its name is taken off the flag, and one NOTIFY
+        # makes the others claim and arm it in their own names.
         try:
             async with asyncio.timeout(2), self.store.session() as session:
-                await session.notify()
+                await session.leave()
         except (StoreError, TimeoutError) as exc:
             logger.warning("could not wake the other replicas on the way out: {error}", error=first_line(exc))

@@ -1,0 +1,218 @@
+"""What the sweep costs the host's primary: the host's own workload alone, then the same swept, side by side
+on one PostgreSQL in one run, and three replicas idle.
+
+The host's workload: ``rate`` executions a second, each created (an INSERT naming its live pod) and
+retired (an UPDATE) in a transaction of its own, for ``seconds``. Alone, the table has no trigger and no
+replica runs; swept, the table is attached and ``replicas`` replicas sweep it at the shipped defaults.
+Per execution, each side prints PostgreSQL's CPU (every process of the cluster, the backends that exited
+during the window included: their time is in the postmaster's children's), the WAL, the transactions
+committed (every database's) and, swept, the claims; then the sweep's share over the host's own.
+Idle: the same replicas with nothing to sweep, their transactions and WAL a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import psycopg
+from rig import NS, DaemonThread, Rig
+
+from pod_sweeper.testing.reference import executions_ddl
+from steps.busy import SHIPPED, postgres_cpu_seconds, wal_position
+
+
+def commits(conn: psycopg.Connection[Any]) -> int:
+    """Transactions committed so far in every database of the cluster (a fresh stats snapshot)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute("SELECT sum(xact_commit)::bigint FROM pg_stat_database").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def claims(conn: psycopg.Connection[Any]) -> int | None:
+    """Claim statements run so far (pg_stat_statements, where the bench's PostgreSQL loads it)."""
+    try:
+        row = conn.execute(
+            "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query LIKE '-- Claim up to%%'"
+        ).fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0]) if row else 0
+
+
+@contextmanager
+def host(url: str, rate: float, pods: list[tuple[str, str]]) -> Iterator[list[int]]:
+    """The host's workload: for each pod, a transaction that creates its execution and one that retires
+    it, ``rate`` executions a second; yields [executions retired so far]."""
+    retired = [0]
+    stop = threading.Event()
+
+    def run() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            start = time.monotonic()
+            for i, (name, uid) in enumerate(pods):
+                if stop.is_set():
+                    return
+                time.sleep(max(0.0, start + i / rate - time.monotonic()))  # pacing the host
+                conn.execute(
+                    "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid)"
+                    " VALUES (%s, 1, %s, %s, %s)",
+                    (f"s{i}", NS, name, uid),
+                )
+                conn.execute(
+                    "UPDATE executions SET active = false WHERE sandbox_id = %s AND generation = 1", (f"s{i}",)
+                )
+                retired[0] = i + 1
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield retired
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def statement_costs(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, float, int, int]]:
+    """Each statement's calls, total time (ms), WAL bytes and full-page images so far, by its first
+    line (pg_stat_statements, where loaded; else nothing)."""
+    try:
+        rows = conn.execute(
+            "SELECT query, calls, total_exec_time, wal_bytes, wal_fpi FROM pg_stat_statements"
+            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ).fetchall()
+    except psycopg.Error:
+        return {}
+    costs: dict[str, tuple[int, float, int, int]] = {}
+    for query, calls, ms, wal, fpi in rows:
+        name = query.strip().splitlines()[0][:70]
+        c, t, w, f = costs.get(name, (0, 0.0, 0, 0))
+        costs[name] = (c + calls, t + ms, w + int(wal), f + fpi)
+    return costs
+
+
+def window(url: str, rate: float, seconds: float, pods: list[tuple[str, str]]) -> dict[str, float]:
+    """The host's workload over ``seconds`` (whatever runs beside it already running): the cluster's CPU,
+    WAL, commits and claims over the window, per execution retired in it."""
+    with psycopg.connect(url, autocommit=True) as probe, contextlib.suppress(psycopg.Error):
+        probe.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    with psycopg.connect(url, autocommit=True) as probe, host(url, rate, pods) as retired:
+        s0 = statement_costs(probe)
+        c0, w0, p0, k0 = commits(probe), wal_position(probe), postgres_cpu_seconds(), claims(probe)
+        time.sleep(seconds)  # the measured window
+        n = retired[0]
+        c1, w1, p1, k1 = commits(probe), wal_position(probe), postgres_cpu_seconds(), claims(probe)
+        s1 = statement_costs(probe)
+    # Where it went: the statements run most often, per execution, with PostgreSQL's time and WAL on each.
+    zero = (0, 0.0, 0, 0)
+    deltas = []
+    for name, (calls, ms, wal, fpi) in s1.items():
+        c0_, t0_, w0_, f0_ = s0.get(name, zero)
+        deltas.append((calls - c0_, ms - t0_, wal - w0_, fpi - f0_, name))
+    for calls, ms, wal, fpi, name in sorted(deltas, reverse=True)[:12]:
+        if calls:
+            line = f"{calls / n:6.2f} calls {ms / n:6.3f} ms {wal / n:6.0f} B WAL ({fpi / n:.2f} full pages)  {name!r}"
+            print("      " + line, file=sys.stderr, flush=True)
+    figures = {
+        "executions": float(n),
+        "cpu_ms": 1000 * (p1 - p0) / n,
+        "wal_bytes": (w1 - w0) / n,
+        "transactions": (c1 - c0) / n,
+    }
+    if k0 is not None and k1 is not None:
+        figures["claims"] = (k1 - k0) / n
+    return figures
+
+
+def idle_load(url: str, seconds: float) -> dict[str, float]:
+    """Commits and WAL a second over ``seconds`` (whatever runs already running)."""
+    with psycopg.connect(url, autocommit=True) as probe:
+        c0, w0, t0 = commits(probe), wal_position(probe), time.monotonic()
+        time.sleep(seconds)  # the measured window
+        c1, w1, t1 = commits(probe), wal_position(probe), time.monotonic()
+    # The probe's own two reads (the snapshot clears and the sums) are not the replicas': taken out.
+    return {"tps": max(0.0, (c1 - c0 - 2) / (t1 - t0)), "wal_bytes_per_s": (w1 - w0) / (t1 - t0)}
+
+
+def done_latencies(url: str) -> list[float]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT extract(epoch FROM done_at - enqueued_at) * 1000 FROM pod_sweeper.outbox WHERE status = 'done'"
+        ).fetchall()
+    return sorted(float(r[0]) for r in rows)
+
+
+def bare_db(rig: Rig) -> str:
+    """A database with the host's table and nothing of pod-sweeper's."""
+    rig._n += 1
+    name = f"bench_{rig._n}"
+    with psycopg.connect(rig.cluster.url(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = rig.cluster.url(name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(executions_ddl())
+    return url
+
+
+def cost(rig: Rig, rate: float, seconds: float, replicas: int, idle_seconds: float) -> None:
+    n = int(rate * (seconds + 10))
+    rig.kube.reset()
+    names = [f"c{i}" for i in range(2 * n)]
+    uids = rig.kube.create_pods(names)
+    pods = list(zip(names, uids, strict=True))
+    with psycopg.connect(rig.cluster.url(), autocommit=True) as conn:
+        conn.execute("CHECKPOINT")  # both sides start from a checkpoint: full-page images alike
+    alone = window(bare_db(rig), rate, seconds, pods[:n])
+    url = rig.fresh_db()
+    settings = rig.settings(url, **SHIPPED)
+    with ExitStack() as stack:
+        for i in range(replicas):
+            stack.enter_context(DaemonThread(settings.model_copy(update={"replica_id": f"cost-{i}"}))).ready()
+        time.sleep(2.0)  # settle: the replicas' first claims and gauges
+        idle = idle_load(url, idle_seconds)
+        with psycopg.connect(rig.cluster.url(), autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+        swept = window(url, rate, seconds, pods[n:])
+        deadline = time.monotonic() + 60
+        with psycopg.connect(url, autocommit=True) as probe:
+            while time.monotonic() < deadline and probe.execute(
+                "SELECT EXISTS (SELECT 1 FROM pod_sweeper.outbox WHERE status IN ('pending', 'claimed'))"
+            ).fetchone() != (False,):
+                time.sleep(0.1)  # the benchmark's own sampling interval
+    latencies = done_latencies(url)
+    for side, figures in (("alone", alone), ("swept", swept)):
+        print(
+            f"    cost {side}: {figures['executions']:.0f} executions; per execution {figures['cpu_ms']:.3f} ms of"
+            f" PostgreSQL's CPU, {figures['wal_bytes']:.0f} B of WAL, {figures['transactions']:.2f} transactions"
+            + (f", {figures['claims']:.2f} claims" if "claims" in figures else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+    share = {k: (swept[k] - alone[k]) / alone[k] for k in ("cpu_ms", "wal_bytes")}
+    print(
+        f"    cost: the sweep's share {share['cpu_ms']:.2f}x the host's CPU, {share['wal_bytes']:.2f}x its WAL,"
+        f" {swept['transactions'] - alone['transactions']:.2f} transactions more per retire;"
+        f" retire to done p99 {latencies[int(len(latencies) * 0.99) - 1]:.0f} ms;"
+        f" idle, {replicas} replicas: {idle['tps']:.2f} transactions/s, {idle['wal_bytes_per_s']:.0f} B/s of WAL",
+        file=sys.stderr,
+        flush=True,
+    )
+    results = rig.results
+    for k in ("cpu_ms", "wal_bytes", "transactions"):
+        results[f"cost_alone_{k}_per_execution"] = round(alone[k], 3)
+        results[f"cost_swept_{k}_per_execution"] = round(swept[k], 3)
+    if "claims" in swept:
+        results["cost_claims_per_retire"] = round(swept["claims"], 2)
+    results["cost_cpu_share"] = round(share["cpu_ms"], 2)
+    results["cost_wal_share"] = round(share["wal_bytes"], 2)
+    results["cost_added_transactions_per_retire"] = round(swept["transactions"] - alone["transactions"], 2)
+    results["cost_done_p99_ms"] = round(latencies[int(len(latencies) * 0.99) - 1])
+    results["cost_done_p50_ms"] = round(statistics.median(latencies))
+    results["cost_idle_tps"] = round(idle["tps"], 2)
+    results["cost_idle_wal_bytes_per_s"] = round(idle["wal_bytes_per_s"])

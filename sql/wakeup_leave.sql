@@ -1,0 +1,9 @@
+-- A replica leaving (a graceful stop): the wakeup flag no longer names it, so retires wake every
+-- listening replica (an empty payload, migration 0018) until one of them arms it in its own name
+-- (sql/arm.sql); and one NOTIFY now, since this replica may have cleared the flag while it claimed and
+-- the others sleep. The flag stays as armed or clear as it was.
+WITH unnamed AS (
+    UPDATE pod_sweeper.wakeup SET changed_by = NULL
+    WHERE cluster = %(cluster)s AND changed_by = %(owner)s
+)
+SELECT pg_notify(%(channel)s, '')
