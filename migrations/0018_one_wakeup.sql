@@ -5,7 +5,8 @@
 -- flag (`wakeup.changed_by`, as sql/arm.sql writes it): 'wake:REPLICA'. A replica's listener claims
 -- on its own name or an empty payload and passes over the others. The flag names the last replica to
 -- arm it; one that finds, on a poll, rows nobody claimed (the named one stopped, crashed or lost its
--- listener) takes it over (sql/arm.sql), and one that stops clears its name (sql/wakeup_leave.sql).
+-- listener) takes it over (sql/arm.sql), and one that stops or holds more than it can send soon
+-- clears its name (sql/wakeup_hand_on.sql).
 -- An empty payload still wakes every replica: a missing flag row, a flag that names nobody, and a
 -- transaction above READ COMMITTED (whose read of the flag may be stale).
 --

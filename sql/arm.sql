@@ -13,7 +13,7 @@
 -- while the xmin horizon is held (docs/design.md, "A held xmin horizon"). With %(take_over)s, a flag
 -- armed by another replica is made this one's: that replica did not claim what its wakeups announced
 -- (it stopped, crashed or lost its listener), as this sweeper's claim just found; and a flag that
--- names nobody (its replica left: sql/wakeup_leave.sql) is made this one's. Cleared by another
+-- names nobody (its replica handed it on: sql/wakeup_hand_on.sql) is made this one's. Cleared by another
 -- sweeper meanwhile: that sweeper is awake and claims again before it sleeps, as with any clearing.
 WITH current AS (
     SELECT armed, changed_by FROM pod_sweeper.wakeup WHERE cluster = %(cluster)s

@@ -65,6 +65,7 @@ class MemoryStore:
         self.writes: list[list[int]] = []  # each record_results call's ids, as given
         self.armed = False
         self.arm_refusals = 0  # the next arms that find an enqueue still open
+        self.handed_on = 0  # times a replica handed its wakeups on (SweepSession.hand_on)
         self.tripped: str | None = None
         self.claim_answers: asyncio.Event | None = None  # set: a claim's answer waits for it
         self._active: set[tuple[str, int]] = set()
@@ -254,5 +255,5 @@ class MemorySession:
     async def trip_breaker(self, reason: str) -> None:
         self._store.tripped = reason
 
-    async def leave(self) -> None:
-        return None
+    async def hand_on(self) -> None:
+        self._store.handed_on += 1

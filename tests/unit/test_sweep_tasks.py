@@ -326,6 +326,35 @@ def test_verdicts_written_by_a_claim_that_failed_stay_to_be_written_once() -> No
     assert r.count("pod_sweeper_outcomes_total", outcome="deleted") == 3
 
 
+def test_a_replica_holding_more_than_it_can_send_soon_hands_the_wakeups_on_and_claims_no_more() -> None:
+    """One retire wakes one replica (migration 0018): a replica whose rows wait behind its own limits
+    takes its name off the wakeup flag, once, so that retires wake the others, and claims nothing
+    until rows are let go; then it claims what waited."""
+    kube = ScriptedKube(hold=frozenset(f"pod-s{i}" for i in range(4)))  # not answered until released
+    r = rig(kube, listen=True, concurrency=2, batch_size=4)  # saturated past 2 rows without an answer
+    assert r.sweeper.claimer.saturation == 2
+    r.retire(4)
+
+    async def scenario() -> None:
+        run = asyncio.ensure_future(r.sweeper.run())
+        try:
+            await until(lambda: r.store.handed_on == 1, what="the hand-on")
+            late = r.store.retire("late")
+            r.sweeper.notify("notify")  # as a NOTIFY would: a claimer free to claim takes the row at once
+            for _ in range(50):  # turns of the event loop, no time: the memory store's claim needs a few
+                await asyncio.sleep(0)
+            assert late.status is Status.PENDING and r.store.handed_on == 1  # handed on once, claimed nothing
+            kube.release.set()
+            await until(lambda: len(r.store.in_status(Status.DONE)) == 5, what="every row, the late one too")
+        finally:
+            kube.release.set()
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+
+    go(scenario())
+    assert r.count("pod_sweeper_wakeups_handed_on_total") == 1
+
+
 # --- the drain at shutdown -----------------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ def test_a_retire_wakes_the_replica_it_names_and_no_other() -> None:
 
 
 def test_an_empty_payload_wakes_every_replica() -> None:
-    # the enqueue before 0018, a flag naming nobody, a goodbye (sql/wakeup_leave.sql), a REPEATABLE READ retire
+    # the enqueue before 0018, a flag naming nobody, a hand-on (sql/wakeup_hand_on.sql), a REPEATABLE READ retire
     assert wakes("", replica="east-1") and wakes("", replica="east-2")
 
 

@@ -131,6 +131,12 @@ class Metrics:
             registry=r,
         )
         self.wakeups = Counter("pod_sweeper_wakeups", "Claimer wakeups by source", ["source"], registry=r)
+        self.handed_on = Counter(
+            "pod_sweeper_wakeups_handed_on",
+            "Times this replica held more rows than it could send soon and handed the wakeups on to every"
+            " replica (the wakeup flag no longer names it)",
+            registry=r,
+        )
         self.arm_deferred = Counter(
             "pod_sweeper_wakeup_arm_deferred",
             "Times the claimer could not arm the wakeup flag (a retire's transaction was open) and polled"

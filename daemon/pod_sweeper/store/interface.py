@@ -1,7 +1,7 @@
 """What the sweep pipeline asks of the outbox, as an interface: ``SweepStore`` gives ``SweepSession``s,
 each one connection's worth of the outbox for one cluster and one replica.
 
-The claimer and the recorder (and the sweeper's goodbye, ``leave``) reach the database only through these
+The claimer and the recorder (and their hand-on of the wakeups, ``hand_on``) reach the database only through these
 methods, so the pipeline can run on another store: ``store.sweep.pgstore.OutboxStore`` is the real one,
 PostgreSQL through the pool; the test tree's ``harness.memstore.MemoryStore`` keeps rows in memory on a fake clock, for
 unit tests of the tasks, and is held to the real one by tests/integration/test_store_contract.py.
@@ -80,9 +80,9 @@ class SweepSession(Protocol):
 
     async def trip_breaker(self, reason: str) -> None: ...
 
-    async def leave(self) -> None:
-        """On the way out: the wakeup flag no longer names this replica, and one NOTIFY wakes the
-        cluster's other listening replicas."""
+    async def hand_on(self) -> None:
+        """The wakeup flag no longer names this replica (it is stopping, or holds more than it can send
+        soon), and one NOTIFY wakes the cluster's other listening replicas."""
         ...
 
 

@@ -1,5 +1,5 @@
 """A cluster's NOTIFY channel: the wakeup the sweepers listen on, the NOTIFY that wakes them, and a
-replica's goodbye (the channel's name is ``queries``')."""
+replica's hand-on of its wakeups (the channel's name is ``queries``')."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ async def notify(conn: Connection, payload: str = "", *, cluster: str) -> None:
     await conn.execute(queries.load("notify"), queries.notify_params(payload, cluster=cluster))
 
 
-async def leave(conn: Connection, *, cluster: str, owner: str) -> None:
-    """A replica leaving: the wakeup flag no longer names ``owner`` (retires wake every listening replica
-    until another arms it), and one NOTIFY wakes them now (sql/wakeup_leave.sql)."""
+async def hand_on(conn: Connection, *, cluster: str, owner: str) -> None:
+    """The wakeup flag no longer names ``owner`` (retires wake every listening replica until another
+    arms it), and one NOTIFY wakes them now (sql/wakeup_hand_on.sql)."""
     params = {"cluster": cluster, "owner": owner, "channel": queries.channel(cluster=cluster)}
-    await conn.execute(queries.load("wakeup_leave"), params)
+    await conn.execute(queries.load("wakeup_hand_on"), params)
 
 
 async def listen(conn: Connection, *, cluster: str) -> None:

@@ -108,8 +108,8 @@ class OutboxSession:
     async def trip_breaker(self, reason: str) -> None:
         await breaker.trip_breaker(self._conn, self._cluster, reason, self._owner)
 
-    async def leave(self) -> None:
-        await channel.leave(self._conn, cluster=self._cluster, owner=self._owner)
+    async def hand_on(self) -> None:
+        await channel.hand_on(self._conn, cluster=self._cluster, owner=self._owner)
 
 
 class OutboxStore:

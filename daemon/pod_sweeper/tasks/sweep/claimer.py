@@ -48,6 +48,11 @@ MIN_CLAIM_PAUSE = 0.05
 # up to the cap: the wake latency while writers keep the flag busy (a NOTIFY-free stream of retires).
 ARM_RETRY_MIN = 0.002
 ARM_RETRY_MAX = 0.05
+# A replica holding more rows without an answer than it can send in HAND_ON_SECONDS (at its rate limit,
+# and never more than its concurrency) is saturated: it hands its wakeups on to the others and claims
+# no more until it is not. One retire wakes one replica (migration 0018); at the shipped rate limit,
+# 50 requests a second, the one woken for every retire of 100 a second fell seconds behind.
+HAND_ON_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,9 @@ class Claimer:
         # and claimed past: from then on a retire reaches it by NOTIFY. Cleared as it wakes.
         self.asleep = asyncio.Event()
         self.first_claim_done = asyncio.Event()  # the start-up catch-up claim ran (readiness waits on it)
+        rate, concurrency = settings.rate_limit_qps, settings.concurrency
+        self.saturation = max(1, min(concurrency, int(rate * HAND_ON_SECONDS))) if rate else concurrency
+        self._handed_on = False  # this saturation's hand-on is done
         # Set by every turn that took rows: retires may be arriving, so the breaker's surge watch, which
         # sleeps through a quiet cluster, looks again at once. Not by the wakeup itself: the claim it
         # makes judges one large host transaction first (the transaction rule, which holds only what
@@ -122,6 +130,10 @@ class Claimer:
             if not self.outage.open or not self.auth.open or not self.schema.open:
                 await self._wait_out_the_gates()
                 continue
+            if settings.listens and len(pipeline.awaiting_answers()) > self.saturation:
+                await self._saturated()
+                continue
+            self._handed_on = False
             room = pipeline.free
             # Claim when the workers may run dry, or a whole batch fits: claiming whatever room each
             # record freed made claims of about 5 rows in a drain, a claim and a re-check per 5 rows.
@@ -190,6 +202,20 @@ class Claimer:
                 await self._sleep_until_wake(pause)
             finally:
                 self.asleep.clear()
+
+    async def _saturated(self) -> None:
+        """More rows in hand than this replica can send soon: the wakeups go to every replica (the flag
+        no longer names this one: ``hand_on``), and this one claims nothing until rows are let go.
+        Rows it would take now would wait here, behind its rate limit, while the others sleep."""
+        if not self._handed_on:
+            self._handed_on = True
+            self.metrics.handed_on.inc()
+            try:
+                async with self.store.session() as session:
+                    await session.hand_on()
+            except StoreError as exc:  # the others find the rows at their poll
+                logger.warning("could not hand the wakeups on: {error}", error=first_line(exc))
+        await self.pipeline.wait_for_room()  # the stop opens it too (Pipeline.stop_claiming)
 
     async def _turn(self, want: int, *, disarm: bool, arm: bool, polled: bool) -> Turn | None:
         """One turn's statements in one transaction: the verdicts waiting, the breaker's budget, the claim

@@ -228,6 +228,6 @@ class Sweeper:
         # makes the others claim and arm it in their own names.
         try:
             async with asyncio.timeout(2), self.store.session() as session:
-                await session.leave()
+                await session.hand_on()
         except (StoreError, TimeoutError) as exc:
             logger.warning("could not wake the other replicas on the way out: {error}", error=first_line(exc))

@@ -1,5 +1,6 @@
--- A replica leaving (a graceful stop): the wakeup flag no longer names it, so retires wake every
--- listening replica (an empty payload, migration 0018) until one of them arms it in its own name
+-- A replica hands the wakeups on (it is stopping, or holds more rows than it can send soon: the shipped
+-- rate limit lets one replica send 50 a second): the wakeup flag no longer names it, so retires wake
+-- every listening replica (an empty payload, migration 0018) until one of them arms it in its own name
 -- (sql/arm.sql); and one NOTIFY now, since this replica may have cleared the flag while it claimed and
 -- the others sleep. The flag stays as armed or clear as it was.
 WITH unnamed AS (
