@@ -67,7 +67,11 @@ def main() -> int:
     # statements PostgreSQL's time goes to.
     bindir = find_bindir()
     statements = (bindir.parent / "lib" / "pg_stat_statements.so").exists()
-    extra = {"shared_preload_libraries": "pg_stat_statements"} if statements else {}
+    extra = (
+        {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track_planning": "on"}
+        if statements
+        else {}
+    )
     with ThrowawayCluster(bindir=bindir, extra_settings=extra) as cluster, tempfile.TemporaryDirectory() as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"
         kube = RemoteFake(kubeconfig)  # its own process: it must not share the client's interpreter
@@ -99,7 +103,7 @@ def main() -> int:
             ("busy", lambda: busy.busy(rig, 100.0, 120.0 if quick else 600.0, 3)),
             ("held snapshot", lambda: busy.held(rig, 100.0, held_seconds, 3)),
             # issue 51: the host alone, then swept by 3 replicas on the shipped defaults, then idle
-            ("cost", lambda: cost.cost(rig, 100.0, 30.0 if quick else 90.0, 3, 15.0 if quick else 60.0)),
+            ("cost", lambda: cost.cost(rig, 100.0, 30.0 if quick else 90.0, 3, 30.0 if quick else 60.0)),
         ]
         if quick and not args.only:
             # Two minutes of sustained sweeping alone would double the quick run: the whole cluster's

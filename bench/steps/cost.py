@@ -3,7 +3,9 @@ on one PostgreSQL in one run, and three replicas idle.
 
 The host's workload: ``rate`` executions a second, each created (an INSERT naming its live pod) and
 retired (an UPDATE) in a transaction of its own, for ``seconds``. Alone, the table has no trigger and no
-replica runs; swept, the table is attached and ``replicas`` replicas sweep it at the shipped defaults.
+replica runs; the floor, the least any trigger-fed outbox costs (``FLOOR_TRIGGER``: one value inserted
+into a table without an index, nothing swept); swept, the table is attached and ``replicas`` replicas
+sweep it at the shipped defaults.
 Per execution, each side prints PostgreSQL's CPU (every process of the cluster, the backends that exited
 during the window included: their time is in the postmaster's children's), the WAL, the transactions
 committed (every database's) and, swept, the claims; then the sweep's share over the host's own.
@@ -13,6 +15,7 @@ Idle: the same replicas with nothing to sweep, their transactions and WAL a seco
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import sys
 import threading
@@ -28,10 +31,14 @@ from pod_sweeper.testing.reference import executions_ddl
 from steps.busy import SHIPPED, postgres_cpu_seconds, wal_position
 
 
-def commits(conn: psycopg.Connection[Any]) -> int:
-    """Transactions committed so far in every database of the cluster (a fresh stats snapshot)."""
+def commits(conn: psycopg.Connection[Any], *, here_only: bool = False) -> int:
+    """Transactions committed so far in every database of the cluster (``here_only``: in this one; a
+    fresh stats snapshot). Every database's, under load: the autovacuum of what the load wrote counts."""
     conn.execute("SELECT pg_stat_clear_snapshot()")
-    row = conn.execute("SELECT sum(xact_commit)::bigint FROM pg_stat_database").fetchone()
+    row = conn.execute(
+        "SELECT sum(xact_commit)::bigint FROM pg_stat_database WHERE NOT %s OR datname = current_database()",
+        (here_only,),
+    ).fetchone()
     return int(row[0]) if row and row[0] is not None else 0
 
 
@@ -80,11 +87,11 @@ def host(url: str, rate: float, pods: list[tuple[str, str]]) -> Iterator[list[in
 
 
 def statement_costs(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, float, int, int]]:
-    """Each statement's calls, total time (ms), WAL bytes and full-page images so far, by its first
-    line (pg_stat_statements, where loaded; else nothing)."""
+    """Each statement's calls, total time (ms, planning included), WAL bytes and full-page images so
+    far, by its first line (pg_stat_statements, where loaded; else nothing)."""
     try:
         rows = conn.execute(
-            "SELECT query, calls, total_exec_time, wal_bytes, wal_fpi FROM pg_stat_statements"
+            "SELECT query, calls, total_exec_time + total_plan_time, wal_bytes, wal_fpi FROM pg_stat_statements"
             " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
         ).fetchall()
     except psycopg.Error:
@@ -97,6 +104,24 @@ def statement_costs(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, float
     return costs
 
 
+def process_cpu(pid: int) -> float:
+    """One process's user and system CPU so far, in seconds (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            values = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(values[11]) + int(values[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cluster_processes(conn: psycopg.Connection[Any]) -> dict[int, str]:
+    """Every process of the cluster by what it is: its backend type, and a client's application name."""
+    rows = conn.execute(
+        "SELECT pid, backend_type, coalesce(nullif(application_name, ''), '-') FROM pg_stat_activity"
+    ).fetchall()
+    return {pid: kind if kind != "client backend" else f"client {app}" for pid, kind, app in rows}
+
+
 def window(url: str, rate: float, seconds: float, pods: list[tuple[str, str]]) -> dict[str, float]:
     """The host's workload over ``seconds`` (whatever runs beside it already running): the cluster's CPU,
     WAL, commits and claims over the window, per execution retired in it."""
@@ -104,18 +129,32 @@ def window(url: str, rate: float, seconds: float, pods: list[tuple[str, str]]) -
         probe.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     with psycopg.connect(url, autocommit=True) as probe, host(url, rate, pods) as retired:
         s0 = statement_costs(probe)
+        processes = cluster_processes(probe)
+        cpu0 = {pid: process_cpu(pid) for pid in processes}
         c0, w0, p0, k0 = commits(probe), wal_position(probe), postgres_cpu_seconds(), claims(probe)
         time.sleep(seconds)  # the measured window
         n = retired[0]
         c1, w1, p1, k1 = commits(probe), wal_position(probe), postgres_cpu_seconds(), claims(probe)
         s1 = statement_costs(probe)
-    # Where it went: the statements run most often, per execution, with PostgreSQL's time and WAL on each.
+        by_kind: dict[str, float] = {}
+        for pid, kind in processes.items():  # the processes there from the start (the rest: started since)
+            by_kind[kind] = by_kind.get(kind, 0.0) + process_cpu(pid) - cpu0[pid]
+    others = (p1 - p0) - sum(by_kind.values())
+    kinds = sorted(((cpu, kind) for kind, cpu in by_kind.items()), reverse=True)
+    print(
+        "      PostgreSQL's CPU per execution by process: "
+        + ", ".join(f"{kind} {1000 * cpu / n:.3f} ms" for cpu, kind in kinds if cpu > 0)
+        + f", started or ended in the window {1000 * others / n:.3f} ms",
+        file=sys.stderr,
+        flush=True,
+    )
+    # Where it went: the statements PostgreSQL spent most time on, per execution, with their WAL.
     zero = (0, 0.0, 0, 0)
     deltas = []
     for name, (calls, ms, wal, fpi) in s1.items():
         c0_, t0_, w0_, f0_ = s0.get(name, zero)
         deltas.append((calls - c0_, ms - t0_, wal - w0_, fpi - f0_, name))
-    for calls, ms, wal, fpi, name in sorted(deltas, reverse=True)[:12]:
+    for calls, ms, wal, fpi, name in sorted(deltas, key=lambda d: (d[1], d[0]), reverse=True)[:16]:
         if calls:
             line = f"{calls / n:6.2f} calls {ms / n:6.3f} ms {wal / n:6.0f} B WAL ({fpi / n:.2f} full pages)  {name!r}"
             print("      " + line, file=sys.stderr, flush=True)
@@ -133,9 +172,19 @@ def window(url: str, rate: float, seconds: float, pods: list[tuple[str, str]]) -
 def idle_load(url: str, seconds: float) -> dict[str, float]:
     """Commits and WAL a second over ``seconds`` (whatever runs already running)."""
     with psycopg.connect(url, autocommit=True) as probe:
-        c0, w0, t0 = commits(probe), wal_position(probe), time.monotonic()
+        s0 = statement_costs(probe)
+        # This database's commits: the other databases' autovacuum visits are not the replicas'.
+        c0, w0, t0 = commits(probe, here_only=True), wal_position(probe), time.monotonic()
         time.sleep(seconds)  # the measured window
-        c1, w1, t1 = commits(probe), wal_position(probe), time.monotonic()
+        c1, w1, t1 = commits(probe, here_only=True), wal_position(probe), time.monotonic()
+        s1 = statement_costs(probe)
+    calls = sorted(((s1[k][0] - s0.get(k, (0, 0.0, 0, 0))[0], k) for k in s1), reverse=True)
+    print(
+        "      idle, statements a second: "
+        + ", ".join(f"{c / (t1 - t0):.2f} {k[:40]!r}" for c, k in calls[:20] if c > 0),
+        file=sys.stderr,
+        flush=True,
+    )
     # The probe's own two reads (the snapshot clears and the sums) are not the replicas': taken out.
     return {"tps": max(0.0, (c1 - c0 - 2) / (t1 - t0)), "wal_bytes_per_s": (w1 - w0) / (t1 - t0)}
 
@@ -160,25 +209,57 @@ def bare_db(rig: Rig) -> str:
     return url
 
 
+# The floor of any trigger-fed outbox: the least a retire's enqueue can be, one value inserted by a
+# PL/pgSQL trigger into a table without an index, in the host's transaction (and nothing swept).
+FLOOR_TRIGGER = """
+CREATE TABLE floor_outbox (pod_uid uuid);
+CREATE FUNCTION floor_enqueue() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO floor_outbox VALUES (NEW.pod_uid);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER floor_enqueue AFTER UPDATE OF active ON executions
+    FOR EACH ROW WHEN (OLD.active AND NOT NEW.active) EXECUTE FUNCTION floor_enqueue();
+"""
+
+
 def cost(rig: Rig, rate: float, seconds: float, replicas: int, idle_seconds: float) -> None:
     n = int(rate * (seconds + 10))
     rig.kube.reset()
-    names = [f"c{i}" for i in range(2 * n)]
+    names = [f"c{i}" for i in range(3 * n)]
     uids = rig.kube.create_pods(names)
     pods = list(zip(names, uids, strict=True))
-    with psycopg.connect(rig.cluster.url(), autocommit=True) as conn:
-        conn.execute("CHECKPOINT")  # both sides start from a checkpoint: full-page images alike
-    alone = window(bare_db(rig), rate, seconds, pods[:n])
     url = rig.fresh_db()
+    with psycopg.connect(url, autocommit=True) as conn, contextlib.suppress(psycopg.Error):
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")  # before the idle window
     settings = rig.settings(url, **SHIPPED)
-    with ExitStack() as stack:
+
+    def sweeping(stack: ExitStack) -> None:
         for i in range(replicas):
             stack.enter_context(DaemonThread(settings.model_copy(update={"replica_id": f"cost-{i}"}))).ready()
-        time.sleep(2.0)  # settle: the replicas' first claims and gauges
+
+    # Idle first, on a quiet cluster: the other windows' autovacuum and checkpoints would be in its WAL.
+    with ExitStack() as stack:
+        sweeping(stack)
+        # Settle: a backend reports its counts to pg_stat_database up to 10 s after its last statement,
+        # so the replicas' start-up (their first claims and gauges) must be counted before the window.
+        time.sleep(12.0)
         idle = idle_load(url, idle_seconds)
+    with psycopg.connect(rig.cluster.url(), autocommit=True) as conn:
+        conn.execute("CHECKPOINT")  # each window starts from a checkpoint: full-page images alike
+    alone = window(bare_db(rig), rate, seconds, pods[:n])
+    floor_url = bare_db(rig)
+    with psycopg.connect(floor_url, autocommit=True) as conn:
+        conn.execute(FLOOR_TRIGGER)
+    with psycopg.connect(rig.cluster.url(), autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+    floor = window(floor_url, rate, seconds, pods[2 * n :])
+    with ExitStack() as stack:
+        sweeping(stack)
+        time.sleep(12.0)  # settle, as above: the start-up's counts are not the sweep's
         with psycopg.connect(rig.cluster.url(), autocommit=True) as conn:
             conn.execute("CHECKPOINT")
-        swept = window(url, rate, seconds, pods[n:])
+        swept = window(url, rate, seconds, pods[n : 2 * n])
         deadline = time.monotonic() + 60
         with psycopg.connect(url, autocommit=True) as probe:
             while time.monotonic() < deadline and probe.execute(
@@ -186,7 +267,7 @@ def cost(rig: Rig, rate: float, seconds: float, replicas: int, idle_seconds: flo
             ).fetchone() != (False,):
                 time.sleep(0.1)  # the benchmark's own sampling interval
     latencies = done_latencies(url)
-    for side, figures in (("alone", alone), ("swept", swept)):
+    for side, figures in (("alone", alone), ("floor", floor), ("swept", swept)):
         print(
             f"    cost {side}: {figures['executions']:.0f} executions; per execution {figures['cpu_ms']:.3f} ms of"
             f" PostgreSQL's CPU, {figures['wal_bytes']:.0f} B of WAL, {figures['transactions']:.2f} transactions"
@@ -195,6 +276,13 @@ def cost(rig: Rig, rate: float, seconds: float, replicas: int, idle_seconds: flo
             flush=True,
         )
     share = {k: (swept[k] - alone[k]) / alone[k] for k in ("cpu_ms", "wal_bytes")}
+    least = {k: (floor[k] - alone[k]) / alone[k] for k in ("cpu_ms", "wal_bytes")}
+    print(
+        f"    cost: the floor of a trigger-fed outbox (one value inserted, nothing swept) is {least['cpu_ms']:.2f}x"
+        f" the host's CPU, {least['wal_bytes']:.2f}x its WAL",
+        file=sys.stderr,
+        flush=True,
+    )
     print(
         f"    cost: the sweep's share {share['cpu_ms']:.2f}x the host's CPU, {share['wal_bytes']:.2f}x its WAL,"
         f" {swept['transactions'] - alone['transactions']:.2f} transactions more per retire;"
@@ -209,6 +297,10 @@ def cost(rig: Rig, rate: float, seconds: float, replicas: int, idle_seconds: flo
         results[f"cost_swept_{k}_per_execution"] = round(swept[k], 3)
     if "claims" in swept:
         results["cost_claims_per_retire"] = round(swept["claims"], 2)
+    for k in ("cpu_ms", "wal_bytes", "transactions"):
+        results[f"cost_floor_{k}_per_execution"] = round(floor[k], 3)
+    results["cost_floor_cpu_share"] = round(least["cpu_ms"], 2)
+    results["cost_floor_wal_share"] = round(least["wal_bytes"], 2)
     results["cost_cpu_share"] = round(share["cpu_ms"], 2)
     results["cost_wal_share"] = round(share["wal_bytes"], 2)
     results["cost_added_transactions_per_retire"] = round(swept["transactions"] - alone["transactions"], 2)
