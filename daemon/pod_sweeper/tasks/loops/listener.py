@@ -49,6 +49,9 @@ class Listener:
         self.pool = pool
         self.wake = wake
         self.metrics = metrics or Metrics()
+        # Whether the connection hears. The rule: written by the event loop only (this task), read by
+        # any thread (the HTTP thread's /readyz and the listener gauge); one attribute, stored and
+        # loaded whole, so a reader sees the value before or after a change, never a mix.
         self.healthy = False
         self.listening = asyncio.Event()  # set once the first LISTEN is in place
         self.reconnects = 0

@@ -233,6 +233,24 @@ def _wait_lines(replica: Mapping[Wait, str], rows: list[waits.Waiting], *, clust
     return lines
 
 
+def set_paused(
+    metrics: Metrics, exported: set[tuple[str, str]], in_force: list[dict[str, Any]], *, cluster: str
+) -> set[tuple[str, str]]:
+    """``pod_sweeper_paused_seconds``: the pauses of this replica's cluster as they are now; returns the
+    series exported. The rule: a pause in force is set before anything is removed, and only a pause that
+    ended is removed, so a scrape (the HTTP thread reads the gauge whenever it likes) never sees a pause
+    in force missing. Cleared first and set again, a scrape in between saw no pause at all."""
+    now: set[tuple[str, str]] = set()
+    for control in in_force:
+        if control["cluster"] == cluster and control["kind"] == "pause":
+            labels = (cluster, control["pod_namespace"] or "*")
+            metrics.paused.labels(*labels).set((control["now"] - control["since"]).total_seconds())
+            now.add(labels)
+    for labels in exported - now:
+        metrics.paused.remove(*labels)
+    return now
+
+
 async def refresh_gauges(
     pool: AsyncConnectionPool[Connection],
     metrics: Metrics,
@@ -249,6 +267,7 @@ async def refresh_gauges(
     open_read_at: float | None = None  # when the gauges of every open row were last read
     wait_log = WaitLog()
     rows_waiting: list[waits.Waiting] = []  # as last read with the open rows
+    paused_series: set[tuple[str, str]] = set()  # the pod_sweeper_paused_seconds series exported
     while True:
         try:
             # One transaction for the refresh's reads: one commit on the primary every interval rather
@@ -275,12 +294,7 @@ async def refresh_gauges(
                 metrics.guard_missing.set(standbys.missing)
                 metrics.guard_lag.set(standbys.lag_bytes or 0)
                 metrics.guard_lag_seconds.set(standbys.lag_seconds or 0)
-            # The pauses of this replica's cluster, as they are now (one that ended is gone from the gauge).
-            metrics.paused.clear()
-            for control in in_force:
-                if control["cluster"] == cluster and control["kind"] == "pause":
-                    age = (control["now"] - control["since"]).total_seconds()
-                    metrics.paused.labels(cluster, control["pod_namespace"] or "*").set(age)
+            paused_series = set_paused(metrics, paused_series, in_force, cluster=cluster)
             held = sum(1 for c in in_force if c["cluster"] == cluster and c["kind"] == "hold")
             metrics.holds.labels(cluster).set(held)
             health.seen = _seen(in_force, standbys, cluster=cluster)
