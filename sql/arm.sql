@@ -3,11 +3,14 @@
 -- One row back: (armed, newly). newly: this statement armed it (or named itself in it), so the caller
 -- claims once more before it sleeps (what committed before was not announced to it). Not newly: it
 -- was armed already, and nothing is left to claim again: no enqueue can have read it clear since it was
--- armed (the arming waited for those), and whoever armed it claimed once more after. No row: a writer is still open (or
--- another sweeper holds the row), so do not sleep long. Migration 0007 explains the race.
+-- armed (the arming waited for those), and whoever armed it claimed once more after. No row: a writer is
+-- still open (or another sweeper holds the row), so do not sleep long; so too when the flag was to be
+-- named by this replica (it names nobody, or it is taken over) and a writer holds the lock: that writer
+-- may have read the old name, and would wake nobody. Migration 0007 explains the race.
 -- Neither lock is waited for: the row first (SKIP LOCKED), then the advisory lock (try), so that the
--- exclusive advisory lock, which every new retire would queue behind, is held only until the caller's
--- transaction ends (the claim's own, store/sweep/outbox.py: a few statements, no request between).
+-- exclusive advisory lock, which every new retire would queue behind, is held only for this statement
+-- (the claimer runs it on its own, after its turn has committed, and only when the turn read the flag
+-- as clear or naming nobody: store/sweep/pgstore.py arming_needed).
 -- A flag already armed is left as it is, and so is the replica it names (the one retires wake,
 -- migration 0018): every write of this one row is a version that each retire and claim reads past
 -- while the xmin horizon is held (docs/design.md, "A held xmin horizon"). With %(take_over)s, a flag
@@ -36,4 +39,4 @@ armed AS (
 )
 SELECT armed, true AS newly FROM armed
 UNION ALL
-SELECT armed, false FROM current WHERE armed AND NOT EXISTS (SELECT 1 FROM armed)
+SELECT armed, false FROM current WHERE armed AND NOT EXISTS (SELECT 1 FROM flag)

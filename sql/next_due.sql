@@ -44,5 +44,11 @@ SELECT extract(epoch FROM least(
 ) - now())::float8 AS seconds,
        least(low.at, held.at) AS low,
        held.at IS NOT NULL AS held,
-       now() AS now
+       now() AS now,
+       -- The wakeup flag as it is (migration 0018): the claimer's turn reads it here, so that arming, the
+       -- one write that takes the exclusive lock every retire queues behind, runs only when it is needed,
+       -- in a statement of its own after the turn has committed (sql/arm.sql).
+       flag.armed AS flag_armed,
+       flag.changed_by AS flag_by
 FROM low, held
+LEFT JOIN pod_sweeper.wakeup AS flag ON flag.cluster = %(cluster)s

@@ -66,6 +66,7 @@ class MemoryStore:
         self.armed = False
         self.arm_refusals = 0  # the next arms that find an enqueue still open
         self.handed_on = 0  # times a replica handed its wakeups on (SweepSession.hand_on)
+        self.claims = 0  # claim statements run
         self.tripped: str | None = None
         self.claim_answers: asyncio.Event | None = None  # set: a claim's answer waits for it
         self._active: set[tuple[str, int]] = set()
@@ -139,6 +140,7 @@ class MemorySession:
         # PostgreSQL's alone, tested there (tests/integration/test_surge.py).
         store = self._store
         store._maybe_fail("claim")
+        store.claims += 1
         now = store.clock()
         due = sorted(
             (
@@ -234,11 +236,10 @@ class MemorySession:
         return Arming.ARMED
 
     async def look_ahead(self, *, arm: bool, take_over: bool = False) -> tuple[float | None, Arming | None]:
-        try:
-            due = await self.next_due()
-            return due, (await self.arm(take_over=take_over) if arm else None)
-        except StoreError:
-            return None, Arming.DEFERRED if arm else None
+        due = await self.next_due()
+        if not arm:
+            return due, None
+        return due, Arming.ALREADY if self._store.armed and not take_over else Arming.NEEDED
 
     async def breaker_window(self) -> BreakerWindow:
         store = self._store
@@ -255,5 +256,5 @@ class MemorySession:
     async def trip_breaker(self, reason: str) -> None:
         self._store.tripped = reason
 
-    async def hand_on(self) -> None:
+    async def hand_on(self, *, stopping: bool = False) -> None:
         self._store.handed_on += 1

@@ -260,7 +260,7 @@ def test_each_cluster_has_its_own_reconciliation_lease_and_quarantine(
     async def scenario() -> list[Any]:
         async with db.connection(settings_for(db_url)) as conn:
             for cluster in CLUSTERS:
-                await outbox.cluster_rows(conn, cluster=cluster, owner=f"{cluster}-1")
+                await outbox.cluster_rows(conn, cluster=cluster)
             east = await quarantine.begin(conn, replica="east-1", gap=60, lease=60, cluster="east")
             west = await quarantine.begin(conn, replica="west-1", gap=60, lease=60, cluster="west")
             again = await quarantine.begin(conn, replica="east-2", gap=60, lease=60, cluster="east")

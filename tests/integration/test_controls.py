@@ -217,7 +217,7 @@ def test_a_breaker_trip_and_a_resume_are_in_the_trail(pg: psycopg.Connection[Any
 
     async def trip() -> None:
         async with db.connection(settings_for(db_url)) as conn:
-            await outbox.cluster_rows(conn, cluster="east", owner="r1")
+            await outbox.cluster_rows(conn, cluster="east")
             await breaker.trip_breaker(conn, "east", "61 deletes in a minute", "r1")
             await breaker.trip_breaker(conn, "east", "again", "r1")  # already tripped: no second row
 

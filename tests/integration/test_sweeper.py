@@ -3,6 +3,7 @@ outcome table, the safety invariants, wakeups, leases and fencing."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -455,21 +456,29 @@ def test_claimer_wakes_at_the_next_due_time_not_the_poll(
     assert row["outcome"] == "deleted"
 
 
-def test_claimed_rows_are_sent_even_when_the_next_due_lookup_fails(
+def test_a_failing_next_due_lookup_rolls_its_turn_back_whole_and_charges_nothing(
     execs: psycopg.Connection[Any], db_url: str, kube: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The claimer asks when the next row is due only after it has queued what it claimed: a failing
-    lookup (here every one) neither delays nor strands the rows of a claim that committed."""
+    """The next due time is read in the claim's own transaction (one commit a turn): a lookup that fails
+    takes the turn's claim back with it, so its rows are neither sent nor charged nor stranded under a
+    lease; the turn after it claims them again."""
     add_execution(execs, kube, "a")
+    real, failures, retired = outbox.next_due, [0], threading.Event()
 
-    async def lost(conn: Any, **_: Any) -> outbox.Due:
-        raise psycopg.OperationalError("the connection was lost (test)")
+    async def lost_twice(conn: Any, **kwargs: Any) -> outbox.Due:
+        if retired.is_set() and failures[0] < 2:
+            failures[0] += 1
+            raise psycopg.OperationalError("the connection was lost (test)")
+        return await real(conn, **kwargs)
 
-    monkeypatch.setattr(outbox, "next_due", lost)
+    monkeypatch.setattr(outbox, "next_due", lost_twice)
     with DaemonThread(daemon_settings(db_url, kube, poll_interval=30.0)):
+        retired.set()
         retire(execs, "a")
-        row = wait_until(lambda: finished(execs, "a"), timeout=5, what="the claimed row to be sent")
-    assert (row["outcome"], row["attempts"]) == ("deleted", 1)
+        row = wait_until(lambda: finished(execs, "a"), timeout=5, what="the row to be sent once a turn commits")
+    assert failures[0] == 2
+    assert (row["outcome"], row["attempts"]) == ("deleted", 1)  # the two turns rolled back charged nothing
+    assert len(kube.deletes()) == 1  # and sent nothing
 
 
 def test_names_kubernetes_would_reject_go_dead_without_blocking_others(

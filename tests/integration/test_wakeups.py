@@ -286,3 +286,26 @@ def test_a_replica_that_stops_takes_its_name_off_the_flag(
     assert armed(execs) and flag_names(execs) is None  # retires wake every replica until one arms it
     assert run(_arm(db_url, "next")) is Arming.ARMED  # named again by the next one to arm it
     assert flag_names(execs) == "next"
+
+
+def test_a_flag_to_be_named_while_a_retire_holds_the_lock_is_deferred_not_taken_as_armed(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    """The race of migration 0007, with names: a retire that read the flag naming a replica that has
+    since handed it on (or is gone) will wake nobody at its commit. A sweeper that would name itself
+    now must not take the flag as armed (it would sleep a whole poll): it looks again soon, and arms it
+    once the retire has committed; then claims once more, and finds the retire."""
+    add_execution(execs, kube, "a")
+    execs.execute("UPDATE pod_sweeper.wakeup SET armed = true, changed_by = 'gone'")
+    with psycopg.connect(db_url) as writer:
+        retire(writer, "a")  # read the flag naming 'gone': its NOTIFY will say wake:gone
+        execs.execute("UPDATE pod_sweeper.wakeup SET changed_by = NULL")  # 'gone' handed it on
+        assert run(_arm(db_url)) is Arming.DEFERRED  # names nobody: to be named, but the lock is busy
+        execs.execute("UPDATE pod_sweeper.wakeup SET changed_by = 'gone'")
+        assert run(_arm(db_url, take_over=True)) is Arming.DEFERRED  # a take-over, likewise
+        assert run(_arm(db_url)) is Arming.ALREADY  # no take-over: armed, in another's name, as it is
+        writer.commit()
+    assert run(_arm(db_url, take_over=True)) is Arming.ARMED and flag_names(execs) == "t"
+    claimed = run(_claim(db_url, disarm=False))  # the claim after arming finds the retire
+    row = row_for(execs, "a")
+    assert row is not None and claimed == [row["id"]]

@@ -65,9 +65,9 @@ class SweepSession(Protocol):
         ...
 
     async def look_ahead(self, *, arm: bool, take_over: bool = False) -> tuple[float | None, Arming | None]:
-        """After a claim, in its transaction: ``next_due`` and (with ``arm``) ``arm``, in a savepoint of
-        their own, so a failure of either loses neither the claim nor its rows: it reads as nothing due
-        within the poll, and an arming deferred (look again soon)."""
+        """After a claim, in its transaction: ``next_due``, and (with ``arm``) whether the wakeup flag is
+        armed in a replica's name already (``ALREADY``) or is to be armed after the turn (``NEEDED``:
+        the arming takes the lock every retire queues behind, so it runs in a statement of its own)."""
         ...
 
     async def breaker_window(self) -> BreakerWindow:
@@ -80,9 +80,10 @@ class SweepSession(Protocol):
 
     async def trip_breaker(self, reason: str) -> None: ...
 
-    async def hand_on(self) -> None:
-        """The wakeup flag no longer names this replica (it is stopping, or holds more than it can send
-        soon), and one NOTIFY wakes the cluster's other listening replicas."""
+    async def hand_on(self, *, stopping: bool = False) -> None:
+        """The wakeup flag no longer names this replica (it is ``stopping``, or holds more than it can
+        send soon), and one NOTIFY wakes the cluster's other listening replicas (when stopping always;
+        else only if the flag named this one)."""
         ...
 
 

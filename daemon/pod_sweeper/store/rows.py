@@ -116,3 +116,4 @@ class Arming(Enum):
     ARMED = "armed"  # armed by this call: claim once more, rows committed before it were not announced
     ALREADY = "already"  # armed before: every retire since NOTIFYs, and a claim after it saw the rest
     DEFERRED = "deferred"  # an enqueue that may have read the flag clear is still open: look again soon
+    NEEDED = "needed"  # (the turn's read of it) to be armed, in a statement of its own after the turn

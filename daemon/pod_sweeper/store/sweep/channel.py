@@ -25,10 +25,11 @@ async def notify(conn: Connection, payload: str = "", *, cluster: str) -> None:
     await conn.execute(queries.load("notify"), queries.notify_params(payload, cluster=cluster))
 
 
-async def hand_on(conn: Connection, *, cluster: str, owner: str) -> None:
+async def hand_on(conn: Connection, *, cluster: str, owner: str, always: bool) -> None:
     """The wakeup flag no longer names ``owner`` (retires wake every listening replica until another
-    arms it), and one NOTIFY wakes them now (sql/wakeup_hand_on.sql)."""
-    params = {"cluster": cluster, "owner": owner, "channel": queries.channel(cluster=cluster)}
+    arms it), and one NOTIFY wakes them now: ``always`` (a replica that stops), or when it named
+    ``owner`` (sql/wakeup_hand_on.sql)."""
+    params = {"cluster": cluster, "owner": owner, "channel": queries.channel(cluster=cluster), "always": always}
     await conn.execute(queries.load("wakeup_hand_on"), params)
 
 

@@ -208,6 +208,8 @@ class Due:
 
     seconds: float | None
     guard_holds: bool = False
+    flag_armed: bool | None = None  # the wakeup flag (None: its row is missing)
+    flag_by: str | None = None  # the replica it names (migration 0018)
 
 
 async def next_due(
@@ -229,7 +231,8 @@ async def next_due(
         return Due(None)
     if cursor is not None:
         cursor.looked(row["low"], row["now"])
-    return Due(None if row["seconds"] is None else float(row["seconds"]), bool(row["held"]))
+    seconds = None if row["seconds"] is None else float(row["seconds"])
+    return Due(seconds, bool(row["held"]), row["flag_armed"], row["flag_by"])
 
 
 async def arm(conn: Connection, owner: str, *, cluster: str, take_over: bool = False) -> Arming:
@@ -245,9 +248,9 @@ async def arm(conn: Connection, owner: str, *, cluster: str, take_over: bool = F
     return Arming.ARMED if row["newly"] else Arming.ALREADY
 
 
-async def cluster_rows(conn: Connection, *, cluster: str, owner: str) -> None:
+async def cluster_rows(conn: Connection, *, cluster: str) -> None:
     """The cluster's wakeup flag, reconciliation lease and breaker rows, made once by its first replica."""
-    await conn.execute(queries.load("cluster_rows"), {"cluster": cluster, "owner": owner})
+    await conn.execute(queries.load("cluster_rows"), {"cluster": cluster})
 
 
 async def reopen_dry_run(conn: Connection, *, cluster: str, keep: list[str]) -> int:

@@ -11,7 +11,6 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 import psycopg
-from loguru import logger
 
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.store.db import Connection
@@ -23,6 +22,16 @@ from pod_sweeper.store.sweep.recheck import Attachment
 
 if TYPE_CHECKING:  # the daemon's pool, named in OutboxStore's signature: a one-shot command never imports it
     from psycopg_pool import AsyncConnectionPool
+
+
+def arming_needed(due: outbox.Due, *, owner: str, take_over: bool) -> Arming:
+    """What the flag as the turn read it asks of this replica before it sleeps: ``ALREADY`` when it is
+    armed and names a replica (this one, or another that is not to be taken over), else ``NEEDED``: arm
+    it (sql/arm.sql) after the turn commits."""
+    named = due.flag_armed and due.flag_by is not None
+    if named and (not take_over or due.flag_by == owner):
+        return Arming.ALREADY
+    return Arming.NEEDED
 
 
 class OutboxSession:
@@ -73,6 +82,9 @@ class OutboxSession:
         return await outbox.record_results(self._conn, verdicts, self._owner, cluster=self._cluster)
 
     async def next_due(self) -> float | None:
+        return (await self._next_due()).seconds
+
+    async def _next_due(self) -> outbox.Due:
         store = self._store
         due = await outbox.next_due(
             self._conn,
@@ -83,21 +95,16 @@ class OutboxSession:
             recheck=outbox.GUARD_RECHECK.ceiling(store.guard_waits + 1),
         )
         store.guard_waits = store.guard_waits + 1 if due.guard_holds else 0
-        return due.seconds
+        return due
 
     async def arm(self, *, take_over: bool = False) -> Arming:
         return await outbox.arm(self._conn, self._owner, cluster=self._cluster, take_over=take_over)
 
     async def look_ahead(self, *, arm: bool, take_over: bool = False) -> tuple[float | None, Arming | None]:
-        try:
-            async with self._conn.transaction():  # inside the claim's: a savepoint
-                due = await self.next_due()
-                return due, (await self.arm(take_over=take_over) if arm else None)
-        except psycopg.Error as exc:
-            if self._conn.broken:
-                raise  # the claim's transaction is lost with it: the claim fails, nothing was sent
-            logger.warning("the next due time or the arming failed; polling soon: {error}", error=first_line(exc))
-            return None, Arming.DEFERRED if arm else None
+        due = await self._next_due()
+        if not arm:
+            return due.seconds, None
+        return due.seconds, arming_needed(due, owner=self._owner, take_over=take_over)
 
     async def breaker_window(self) -> BreakerWindow:
         return await breaker.breaker_window(self._conn, self._cluster)
@@ -108,8 +115,8 @@ class OutboxSession:
     async def trip_breaker(self, reason: str) -> None:
         await breaker.trip_breaker(self._conn, self._cluster, reason, self._owner)
 
-    async def hand_on(self) -> None:
-        await channel.hand_on(self._conn, cluster=self._cluster, owner=self._owner)
+    async def hand_on(self, *, stopping: bool = False) -> None:
+        await channel.hand_on(self._conn, cluster=self._cluster, owner=self._owner, always=stopping)
 
 
 class OutboxStore:

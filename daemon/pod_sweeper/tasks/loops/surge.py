@@ -80,6 +80,7 @@ class SurgeWatch:
                 self.quiet = False
                 logger.warning("the breaker's surge watch failed: {error}", error=first_line(exc))
             if self.quiet and self.activity is not None:
+                await periodic.pause(0)  # a stop a library swallowed is honoured here, as in every loop
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.activity.wait(), QUIET_LOOK_SECONDS)
             else:
@@ -94,9 +95,15 @@ class SurgeWatch:
             seen = await rates.arrivals(conn, cluster=cluster, window=SURGE_WINDOW)
             if seen is None:
                 return None
-            self.quiet = seen.arrived == 0 and seen.tripped_reason is None
+            was_quiet, self.quiet = self.quiet, seen.arrived == 0 and seen.tripped_reason is None
             now = self._clock()
             elapsed, self._last = now - self._last, now
+            if was_quiet and elapsed > SURGE_WINDOW:
+                # Asleep through a quiet spell: nothing arrived for all but the window just read, so the
+                # spell is learnt as a rate of 0 and this look as its own window, not as the whole spell
+                # (a burst read right after a quiet half minute would otherwise count thirty-fold).
+                self.baseline.learn(0.0, elapsed - SURGE_WINDOW)
+                elapsed = SURGE_WINDOW
             self.metrics.breaker_surge_threshold.labels(cluster).set(self.rules.threshold(self.baseline.rate))
             if seen.tripped_reason is not None:
                 return None

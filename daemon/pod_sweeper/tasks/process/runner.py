@@ -340,7 +340,7 @@ class Daemon:
         the first statements that need the runtime role's grants beyond reading the ledger."""
         async with pool.connection() as conn:
             with migrations.privileges_of(conn):
-                await outbox.cluster_rows(conn, cluster=self.settings.cluster, owner=self.settings.replica_id)
+                await outbox.cluster_rows(conn, cluster=self.settings.cluster)
                 attachments = await load_attachments(conn)
                 await count_attached(conn, self.settings, self.metrics, at_start=True)
                 if not self.settings.dry_run:

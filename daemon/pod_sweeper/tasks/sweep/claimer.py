@@ -39,7 +39,6 @@ from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, SchemaGate, bre
 from pod_sweeper.tasks.rules.surge import SurgeRules, transaction_reason
 from pod_sweeper.tasks.rules.verdicts import Policy
 from pod_sweeper.tasks.sweep.pipeline import Pipeline
-from pod_sweeper.tasks.sweep.recorder import RECORD_BATCH, count_written
 from pod_sweeper.tasks.sweep.report import log_verdict
 
 # The shortest sleep between claims when rows are due but all locked by other replicas.
@@ -101,6 +100,9 @@ class Claimer:
         rate, concurrency = settings.rate_limit_qps, settings.concurrency
         self.saturation = max(1, min(concurrency, int(rate * HAND_ON_SECONDS))) if rate else concurrency
         self._handed_on = False  # this saturation's hand-on is done
+        # A poll, the start or a new LISTEN found rows nobody had claimed: take the wakeup flag over at
+        # the next arming, however many turns that is away (a full batch, a lock that is busy).
+        self._take_over = False
         # Set by every turn that took rows: retires may be arriving, so the breaker's surge watch, which
         # sleeps through a quiet cluster, looks again at once. Not by the wakeup itself: the claim it
         # makes judges one large host transaction first (the transaction rule, which holds only what
@@ -142,20 +144,17 @@ class Claimer:
                 continue
             want = min(settings.batch_size, room)
             self.wake.clear()  # before the claim: a NOTIFY during it must wake the next sleep
-            # Woken by the poll (no NOTIFY) and rows were there to take: the replica the wakeup flag
-            # names did not claim them (it stopped, crashed or lost its listener), so this one takes the
-            # flag over as it arms it (sql/arm.sql).
-            polled, self.wake_source = self.wake_source == "poll", "claim"
+            # Not woken by a NOTIFY (a poll, a due time, the start, a new LISTEN) and rows were there to
+            # take: the replica the wakeup flag names may not have claimed them (it stopped, crashed or
+            # lost its listener), so this one takes the flag over when it next arms it (sql/arm.sql). A
+            # live named replica loses nothing by it but one write of the flag's row.
+            polled, self.wake_source = self.wake_source not in ("notify", "retry", "claim"), "claim"
             started = self._clock()
             try:
                 # A poll-only replica cannot hear NOTIFY, so it neither arms nor clears the flag: clearing
                 # it would silence the retires for listening replicas.
-                turn = await self._turn(
-                    want,
-                    disarm=settings.listens and not just_armed,
-                    arm=settings.listens and not just_armed,
-                    polled=polled,
-                )
+                listening = settings.listens and not just_armed
+                turn = await self._turn(want, disarm=listening, arm=listening, polled=polled)
             except StoreError as exc:
                 db_failures += 1
                 self.metrics.db_errors.inc()
@@ -181,6 +180,7 @@ class Claimer:
             if batch.taken:
                 arm_retry = ARM_RETRY_MIN
                 self.activity.set()
+                self._take_over = self._take_over or polled
             if batch.taken >= want:
                 continue  # a full batch: there may be more right now
             pause = settings.poll_interval if turn.due is None else min(settings.poll_interval, max(turn.due, 0.0))
@@ -189,17 +189,20 @@ class Claimer:
             if (rediscover := self.store.rediscover_in()) is not None:
                 pause = min(pause, rediscover)
             pause = max(pause, MIN_CLAIM_PAUSE)
-            if turn.arming is Arming.ARMED:
+            arming = await self._arm() if turn.arming is Arming.NEEDED else turn.arming
+            if arming in (Arming.ARMED, Arming.ALREADY):
+                self._take_over = False
+            if arming is Arming.ARMED:
                 just_armed = True
                 continue  # claim once more: what committed before the arming was not announced
-            if turn.arming is Arming.DEFERRED:
+            if arming is Arming.DEFERRED:
                 self.metrics.arm_deferred.inc()
                 pause, arm_retry = min(pause, arm_retry), min(arm_retry * 2, ARM_RETRY_MAX)
                 await self._sleep_until_wake(pause)
                 continue
             self.asleep.set()
             try:
-                await self._sleep_until_wake(pause)
+                await self._sleep_until_wake(pause, backstop=pause >= settings.poll_interval)
             finally:
                 self.asleep.clear()
 
@@ -215,18 +218,23 @@ class Claimer:
                     await session.hand_on()
             except StoreError as exc:  # the others find the rows at their poll
                 logger.warning("could not hand the wakeups on: {error}", error=first_line(exc))
-        await self.pipeline.wait_for_room()  # the stop opens it too (Pipeline.stop_claiming)
+        # Looked at again after the hand-on's round trip, in which every row may have been let go:
+        # wait_for_room would then wait for a write that never comes. No await from here to its wait.
+        if len(self.pipeline.awaiting_answers()) > self.saturation:
+            await self.pipeline.wait_for_room()  # the stop opens it too (Pipeline.stop_claiming)
 
     async def _turn(self, want: int, *, disarm: bool, arm: bool, polled: bool) -> Turn | None:
-        """One turn's statements in one transaction: the verdicts waiting, the breaker's budget, the claim
-        of up to ``want`` rows and, unless it took them all, the next due time and (with ``arm``) the
-        wakeup flag armed.
-        None when the breaker allows no row. The next due time and the arming run in a savepoint: their
-        failure costs neither the claim nor its rows. One commit a turn: every statement of a transaction of its
-        own cost the primary a commit each, seven a turn, and at 100 retires a second with three
-        replicas eleven transactions a retire (bench ``cost``). The rows go to the pipeline only after
-        the commit, so no DELETE runs inside it; the next due read and the arming add a fraction of a
-        millisecond before that."""
+        """One turn's statements in one transaction: the breaker's budget, the claim of up to ``want`` rows
+        and, unless it took them all, the next due time with the wakeup flag as it is (with ``arm``:
+        ``ALREADY`` armed in a replica's name, or ``NEEDED``: the caller arms it after the commit, in a
+        statement of its own, since arming takes the lock every retire queues behind). None when the breaker
+        allows no row. One commit a turn: every statement of a transaction of its own cost the primary a
+        commit each, seven a turn, and at 100 retires a second with three replicas eleven transactions a
+        retire (bench ``cost``). Whatever fails, all of it rolls back together: the claimed rows stay as
+        they were, uncharged. The rows go to the pipeline only after the commit, so no DELETE runs inside
+        it; the next due read adds a fraction of a millisecond before that. (The verdicts waiting were
+        written here too, once: a transaction fewer a retire, but half a millisecond more before each DELETE
+        of a quiet system; the recorder's longer linger saves the same transactions off that path.)"""
         guard = self.settings.guard_standbys
         if guard is not None:  # its own short transaction, before the claim's: see sql/guard_mark.sql
             async with self.store.session() as session:
@@ -234,14 +242,7 @@ class Claimer:
         turn: Turn | None = None
         async with self.store.session() as session:
             try:
-                # The verdicts waiting are written first, in the same transaction (they leave the
-                # pipeline once it commits): under steady churn a turn comes every few ms, and the
-                # recorder's own transaction was half a transaction a retire more. First, so that the
-                # next due time read below sees a retry's.
-                async with self.pipeline.writing_in_passing(RECORD_BATCH) as verdicts, session.transaction():
-                    owned = await session.record_results(verdicts) if verdicts else set()
-                    if verdicts:
-                        failpoints.hit("during_record")
+                async with session.transaction():
                     want = await self._breaker_budget(session, want)
                     if want > 0:
                         batch = await session.claim(
@@ -254,9 +255,8 @@ class Claimer:
                         )
                         turn = Turn(batch)
                         if batch.taken < want:
-                            take_over = polled and batch.taken > 0
+                            take_over = self._take_over or (polled and batch.taken > 0)
                             turn = Turn(batch, *await session.look_ahead(arm=arm, take_over=take_over))
-                count_written(self.metrics, verdicts, owned)
             except LargeTransaction as large:  # the claim was rolled back: nothing of it is sent
                 await self._trip(session, transaction_reason(large.size, self.rules, self.settings.cluster))
         return turn
@@ -283,13 +283,22 @@ class Claimer:
         finally:
             self.gated = False
 
-    async def _sleep_until_wake(self, timeout: float) -> None:
+    async def _arm(self) -> Arming:
+        """Arm the wakeup flag in this replica's name (taking it over when ``_take_over``), in a
+        statement of its own; ``DEFERRED`` when the database failed too (the claim that follows says why)."""
+        try:
+            async with self.store.session() as session:
+                return await session.arm(take_over=self._take_over)
+        except StoreError:
+            return Arming.DEFERRED
+
+    async def _sleep_until_wake(self, timeout: float, *, backstop: bool = False) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.wake.wait(), timeout)
             if not self.stopping.is_set():  # the stop is not a wakeup (Claimer.leave)
                 self.metrics.wakeups.labels(self.wake_source).inc()
             return
-        self.wake_source = "poll"
+        self.wake_source = "poll" if backstop else "due"  # the backstop poll, or a due time of its own
         self.metrics.wakeups.labels("poll").inc()
 
     async def _sleep_until_stop(self, seconds: float) -> None:

@@ -3,8 +3,7 @@ that decides what may be done with them.
 
 The claimer puts claimed rows in (``add``) when there is room (``free``, ``wait_for_room``); workers
 take them (``next_work``, ``more_work``) and put each row's verdict back (``conclude``); the recorder
-writes the verdicts (``write_results``), and so does the claimer's transaction on its way
-(``writing_in_passing``), which lets their rows go. ``capacity`` bounds what is held:
+writes the verdicts (``write_results``), which lets their rows go. ``capacity`` bounds what is held:
 ``concurrency`` rows in flight plus one claim batch waiting, so the workers never wait for a claim round
 trip and a claimed row waits seconds, not its lease, for its DELETE. What is still at the API is
 derived (``awaiting_answers``), never counted by hand. Each verdict is written once: ``write_results``
@@ -17,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pod_sweeper.store.rows import Claim, Verdict
@@ -102,24 +101,6 @@ class Pipeline:
                     self._inflight.pop(verdict.id, None)
                 self._room.set()
             self._results_ready.clear()
-
-    @contextlib.asynccontextmanager
-    async def writing_in_passing(self, batch: int) -> AsyncIterator[list[Verdict]]:
-        """The verdicts waiting (at most ``batch``), for a writer on its way elsewhere (the claimer's
-        transaction), or none while another writer is at it; they leave the pipeline only if the block
-        ends without an error (its transaction committed), as ``write_results``' do."""
-        if self._writing.locked() or not self._results:
-            yield []
-            return
-        async with self._writing:
-            verdicts = self._results[:batch]
-            yield verdicts
-            del self._results[: len(verdicts)]
-            for verdict in verdicts:
-                self._inflight.pop(verdict.id, None)
-            self._room.set()
-            if not self._results:
-                self._results_ready.clear()
 
     # --- the shutdown drain and the status ----------------------------------------------------------
 

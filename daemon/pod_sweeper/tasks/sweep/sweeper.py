@@ -182,6 +182,9 @@ class Sweeper:
         pipeline = self.pipeline
         self._stopping.set()
         self.claimer.leave()
+        # The wakeups to the others at once: retires that name this replica would wake nobody for as
+        # long as its in-flight deletes and its Events take (and once more at the end, below).
+        await self._wake_the_others()
         for claim in pipeline.stop_claiming():  # claimed but not started: back to pending at once
             pipeline.conclude(verdicts.handed_back(claim))
         # The claimer ends its turn rather than being cancelled in it: a claim cancelled in flight may
@@ -228,6 +231,6 @@ class Sweeper:
         # makes the others claim and arm it in their own names.
         try:
             async with asyncio.timeout(2), self.store.session() as session:
-                await session.hand_on()
+                await session.hand_on(stopping=True)
         except (StoreError, TimeoutError) as exc:
             logger.warning("could not wake the other replicas on the way out: {error}", error=first_line(exc))
