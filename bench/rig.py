@@ -131,13 +131,19 @@ class Rig:
             for i in range(1, self._n + 1):
                 conn.execute(f'DROP DATABASE IF EXISTS "bench_{i}" WITH (FORCE)')
 
-    def fresh_db(self) -> str:
+    def fresh_db(self, *, swept: bool = True) -> str:
+        """A new database with the reference executions table, migrated and attached (``swept``), or
+        the host's table alone (the host's own workload, step ``cost``)."""
         self._n += 1
         name = f"bench_{self._n}"
         with psycopg.connect(self.cluster.url(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         url = self.cluster.url(name)
-        asyncio.run(self._prepare(url))
+        if swept:
+            asyncio.run(self._prepare(url))
+        else:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(executions_ddl())
         return url
 
     async def _prepare(self, url: str) -> None:

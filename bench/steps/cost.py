@@ -27,7 +27,6 @@ from typing import Any
 import psycopg
 from rig import NS, DaemonThread, Rig
 
-from pod_sweeper.testing.reference import executions_ddl
 from steps.busy import SHIPPED, postgres_cpu_seconds, wal_position
 
 
@@ -40,17 +39,6 @@ def commits(conn: psycopg.Connection[Any], *, here_only: bool = False) -> int:
         (here_only,),
     ).fetchone()
     return int(row[0]) if row and row[0] is not None else 0
-
-
-def claims(conn: psycopg.Connection[Any]) -> int | None:
-    """Claim statements run so far (pg_stat_statements, where the bench's PostgreSQL loads it)."""
-    try:
-        row = conn.execute(
-            "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query LIKE '-- Claim up to%%'"
-        ).fetchone()
-    except psycopg.Error:
-        return None
-    return int(row[0]) if row else 0
 
 
 @contextmanager
@@ -131,10 +119,10 @@ def window(url: str, rate: float, seconds: float, pods: list[tuple[str, str]]) -
         s0 = statement_costs(probe)
         processes = cluster_processes(probe)
         cpu0 = {pid: process_cpu(pid) for pid in processes}
-        c0, w0, p0, k0 = commits(probe), wal_position(probe), postgres_cpu_seconds(), claims(probe)
+        c0, w0, p0 = commits(probe), wal_position(probe), postgres_cpu_seconds()
         time.sleep(seconds)  # the measured window
         n = retired[0]
-        c1, w1, p1, k1 = commits(probe), wal_position(probe), postgres_cpu_seconds(), claims(probe)
+        c1, w1, p1 = commits(probe), wal_position(probe), postgres_cpu_seconds()
         s1 = statement_costs(probe)
         by_kind: dict[str, float] = {}
         for pid, kind in processes.items():  # the processes there from the start (the rest: started since)
@@ -164,8 +152,8 @@ def window(url: str, rate: float, seconds: float, pods: list[tuple[str, str]]) -
         "wal_bytes": (w1 - w0) / n,
         "transactions": (c1 - c0) / n,
     }
-    if k0 is not None and k1 is not None:
-        figures["claims"] = (k1 - k0) / n
+    if claimed := [c1_ - s0.get(k, (0, 0.0, 0, 0))[0] for k, (c1_, *_) in s1.items() if k.startswith("-- Claim up to")]:
+        figures["claims"] = sum(claimed) / n  # the claim statements, from the statement costs read above
     return figures
 
 
@@ -195,18 +183,6 @@ def done_latencies(url: str) -> list[float]:
             "SELECT extract(epoch FROM done_at - enqueued_at) * 1000 FROM pod_sweeper.outbox WHERE status = 'done'"
         ).fetchall()
     return sorted(float(r[0]) for r in rows)
-
-
-def bare_db(rig: Rig) -> str:
-    """A database with the host's table and nothing of pod-sweeper's."""
-    rig._n += 1
-    name = f"bench_{rig._n}"
-    with psycopg.connect(rig.cluster.url(), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = rig.cluster.url(name)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(executions_ddl())
-    return url
 
 
 # The floor of any trigger-fed outbox: the least a retire's enqueue can be, one value inserted by a
@@ -247,8 +223,8 @@ def cost(rig: Rig, rate: float, seconds: float, replicas: int, idle_seconds: flo
         idle = idle_load(url, idle_seconds)
     with psycopg.connect(rig.cluster.url(), autocommit=True) as conn:
         conn.execute("CHECKPOINT")  # each window starts from a checkpoint: full-page images alike
-    alone = window(bare_db(rig), rate, seconds, pods[:n])
-    floor_url = bare_db(rig)
+    alone = window(rig.fresh_db(swept=False), rate, seconds, pods[:n])
+    floor_url = rig.fresh_db(swept=False)
     with psycopg.connect(floor_url, autocommit=True) as conn:
         conn.execute(FLOOR_TRIGGER)
     with psycopg.connect(rig.cluster.url(), autocommit=True) as conn:

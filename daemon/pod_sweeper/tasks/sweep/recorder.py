@@ -78,22 +78,15 @@ class Recorder:
         async with self.store.session() as session, session.transaction():
             owned = await session.record_results(batch)
             failpoints.hit("during_record")
-        count_written(self.metrics, batch, owned)
+        for verdict in batch:
+            if verdict.id in owned:
+                self.metrics.recorded(verdict.result)
+            else:
+                self.metrics.fenced.inc()
+                logger.warning(
+                    "row {id}: lease lost before its result was recorded; another replica owns it", id=verdict.id
+                )
         if any(verdict.status is Status.PENDING for verdict in batch):
             # A retry's due time is likely earlier than what the claimer is sleeping towards (the
             # lease it held): wake it so it plans its sleep again.
             self.wake_claimer("retry")
-
-
-def count_written(metrics: Metrics, batch: list[Verdict], owned: set[int]) -> None:
-    """Each verdict written, by its result; one the fence refused (another replica took the row's lease
-    over) counted and logged. The recorder's writes and the claimer's (a claim's transaction writes what
-    is waiting on its way: ``Claimer._turn``) alike."""
-    for verdict in batch:
-        if verdict.id in owned:
-            metrics.recorded(verdict.result)
-        else:
-            metrics.fenced.inc()
-            logger.warning(
-                "row {id}: lease lost before its result was recorded; another replica owns it", id=verdict.id
-            )
