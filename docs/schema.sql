@@ -176,6 +176,28 @@ CREATE TABLE pod_sweeper.rejects (
 );
 COMMENT ON TABLE pod_sweeper.rejects IS 'pod-sweeper: retires that named no pod Kubernetes could hold (NULL or empty fields, a malformed UID); nothing was enqueued; delete a row once its cause is fixed';
 
+CREATE TABLE pod_sweeper.replicas (
+    replica text NOT NULL,
+    host text NOT NULL,
+    release text NOT NULL,
+    schema_version integer NOT NULL,
+    cluster text NOT NULL,
+    namespaces text[],
+    dry_run boolean NOT NULL,
+    dry_run_namespaces text[],
+    guard text[],
+    rate_limit double precision NOT NULL,
+    concurrency integer NOT NULL,
+    ready boolean NOT NULL,
+    waits jsonb DEFAULT '{}'::jsonb NOT NULL,
+    heartbeat_seconds double precision NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    seen_at timestamp with time zone NOT NULL,
+    stopped_at timestamp with time zone,
+    CONSTRAINT replicas_pkey PRIMARY KEY (replica)
+) WITH (fillfactor=50);
+COMMENT ON TABLE pod_sweeper.replicas IS 'pod-sweeper: one row per replica that ran in the last hour, its settings and state as of seen_at';
+
 CREATE TABLE pod_sweeper.schema_migration_lease (
     version integer NOT NULL,
     holder text NOT NULL,
@@ -416,6 +438,18 @@ AS $function$
         (attachment_id, reason, sandbox_id, generation, pod_namespace, pod_name, pod_uid, problem, cluster)
     VALUES (p_attachment_id, p_reason, left(p_sandbox_id, 1000), p_generation, left(p_namespace, 1000),
             left(p_pod_name, 1000), left(p_pod_uid, 1000), p_problem, left(p_cluster, 1000));
+$function$;
+
+CREATE OR REPLACE FUNCTION pod_sweeper.replica_state(r pod_sweeper.replicas)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT CASE
+        WHEN r.stopped_at IS NOT NULL THEN 'stopped'
+        WHEN r.seen_at < now() - make_interval(secs => 3 * r.heartbeat_seconds) THEN 'stale'
+        ELSE 'live'
+    END
 $function$;
 
 CREATE OR REPLACE FUNCTION pod_sweeper.try_uuid(p_value text)

@@ -2,12 +2,15 @@
 -- rows: all clear). The conditions of deploy/monitoring/prometheusrule.yaml, each with its `for:` duration folded
 -- into the threshold, since a query sees one moment: "over T for D" becomes "over T + D" for an age
 -- that only grows while the condition holds. PodSweeperNotReady has no SQL form: a replica's
--- readiness is not in the database. Each condition that can hold for one cluster names it. Ages in seconds.
+-- readiness is read by its probe (its row in pod_sweeper.replicas says it as of its last heartbeat, and
+-- PodSweeperNoLiveReplica covers a cluster with none). The replication guard's standbys are the live
+-- replicas' own, from pod_sweeper.replicas. Each condition that can hold for one cluster names it. Ages in seconds.
 -- The open rows are read once (the CTEs), so the query costs one pass over the open rows and the
 -- done rows of the last 20 minutes, whatever the history holds; as a side effect the planner does not
 -- start parallel workers for it (their start was most of its time at 1 M done rows).
 WITH lag AS MATERIALIZED (SELECT cluster, oldest_claimable_seconds FROM pod_sweeper.lag_by_cluster),
-open AS MATERIALIZED (SELECT cluster, pod_namespace, status, enqueued_at, claimed_at, last_http_status
+open AS MATERIALIZED (SELECT cluster, pod_namespace, status, enqueued_at, claimed_at, last_http_status,
+                             claimed_by, next_attempt_at, guard_lsn, guard_enqueued_at
                       FROM pod_sweeper.outbox WHERE status IN ('pending', 'claimed'))
 SELECT 'PodSweeperLagHigh' AS alert,
        format('cluster %s: the oldest claimable row has waited %s s (300 s, for 10 min)', cluster,
@@ -36,6 +39,37 @@ SELECT 'PodSweeperClusterUnswept',
        format('cluster %s: the oldest claimable row has waited %s s (600 s, for 5 min); is its sweeper running?',
               cluster, round(oldest_claimable_seconds))
 FROM lag WHERE oldest_claimable_seconds > 600 + 300
+UNION ALL
+SELECT 'PodSweeperNoLiveReplica',
+       format('cluster %s: %s open row(s), the oldest enqueued %s s ago, and no live replica (pod_sweeper.replicas;'
+              ' `pod-sweeper sql replicas` says which stopped, and when)', s.cluster, s.open_rows,
+              round(s.oldest_seconds))
+FROM (SELECT cluster, count(*) AS open_rows, extract(epoch FROM now() - min(enqueued_at)) AS oldest_seconds
+      FROM open GROUP BY cluster) AS s
+WHERE s.oldest_seconds > 120
+  AND NOT EXISTS (SELECT 1 FROM pod_sweeper.replicas AS r
+                  WHERE r.cluster = s.cluster AND pod_sweeper.replica_state(r) = 'live')
+  -- a replica at work there that keeps no row is an older release's, sweeping unseen (a rolling upgrade)
+  AND NOT EXISTS (SELECT 1 FROM open AS o
+                  WHERE o.cluster = s.cluster AND o.status = 'claimed' AND o.next_attempt_at > now()
+                    AND NOT EXISTS (SELECT 1 FROM pod_sweeper.replicas AS r WHERE r.replica = o.claimed_by))
+  AND NOT EXISTS (SELECT 1 FROM pod_sweeper.wakeup AS w
+                  WHERE w.cluster = s.cluster AND w.changed_by IS NOT NULL AND w.changed_at > now() - interval '1 hour'
+                    AND NOT EXISTS (SELECT 1 FROM pod_sweeper.replicas AS r WHERE r.replica = w.changed_by))
+UNION ALL
+SELECT 'PodSweeperReplicationGuardHolding',
+       format('cluster %s: the replication guard (standbys %s, as its live replicas run it) has held %s row(s),'
+              ' the oldest for %s s (300 s, for 2 min): a standby it names is behind or not connected', g.cluster,
+              array_to_string(g.guard, ', '), count(*), round(extract(epoch FROM now() - min(o.enqueued_at))))
+FROM (SELECT DISTINCT r.cluster, r.guard FROM pod_sweeper.replicas AS r
+      WHERE r.guard IS NOT NULL AND pod_sweeper.replica_state(r) = 'live') AS g
+CROSS JOIN LATERAL (SELECT CASE WHEN count(DISTINCT s.application_name) = cardinality(g.guard)
+                                THEN min(s.flush_lsn) END AS flushed
+                    FROM pg_stat_replication AS s WHERE s.application_name = ANY(g.guard)) AS f
+JOIN open AS o ON o.cluster = g.cluster
+WHERE NOT coalesce(o.guard_enqueued_at = o.enqueued_at AND o.guard_lsn <= f.flushed, false)
+GROUP BY g.cluster, g.guard
+HAVING min(o.enqueued_at) < now() - interval '420 seconds'
 UNION ALL
 SELECT 'PodSweeperNamespaceRefused',
        format('cluster %s, namespace %s answers 403: %s row(s) held back, the oldest for %s s (for 15 min)',

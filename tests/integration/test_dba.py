@@ -131,8 +131,15 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
         " now() - interval '1 hour')"
     )
     pg.execute(late)
-    # (the row's cluster, the default one, has waited an hour with nothing claiming it: unswept too)
-    assert alerts() == {"PodSweeperDeadRows", "PodSweeperLagHigh", "PodSweeperNoProgress", "PodSweeperClusterUnswept"}
+    # (the row's cluster, the default one, has waited an hour with nothing claiming it, and no replica of
+    # it is known: unswept, and no live replica, too)
+    assert alerts() == {
+        "PodSweeperDeadRows",
+        "PodSweeperLagHigh",
+        "PodSweeperNoProgress",
+        "PodSweeperClusterUnswept",
+        "PodSweeperNoLiveReplica",
+    }
     pg.execute(
         "UPDATE pod_sweeper.outbox SET status = 'claimed', claimed_by = 'frozen', claim_epoch = 1,"
         " claimed_at = now() - interval '16 minutes', next_attempt_at = now() - interval '1 minute'"
@@ -162,7 +169,29 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
     fired = pg.execute(queries.load("dba/alerts")).fetchall()
     unswept = [r["detail"] for r in fired if r["alert"] == "PodSweeperClusterUnswept"]
     assert any(d.startswith("cluster east: the oldest claimable row has waited") for d in unswept), unswept
+    nobody = [r["detail"] for r in fired if r["alert"] == "PodSweeperNoLiveReplica"]
+    assert any(d.startswith("cluster east: 1 open row(s)") for d in nobody), nobody
+    pg.execute(  # a live replica of east (its heartbeat's row) ends it there
+        "INSERT INTO pod_sweeper.replicas (replica, host, release, schema_version, cluster, dry_run, rate_limit,"
+        " concurrency, ready, heartbeat_seconds, started_at, seen_at)"
+        " VALUES ('east-a', 'h', '0', 19, 'east', false, 100, 8, true, 10, now(), now())"
+    )
+    fired = pg.execute(queries.load("dba/alerts")).fetchall()
+    assert not any(r["detail"].startswith("cluster east") for r in fired if r["alert"] == "PodSweeperNoLiveReplica")
+    pg.execute("UPDATE pod_sweeper.replicas SET seen_at = now() - interval '31 seconds'")  # three beats missed
+    fired = pg.execute(queries.load("dba/alerts")).fetchall()
+    assert any(r["detail"].startswith("cluster east") for r in fired if r["alert"] == "PodSweeperNoLiveReplica")
+    # The guard's alert reads the standbys from the live replicas' rows: one naming a standby that is not
+    # connected holds east's row, enqueued over 7 minutes ago.
+    pg.execute("UPDATE pod_sweeper.replicas SET seen_at = now(), guard = '{no-such-standby}'")
+    pg.execute("UPDATE pod_sweeper.outbox SET enqueued_at = now() - interval '8 minutes' WHERE cluster = 'east'")
+    fired = pg.execute(queries.load("dba/alerts")).fetchall()
+    guarded = [r["detail"] for r in fired if r["alert"] == "PodSweeperReplicationGuardHolding"]
+    assert [d.split(":")[0] for d in guarded] == ["cluster east"] and "standbys no-such-standby" in guarded[0], guarded
+    pg.execute("UPDATE pod_sweeper.replicas SET guard = NULL")
     in_sql = {
+        "PodSweeperReplicationGuardHolding",
+        "PodSweeperNoLiveReplica",
         "PodSweeperClusterUnswept",
         "PodSweeperRejectedRetires",
         "PodSweeperDeadRows",
@@ -174,9 +203,9 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
         "PodSweeperKubeUnreachable",
         "PodSweeperPausedLong",
     }
-    # No SQL form: a replica's readiness, and the standbys its replication guard names, are its own; a
-    # rate held for minutes is Prometheus's to average (`status` shows the last minute's).
-    no_sql_form = {"PodSweeperNotReady", "PodSweeperReplicationGuardHolding", "PodSweeperBacklogGrowing"}
+    # No SQL form: a replica's readiness is its probe's; a rate held for minutes is Prometheus's to
+    # average (`status` shows the last minute's).
+    no_sql_form = {"PodSweeperNotReady", "PodSweeperBacklogGrowing"}
     assert {r["alert"] for r in rule["spec"]["groups"][0]["rules"]} == in_sql | no_sql_form
     assert not {"PodSweeperBreakerTripped", "PodSweeperKubeUnreachable"} & {r["alert"] for r in fired}
     pg.execute("UPDATE pod_sweeper.breaker SET tripped_at = now(), reason = 'a burst' WHERE cluster = 'default'")

@@ -1,12 +1,15 @@
 """Every reason a row waits (``core.waits``), provoked for real on a running replica, and seen on every
 surface its rule names: ``explain`` names it on the row and ``status`` counts it per cluster (the real
-CLI), ``pod_sweeper_waiting_rows`` carries it as a label value (rows the database sees),
-``pod_sweeper_waiting`` (what the replica knows), readiness follows its rule, a log line marks its start
+CLI, run from an environment with the database URL alone, as an on-call's shell: a replica's settings,
+such as the guard's standbys, are read from its row in pod_sweeper.replicas), ``pod_sweeper_waiting_rows``
+carries it as a label value (rows the database sees), ``pod_sweeper_waiting`` (what the replica knows)
+and the replica's row (what ``status`` lists), readiness follows its rule, a log line marks its start
 and another its end. A reason added to core.waits without a case here fails
 ``test_every_reason_has_a_case``, so none ships without its surfaces."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +21,7 @@ from loguru import logger
 from helpers import DaemonThread, add_execution, cli, daemon_settings, retire, row_for, wait_until
 from pod_sweeper.core.waits import RULES, Seen, Wait
 from pod_sweeper.store.schema import migrations
-from pod_sweeper.tasks.loops import schema_watch
+from pod_sweeper.tasks.loops import presence, schema_watch
 from pod_sweeper.tasks.process import runner
 
 MISSING_STANDBY = "no-such-standby"
@@ -158,6 +161,15 @@ CASES: dict[Wait, Case] = {
 }
 
 
+def _row_waits(db_url: str, daemon: Any) -> dict[str, str] | None:
+    """The reasons a replica's row in pod_sweeper.replicas says it sees now (None: no row)."""
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT waits FROM pod_sweeper.replicas WHERE replica = %s", (daemon.settings.replica_id,)
+        ).fetchone()
+    return None if row is None else dict(row[0])
+
+
 def runner_migrate(url: str) -> None:
     result = cli("migrate", url=url)
     assert result.returncode == 0, result.stderr
@@ -190,6 +202,7 @@ def test_each_reason_is_seen_on_every_surface_while_it_holds_and_ends(
     case, rule = CASES[wait], RULES[wait]
     monkeypatch.setattr(runner, "GAUGE_REFRESH_SECONDS", 0.2)
     monkeypatch.setattr(schema_watch, "SCHEMA_WATCH_SECONDS", 0.2)
+    monkeypatch.setattr(presence, "PRESENCE_SECONDS", 0.2)
     from pod_sweeper.tasks.process import health
 
     monkeypatch.setattr(health, "HELD_AFTER_SECONDS", 3600.0)
@@ -207,8 +220,6 @@ def test_each_reason_is_seen_on_every_surface_while_it_holds_and_ends(
     try:
         daemon = replica.daemon
         case.provoke(env)
-        guard = {"POD_SWEEPER_REPLICATION_GUARD": MISSING_STANDBY} if "replication_guard" in case.settings else {}
-
         if rule.seen in (Seen.ROW, Seen.BOTH):
             wait_until(
                 lambda: (
@@ -217,9 +228,9 @@ def test_each_reason_is_seen_on_every_surface_while_it_holds_and_ends(
                 timeout=20,
                 what=f"pod_sweeper_waiting_rows{{reason={wait.value}}}",
             )
-            said = cli("explain", "sandboxes/pod-a-1", url=db_url, **guard)
+            said = cli("explain", "sandboxes/pod-a-1", url=db_url)
             assert said.returncode == 0 and f"waits [{wait.value}]: {rule.what}" in said.stdout, said.stdout
-            shown = cli("status", url=db_url, **guard).stdout
+            shown = cli("status", url=db_url).stdout
             table = shown.split("why open rows wait", 1)[1].split("\n\n", 1)[0]
             assert any(line.split()[:3] == [case.cluster, wait.value, "1"] for line in table.splitlines()), shown
         if rule.seen in (Seen.REPLICA, Seen.BOTH):
@@ -230,6 +241,16 @@ def test_each_reason_is_seen_on_every_surface_while_it_holds_and_ends(
             )
             _, why = daemon.health.readiness()
             assert (f"[{wait.value}]" in why) is (not rule.ready), why
+            if wait is not Wait.START_ERROR:  # a replica that cannot start writes no row: it is not sweeping
+                wait_until(
+                    lambda: _row_waits(db_url, daemon) is not None and wait.value in _row_waits(db_url, daemon),
+                    timeout=20,
+                    what=f"{wait.value} in the replica's row",
+                )
+            if wait not in (Wait.START_ERROR, Wait.SCHEMA):  # (the CLI refuses a schema ahead of its release)
+                listed = json.loads(cli("status", "--json", url=db_url).stdout)["replicas"]
+                [mine] = [r for r in listed if r["replica"] == settings.replica_id]
+                assert wait.value in mine["waits"] and mine["state"] == "live", mine
         started, ended = case.started or (
             f"[{wait.value}]: {rule.what}",
             f"waiting ended ({'this replica' if rule.seen is not Seen.ROW else 'cluster ' + case.cluster}):"

@@ -98,6 +98,7 @@ def test_alerts_use_exported_metrics() -> None:
     rules = manifests()["PrometheusRule"]["spec"]["groups"][0]["rules"]
     assert {r["alert"] for r in rules} == {
         "PodSweeperLagHigh",
+        "PodSweeperNoLiveReplica",
         "PodSweeperBacklogGrowing",
         "PodSweeperDeadRows",
         "PodSweeperRejectedRetires",

@@ -77,6 +77,11 @@ def _waiting(row: dict[str, Any], kept: Sequence[dict[str, Any]]) -> str:
             f"namespace {row.get('pod_namespace')}, tried again at {at}; last error: {row['last_error'] or '-'}"
         ),
         Wait.UNSWEPT: lambda: f"claimable since {_age(row['next_attempt_at'], now)}, {attempt} when claimed",
+        Wait.REPLICATION_GUARD: lambda: (
+            f"cluster {cluster}, standbys named by its replicas' guard: {'; '.join(row['guards'])}"
+            if row.get("guards")
+            else f"cluster {cluster}: marked by a guard, and no replica of the cluster is known to name its standbys"
+        ),
     }.get(wait, lambda: f"cluster {cluster}")()
     return describe(wait, detail)
 
@@ -130,10 +135,51 @@ def no_row_story(executions: list[dict[str, Any]], suspects: list[dict[str, Any]
     return "pod-sweeper knows nothing of it: no execution row, no outbox row, no suspect"
 
 
+def replica_notes(row: dict[str, Any], replicas: Sequence[dict[str, Any]]) -> list[str]:
+    """What the replicas that decide an open row's fate (their own rows in pod_sweeper.replicas, never the
+    reader's settings) add to its next step: none alive, dry run in its namespace, or live replicas
+    that disagree on the settings that decide it (a rolling change), replica by replica."""
+    if row["status"] not in ("pending", "claimed"):
+        return []
+    cluster = row.get("cluster", DEFAULT_CLUSTER)
+    mine = [r for r in replicas if r["cluster"] == cluster]
+    live = [r for r in mine if r["state"] == "live"]
+    notes: list[str] = []
+    if not live:
+        gone = [f"{r['replica']} ({r['state']} {r['seen_seconds_ago']:.0f} s ago)" for r in mine]
+        last = "; the last known: " + ", ".join(gone) if gone else ""
+        notes.append(
+            f"no live replica of cluster {cluster} is known (pod_sweeper.replicas){last}: nothing claims it until one "
+            "starts, unless replicas of a release before migration 0019 sweep it unseen (`pod-sweeper status`)"
+        )
+        return notes
+    namespace = row.get("pod_namespace", "")
+    dry = [r for r in live if r["dry_run"] or namespace in (r["dry_run_namespaces"] or ())]
+    if dry and len(dry) == len(live):
+        notes.append(
+            f"dry run: every live replica of cluster {cluster} runs in dry run in namespace {namespace} "
+            f"({', '.join(r['replica'] for r in dry)}): it will be recorded would_delete and the pod left; "
+            + describe(Wait.DRY_RUN)
+        )
+    differ = [name for name in live[0]["settings"] if len({r["settings"][name] for r in live}) > 1]
+    if differ:
+        notes.append(f"the live replicas of cluster {cluster} disagree on {', '.join(differ)} (a rolling change?):")
+        notes += [
+            f"  {r['replica']} ({r['host']}, {r['release']}): "
+            + "; ".join(f"{name} {r['settings'][name]}" for name in differ)
+            for r in live
+        ]
+    return notes
+
+
 def next_steps(story: Story) -> list[str]:
     """What happens next to each outbox row of the story, or to a pod with none."""
     if story.outbox:
-        return [f"row {r['id']}: " + next_step(r, kept=r.get("kept", [])) for r in story.outbox]
+        steps: list[str] = []
+        for r in story.outbox:
+            steps.append(f"row {r['id']}: " + next_step(r, kept=r.get("kept", [])))
+            steps += [f"  {note}" for note in replica_notes(r, story.replicas)]
+        return steps
     return [no_row_story(story.executions, story.suspects)]
 
 

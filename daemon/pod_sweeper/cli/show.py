@@ -18,7 +18,7 @@ from pod_sweeper.store.schema import migrations
 async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
-        current = await status.read_status(conn, guard=settings.guard_standbys)
+        current = await status.read_status(conn)
     print(status_text.render_json(current) if args.json else status_text.render_text(current))
     return EXIT_OK
 
@@ -29,7 +29,7 @@ async def cmd_explain(settings: Settings, args: argparse.Namespace) -> int:
 
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
-        story = await explain.gather(conn, args.target, guard=settings.guard_standbys)
+        story = await explain.gather(conn, args.target)
     print(explain_text.render_json(story) if args.json else explain_text.render_text(story))
     return EXIT_OK
 

@@ -82,16 +82,40 @@ def _render_text(status: dict[str, Any]) -> str:
             "why open rows wait (`pod-sweeper explain` says it of one row; docs/operations.md, 'Why a row waits')\n"
             + render_table(["cluster", "reason", "rows", "oldest (s)", "to act"], rows)
         )
-    guard = status.get("replication_guard")
-    if guard:
+    for guard in status.get("replication_guard") or []:
         behind = (
             f"the slowest has flushed {_cell(guard['lag_bytes'])} bytes behind ({_cell(guard['lag_seconds'])} s)"
             if guard["lag_bytes"] is not None
             else "their positions unread (none connected, or this role lacks pg_monitor)"
         )
         parts.append(
-            f"replication guard ({', '.join(guard['standbys'])}): {guard['connected']} connected, "
-            f"{guard['missing']} missing; {behind}"
+            f"replication guard{_of(guard['cluster'])} ({', '.join(guard['standbys'])}): {guard['connected']} "
+            f"connected, {guard['missing']} missing; {behind}; holds {guard['held_rows']} row(s)"
+        )
+    replicas = status.get("replicas") or []
+    if replicas:
+        rows = [
+            [
+                r["cluster"],
+                r["replica"],
+                r["host"],
+                r["release"],
+                r["state"],
+                "yes" if r["ready"] else "no",
+                ", ".join(sorted(r["waits"])) or "-",
+                r["seen_seconds_ago"],
+                r["settings"]["replication guard"],
+                r["settings"]["dry run"],
+            ]
+            for r in replicas
+        ]
+        headers = ["cluster", "replica", "host", "release", "state", "ready", "waits", "seen (s ago)"]
+        headers += ["guard", "dry run"]
+        parts.append("replicas (pod_sweeper.replicas: their heartbeats)\n" + render_table(headers, rows))
+    for cluster, differ in sorted((status.get("disagreements") or {}).items()):
+        parts.append(
+            f"the live replicas{_of(cluster) or ' (cluster ' + cluster + ')'} disagree on {', '.join(differ)}: "
+            "each row waits by the replica that claims it (the table above, replica by replica)"
         )
     failures = status.get("recent_failures") or []
     if failures:
@@ -187,6 +211,9 @@ def _render_text(status: dict[str, Any]) -> str:
             f"{outage['replica']} (last probe {_cell(outage['probed_at'])}): {outage['reason']}\n"
             "its rows wait, uncharged; they are claimed again as soon as a probe is answered",
         )
+    for sweepers in reversed(status.get("sweepers") or []):
+        if sweepers["open_rows"] and not sweepers["live_replicas"]:
+            parts.insert(0, no_live_replica(sweepers))
     for breaker in reversed(status.get("breakers") or []):
         if breaker.get("tripped_at"):
             parts.insert(
@@ -196,6 +223,25 @@ def _render_text(status: dict[str, Any]) -> str:
                 f"until `pod-sweeper reset-breaker --cluster {breaker['cluster']}`",
             )
     return "\n\n".join(parts)
+
+
+def no_live_replica(sweepers: dict[str, Any]) -> str:
+    """The first thing ``status`` says of a cluster with open rows and no live replica (a row of
+    ``sql/status_sweepers.sql``), or of one swept only by replicas that keep no row (an older release)."""
+    head = (
+        f"NO LIVE REPLICA (cluster {sweepers['cluster']}): {sweepers['open_rows']} open row(s), the oldest "
+        f"enqueued {_cell(sweepers['oldest_open_seconds'])} s ago"
+    )
+    if sweepers["unseen"]:
+        return (
+            f"{head}; but {', '.join(sweepers['unseen'])} claimed or armed there and keep no row in "
+            "pod_sweeper.replicas: replicas of a release before migration 0019 may be sweeping it unseen "
+            "(a rolling upgrade)"
+        )
+    return (
+        f"{head}: nothing sweeps it; start a replica with POD_SWEEPER_CLUSTER={sweepers['cluster']}, or read the "
+        "replicas' /readyz (docs/runbook.md, PodSweeperNoLiveReplica)"
+    )
 
 
 def undo(control: dict[str, Any]) -> str:

@@ -67,6 +67,18 @@ class Metrics:
             ["pod_cluster"],
             registry=r,
         )
+        self.cluster_live_replicas = Gauge(
+            "pod_sweeper_cluster_live_replicas",
+            "Live replicas of each pod cluster, as pod_sweeper.replicas knows them (their heartbeats)",
+            ["pod_cluster"],
+            registry=r,
+        )
+        self.cluster_no_live_replica = Gauge(
+            "pod_sweeper_cluster_no_live_replica",
+            "1 while a pod cluster has open rows and no live replica (and none of an older release seen at work)",
+            ["pod_cluster"],
+            registry=r,
+        )
         self.cluster_rejected = Gauge(
             "pod_sweeper_cluster_rejected_retires",
             "Retires of each pod cluster recorded in pod_sweeper.rejects (up to 1,000; '(none)': no cluster named)",

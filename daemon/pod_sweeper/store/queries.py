@@ -66,6 +66,7 @@ CLUSTER_OWNED = (
     "pauses",
     "holds",
     "outages",
+    "replicas",
     "rejects",
     "lag",
     "lag_by_cluster",
@@ -101,12 +102,19 @@ SPANS_CLUSTERS: Mapping[str, str] = {
     "status_reconcile": _STATUS,
     "status_wakeup": _STATUS,
     "status_controls": _STATUS,
+    "status_replicas": _STATUS + "; the replicas of every cluster, and the open rows of each (a cluster with"
+    " open rows and no live replica is the first thing it says)",
+    "status_sweepers": _STATUS + "; who sweeps each cluster, a cluster with open rows and no live replica first"
+    " (the metrics refresher exports it for every cluster, as cluster_gauges)",
+    "replica_beat": "a heartbeat also deletes the rows of replicas of any cluster an hour gone (its own cluster's"
+    " replicas may all be gone, so no replica of that cluster is left to delete them)",
     "breaker_reset": "`pod-sweeper reset-breaker --all-clusters` closes every tripped breaker (else the one named)",
     "dba/alerts": _DBA,
     "dba/dead": _DBA,
     "dba/lag": _DBA,
     "dba/open": _DBA,
     "dba/rejects": _DBA,
+    "dba/replicas": _DBA,
 }
 
 

@@ -7,7 +7,6 @@ as plain data. What happens next, and the text for people, are ``cli.explain_tex
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,7 +15,7 @@ from psycopg import sql
 
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.reads import waits
+from pod_sweeper.store.reads import replicas, waits
 from pod_sweeper.store.sweep.recheck import Attachment, host_names, load_attachments
 
 OPEN = ("pending", "claimed")
@@ -58,6 +57,9 @@ class Story:
     suspects: list[dict[str, Any]] = field(default_factory=list)
     breakers: list[dict[str, Any]] = field(default_factory=list)  # the tripped ones
     controls: list[dict[str, Any]] = field(default_factory=list)  # pauses and holds in force
+    # The replicas whose settings decide the fate of each row's cluster (store/reads/replicas.py:deciding),
+    # as their heartbeats last wrote them: the guard and dry run come from here, never the reader's settings.
+    replicas: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _executions_query(attachment: Attachment, *, keyed: bool) -> sql.Composed:
@@ -78,9 +80,9 @@ def _executions_query(attachment: Attachment, *, keyed: bool) -> sql.Composed:
     ).format(where=where, **names)
 
 
-async def gather(conn: Connection, text: str, *, guard: Sequence[str] | None = None) -> Story:
-    """The story of what ``text`` names; ``guard``: the standbys the reader's replication guard names
-    (its settings), so that a row the guard holds is said to be held."""
+async def gather(conn: Connection, text: str) -> Story:
+    """The story of what ``text`` names. The replicas' settings (the replication guard, dry run) are read
+    from their own rows, so the story is the same from any shell."""
     target = Target.parse(text)
     params = target.params()
     story = Story(text)
@@ -90,7 +92,7 @@ async def gather(conn: Connection, text: str, *, guard: Sequence[str] | None = N
         cur = await conn.execute(queries.load("explain_keeping"), {**where, "uid": row["pod_uid"]})
         row["kept"] = [dict(r) for r in await cur.fetchall()]
     ids = [r["id"] for r in story.outbox]
-    reasons = await waits.row_reasons(conn, [r["id"] for r in story.outbox if r["status"] in OPEN], guard)
+    reasons = await waits.row_reasons(conn, [r["id"] for r in story.outbox if r["status"] in OPEN])
     for row in story.outbox:  # why each open row waits (core.waits), as status and the metrics count it
         row["wait"] = reasons.get(row["id"])
     if ids:
@@ -118,4 +120,10 @@ async def gather(conn: Connection, text: str, *, guard: Sequence[str] | None = N
     rows = await (await conn.execute(queries.load("status_breaker"))).fetchall()
     story.breakers = [dict(r) for r in rows if r["tripped_at"] is not None]
     story.controls = [dict(r) for r in await (await conn.execute(queries.load("status_controls"))).fetchall()]
+    known = await replicas.known(conn)
+    for cluster in sorted({r["cluster"] for r in story.outbox}):
+        story.replicas += [{**asdict(r), "settings": r.settings()} for r in replicas.deciding(known, cluster)]
+    for row in story.outbox:  # the standbys the deciding replicas' guards name, for the guard's reason
+        deciding = replicas.deciding(known, row["cluster"])
+        row["guards"] = sorted({", ".join(r.guard) for r in deciding if r.guard})
     return story

@@ -7,15 +7,13 @@ each to its plan)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.core.waits import RULES, Wait
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.reads import waits
+from pod_sweeper.store.reads import replicas, waits
 from pod_sweeper.store.sweep import outbox, rates
 
 
@@ -24,9 +22,21 @@ async def breakers(conn: Connection) -> list[dict[str, Any]]:
     return [dict(row) for row in await (await conn.execute(queries.load("status_breaker"))).fetchall()]
 
 
-async def read_status(conn: Connection, *, guard: Sequence[str] | None = None) -> dict[str, Any]:
-    """The lag row and the summary rows, as plain data; ``guard``: the standbys the reader's replication
-    guard names (its settings), whose hold is then counted with every other reason rows wait."""
+async def guards(conn: Connection, known: list[replicas.Replica]) -> list[dict[str, Any]]:
+    """The replication guard of each cluster, for each set of standbys its deciding replicas name (more
+    than one while a change of the guard rolls out): connected, missing, how far behind, what it holds."""
+    found: list[dict[str, Any]] = []
+    for cluster in sorted({r.cluster for r in known}):
+        for standbys in sorted({r.guard for r in replicas.deciding(known, cluster) if r.guard}):
+            lag = await outbox.guard_lag(conn, list(standbys), cluster=cluster)
+            found.append({"cluster": cluster, "standbys": list(standbys), **asdict(lag)})
+    return found
+
+
+async def read_status(conn: Connection) -> dict[str, Any]:
+    """The lag row and the summary rows, as plain data. The replicas' settings (the replication guard,
+    dry run) are read from their rows (pod_sweeper.replicas), never the reader's: the same from any
+    shell."""
     lag = await (await conn.execute(queries.load("status_lag"))).fetchone()
     summary = await (await conn.execute(queries.load("status_summary"))).fetchall()
     failures = await (await conn.execute(queries.load("status_failures"))).fetchall()
@@ -40,14 +50,18 @@ async def read_status(conn: Connection, *, guard: Sequence[str] | None = None) -
     clusters = await (await conn.execute(queries.load("status_clusters"))).fetchall()
     controls = await (await conn.execute(queries.load("status_controls"))).fetchall()
     by_rate = await rates.cluster_rates(conn)
-    waiting = await waits.by_cluster(conn, guard)
-    standbys = await outbox.guard_lag(conn, list(guard), cluster=DEFAULT_CLUSTER) if guard else None
+    waiting = await waits.by_cluster(conn)
+    known = await replicas.known(conn)
+    sweepers = await replicas.sweepers(conn)
     xmin = await rates.xmin_holders(conn)
     return {
         "waiting": [
             {**asdict(w), "ends": RULES[Wait(w.reason)].ends, "act": RULES[Wait(w.reason)].act} for w in waiting
         ],
-        "replication_guard": {"standbys": sorted(guard), **asdict(standbys)} if guard and standbys else None,
+        "sweepers": [{**asdict(w), "unswept": w.unswept} for w in sweepers],
+        "replicas": [{**asdict(r), "settings": r.settings()} for r in known],
+        "disagreements": replicas.disagreements(known),
+        "replication_guard": await guards(conn, known),
         "rates": [{"cluster": r.cluster, "arrival_rate": r.arrival_rate, "sweep_rate": r.sweep_rate} for r in by_rate],
         "xmin_horizon": [
             {"kind": h.kind, "holder": h.holder, "detail": h.detail, "age_xids": h.age_xids, "seconds": h.seconds}

@@ -1,6 +1,8 @@
 """The database's view of why rows wait (``sql/row_waits.sql``, the reasons of ``core.waits``): one
 reason per open row for ``explain``, and the rows each reason keeps per cluster for ``status`` and
-the metrics refresher. Both read the same statement, so they cannot disagree."""
+the metrics refresher. Both read the same statement, so they cannot disagree; and the settings that
+decide a row's fate (the replication guard) come from the replicas' own rows (pod_sweeper.replicas),
+never from the reader's, so they answer the same from any shell."""
 
 from __future__ import annotations
 
@@ -25,31 +27,28 @@ class Waiting:
     oldest_seconds: float  # since the oldest one's enqueue
 
 
-def _params(
-    guard: Sequence[str] | None, *, cluster: str | None = None, ids: Sequence[int] | None = None
-) -> dict[str, Any]:
+def _params(*, cluster: str | None = None, ids: Sequence[int] | None = None) -> dict[str, Any]:
     return {
-        "guard": sorted(guard) if guard else None,
         "cluster": cluster,
         "ids": list(ids) if ids is not None else None,
         "unswept_after": UNSWEPT_AFTER_SECONDS,
     }
 
 
-async def row_reasons(conn: Connection, ids: Sequence[int], guard: Sequence[str] | None) -> dict[int, str]:
+async def row_reasons(conn: Connection, ids: Sequence[int]) -> dict[int, str]:
     """Each open row of ``ids`` to its reason (``core.waits.DUE``: nothing keeps it)."""
     if not ids:
         return {}
-    cur = await conn.execute(queries.load("row_waits"), _params(guard, ids=ids))
+    cur = await conn.execute(queries.load("row_waits"), _params(ids=ids))
     return {row["id"]: row["reason"] for row in await cur.fetchall()}
 
 
-async def by_cluster(conn: Connection, guard: Sequence[str] | None, *, cluster: str | None = None) -> list[Waiting]:
+async def by_cluster(conn: Connection, *, cluster: str | None = None) -> list[Waiting]:
     """The rows each reason keeps, per cluster (of ``cluster`` alone when given), rows nothing keeps left
     out."""
     statement = sql.SQL(
         "SELECT cluster, reason, count(*) AS rows, max(waited_seconds) AS oldest_seconds FROM ({}) AS w"
         " WHERE reason <> {} GROUP BY cluster, reason ORDER BY cluster, reason"
     ).format(queries.load("row_waits"), sql.Literal(DUE))
-    cur = await conn.execute(statement, _params(guard, cluster=cluster))
+    cur = await conn.execute(statement, _params(cluster=cluster))
     return [Waiting(r["cluster"], r["reason"], r["rows"], r["oldest_seconds"]) for r in await cur.fetchall()]

@@ -65,6 +65,9 @@ async def runtime_grants(
         sql.SQL("GRANT SELECT, INSERT ON {}.audit TO {}").format(ours, who),
         sql.SQL("GRANT EXECUTE ON FUNCTION {}.prune_audit(interval) TO {}").format(ours, who),
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}.reconcile_state TO {}").format(ours, who),
+        # each replica's own row: its heartbeat upserts it, a clean stop marks it, and the heartbeat
+        # deletes rows an hour gone (migration 0019)
+        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.replicas TO {}").format(ours, who),
         sql.SQL("GRANT EXECUTE ON FUNCTION {}.enqueue(integer, text, bigint, text, text, uuid, text) TO {}").format(
             ours, who
         ),

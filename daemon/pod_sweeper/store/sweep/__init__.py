@@ -3,5 +3,6 @@ transitions (the claim with its breaker rule, the record, next due, the wakeup f
 guard's mark); ``recheck``: the claim-time re-check of the host's generation; ``cursor``: where a
 replica's claims start reading the claim index; ``breaker``, ``outages`` and ``channel`` (NOTIFY and
 LISTEN); ``retention``; ``gauges`` and ``rates`` (what the refresher, the surge watch and `status`
-read); ``terminating`` and ``quarantine`` (the confirmer's and the reconciler's rows); and ``pgstore``,
+read); ``terminating`` and ``quarantine`` (the confirmer's and the reconciler's rows); ``presence`` (the
+replica's own row, its heartbeat); and ``pgstore``,
 the pipeline's store on PostgreSQL."""

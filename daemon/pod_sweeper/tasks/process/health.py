@@ -34,7 +34,7 @@ from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.waits import ROW_ORDER, RULES, Seen, Wait, WaitLog, unready
 from pod_sweeper.store.admin import controls
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.reads import waits
+from pod_sweeper.store.reads import replicas, waits
 from pod_sweeper.store.sweep import gauges, outbox, rates
 
 # The loop beats every second; livez fails after this many seconds without a beat.
@@ -203,6 +203,16 @@ def _set_waiting_rows(metrics: Metrics, clusters: set[str], rows: list[waits.Wai
             metrics.waiting_rows.labels(name, wait.value).set(counts.get((name, wait.value), 0))
 
 
+def _set_sweepers(metrics: Metrics, clusters: set[str], sweepers: list[replicas.Sweepers]) -> None:
+    """Who sweeps each cluster: its live replicas, and 1 while it has open rows and none (every cluster
+    seen reads 0 rather than nothing, so a rule can tell "none" from "not scraped")."""
+    current = {w.cluster: w for w in sweepers}
+    for name in clusters | set(current):
+        row = current.get(name, replicas.Sweepers(name, 0, 0.0, 0, 0, ()))
+        metrics.cluster_live_replicas.labels(name).set(row.live_replicas)
+        metrics.cluster_no_live_replica.labels(name).set(1 if row.unswept else 0)
+
+
 def _seen(in_force: list[dict[str, Any]], standbys: outbox.GuardLag | None, *, cluster: str) -> dict[Wait, str]:
     """The reasons the refresher reads for this replica's cluster: a pause in force, the guard's hold."""
     seen: dict[Wait, str] = {}
@@ -281,8 +291,10 @@ async def refresh_gauges(
                     lag = await gauges.lag(conn)
                     by_cluster = await gauges.cluster_gauges(conn)
                     by_rate = {r.cluster: r for r in await rates.cluster_rates(conn)}
-                    rows_waiting = await waits.by_cluster(conn, guard)
+                    rows_waiting = await waits.by_cluster(conn)
                     _set_waiting_rows(metrics, clusters_seen | {c.cluster for c in by_cluster}, rows_waiting)
+                    sweepers = await replicas.sweepers(conn)
+                    _set_sweepers(metrics, clusters_seen, sweepers)
                 else:  # the gauges keep their values; the rest is read as always
                     lag, by_cluster, by_rate = None, None, None
                 in_force = await controls.in_force(conn)

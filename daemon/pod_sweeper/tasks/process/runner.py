@@ -7,7 +7,7 @@ check (exit 3 if it does not match), then the LISTEN, then the first catch-up cl
 the process ready.
 
 The tasks (listener, the outage watch, sweeper with its claimer, workers and recorder, retention,
-confirmer, the reconciler when it is configured, the gauges and the shutdown watcher) run in
+confirmer, the reconciler when it is configured, the gauges, the heartbeat and the shutdown watcher) run in
 one task group: if any of them dies, the others are cancelled and the process exits 1 with a line
 naming the task. SIGTERM or SIGINT starts a graceful stop (no new claims, in-flight deletes get
 ``shutdown_timeout`` seconds, unfinished claims are handed back without charging an attempt, exit 0); a
@@ -47,6 +47,7 @@ from pod_sweeper.store.sweep.recheck import Attachment, load_attachments
 from pod_sweeper.tasks.loops.confirmer import Confirmer
 from pod_sweeper.tasks.loops.listener import Listener
 from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.loops.presence import Presence
 from pod_sweeper.tasks.loops.reconciler import Reconciler
 from pod_sweeper.tasks.loops.retention import Retention
 from pod_sweeper.tasks.loops.schema_watch import SchemaWatch, count_attached
@@ -132,6 +133,7 @@ class Daemon:
         self.listener: Listener | None = None
         self.outage: OutageWatch | None = None
         self.surge_watch: SurgeWatch | None = None
+        self.presence: Presence | None = None
         self._signals = 0
 
     @property
@@ -293,6 +295,8 @@ class Daemon:
         tasks["outage watch"] = outage.run()
         tasks["sweeper"] = sweeper.run()
         tasks["readiness"] = self._become_ready(sweeper, listener)
+        self.presence = Presence(settings, pool, lambda: (self.health.readiness()[0], self.health.waits()))
+        tasks["presence"] = self.presence.run()
         tasks["shutdown"] = self._shutdown_when_asked(sweeper)
         tasks["retention"] = Retention(settings, pool, metrics).run()
         tasks["schema watch"] = SchemaWatch(settings, pool, metrics, wired.schema, self._said_of_schema).run()
@@ -365,6 +369,8 @@ class Daemon:
         self.health.stopping = True
         self.notifier.stopping()
         await sweeper.drain(time.monotonic() + self.settings.shutdown_timeout)
+        if self.presence is not None:  # after the drain: until it ends, the replica still sweeps
+            await self.presence.leave()
         raise _Stop
 
     def _status_line(self) -> str:
@@ -450,6 +456,7 @@ POOL_USERS = {
     "confirmer": 1,  # terminating pods due, and their confirmations
     "outage watch": 1,  # the outage's row, while one lasts
     "schema watch": 1,  # the ledger, every tasks/loops/schema_watch.py SCHEMA_WATCH_SECONDS
+    "presence": 1,  # this replica's row, every tasks/loops/presence.py PRESENCE_SECONDS, and its stop
 }
 RECONCILER_CONNECTIONS = 1  # the reconciliation pass holds one for its whole pass
 
