@@ -1,7 +1,12 @@
 -- What the breaker's surge watch reads of one cluster, every half second (tasks/loops/surge.py): the
 -- host's retires enqueued within the last %(window)s seconds and since the cluster's last reset-breaker
 -- (a reset lets the rows it judged go). Backfill and reconciliation rows are an operator's and the
--- daemon's own, not the host's: not counted.
+-- daemon's own, not the host's: not counted. Nor is a retire no replica may delete now: an open row a
+-- pause or a hold keeps back (pod_sweeper.keeping), a row of a namespace this replica sweeps in dry run
+-- (%(shadow)s; every namespace with %(dry_run)s), and a done row that was only recorded as would_delete:
+-- an on-call who paused a namespace before a risky script must not see its retires trip the breaker of
+-- every other namespace (the rows the pause kept are not judged again when it ends: they arrived before
+-- the window).
 -- The open ones through the claim index from the window's start up (a row is never due before its
 -- enqueue), those already done through the done_at index (rows done in the window): the cost is the
 -- window's rows (and, while the xmin horizon is held, the versions of the last lease's claims), never
@@ -16,9 +21,12 @@ SELECT b.reason AS tripped_reason,
        (SELECT count(*)
         FROM pod_sweeper.outbox AS o
         WHERE o.cluster = %(cluster)s AND o.status IN ('pending', 'claimed') AND o.next_attempt_at > b.since
-          AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > b.since)
+          AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > b.since
+          AND NOT %(dry_run)s AND NOT (o.pod_namespace = ANY(coalesce(%(shadow)s::text[], '{}')))
+          AND NOT EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid)))
        + (SELECT count(*)
           FROM pod_sweeper.outbox AS o
           WHERE o.status = 'done' AND o.done_at > b.since AND o.cluster = %(cluster)s
-            AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > b.since) AS arrived
+            AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > b.since
+            AND o.outcome IS DISTINCT FROM 'would_delete') AS arrived
 FROM b

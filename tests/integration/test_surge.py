@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import DaemonThread, run, seed_executions, settings_for, wait_until
+from helpers import DaemonThread, add_execution, run, seed_executions, settings_for, wait_until
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import db
 from pod_sweeper.store.sweep import breaker, rates
@@ -135,5 +135,84 @@ def test_steady_churn_never_trips_the_breaker(
         (default,) = run(read())
         assert rate * 0.6 <= default.arrival_rate <= rate * 1.2
         assert rate * 0.6 <= default.sweep_rate <= rate * 1.2
+    finally:
+        assert all(d.stop() == 0 for d in daemons)
+
+
+def test_retires_no_replica_may_delete_now_add_nothing_to_the_surge(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    """What the surge watch reads (sql/breaker_arrivals.sql) counts only retires a replica may delete now:
+    none kept by a pause or a hold, none in a namespace swept in dry run, none recorded would_delete."""
+    execs.execute(
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
+        " reason) SELECT 1, 's' || g, 1, CASE WHEN g <= 30 THEN 'x' ELSE 'y' END, 'p' || g, gen_random_uuid(),"
+        " 'retired' FROM generate_series(1, 50) g"
+    )
+
+    async def arrived(**scope: Any) -> int:
+        async with db.connection(settings_for(db_url)) as conn:
+            seen = await rates.arrivals(conn, cluster="default", window=60, **scope)
+        assert seen is not None
+        return seen.arrived
+
+    assert run(arrived()) == 50
+    assert run(arrived(shadow=["x"])) == 20 and run(arrived(dry_run=True)) == 0
+    execs.execute(
+        "INSERT INTO pod_sweeper.pauses (cluster, pod_namespace, reason, actor, until)"
+        " VALUES ('default', 'x', 'risky script', 'ana', now() + interval '1 hour')"
+    )
+    assert run(arrived()) == 20
+    execs.execute(
+        "INSERT INTO pod_sweeper.holds (cluster, pod_namespace, pod_name, reason, actor, until)"
+        " VALUES ('default', 'y', 'p40', 'forensics', 'bo', now() + interval '1 hour')"
+    )
+    assert run(arrived()) == 19
+    execs.execute(
+        "UPDATE pod_sweeper.outbox SET status = 'done', outcome = 'would_delete', done_at = now()"
+        " WHERE pod_name = 'p41'"
+    )
+    assert run(arrived()) == 18
+
+
+def test_a_burst_of_3000_into_a_paused_namespace_trips_nothing(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    """An on-call pauses namespace x before a risky script; the script retires 3,000 there in a second
+    (thirty transactions of 100, each under the transaction rule), while another namespace's steady churn
+    keeps every surge watch awake and looking. Nothing trips; the paused rows wait, none sent; the other
+    namespace's pods are all deleted. (A script of that rate unpaused trips the breaker:
+    test_a_script_retiring_5000_over_10_s_trips_the_breaker_before_a_tenth_is_deleted.)"""
+    seed_executions(execs, kube, 3_000, namespace="x")
+    churn = 100
+    for i in range(1, churn + 1):
+        add_execution(execs, kube, f"c{i}")
+    paused = execs.execute(  # as `pod-sweeper pause --namespace x` writes it
+        "INSERT INTO pod_sweeper.pauses (cluster, pod_namespace, reason, actor, until)"
+        " VALUES ('default', 'x', 'risky script', 'ana', now() + interval '1 hour')"
+    )
+    assert paused.rowcount == 1
+    daemons = replicas(db_url, kube)
+    start = time.monotonic()
+    try:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            for i in range(churn):  # 20 retires a second in sandboxes for 5 s, the burst into x at 1 s
+                time.sleep(max(0.0, start + i / 20 - time.monotonic()))  # pacing the writer
+                conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (f"c{i + 1}",))
+                if i == 20:
+                    for batch in range(30):
+                        conn.execute(
+                            "UPDATE executions SET active = false WHERE sandbox_id = ANY(%s)",
+                            ([f"s{batch * 100 + j}" for j in range(100)],),
+                        )
+        wait_until(
+            lambda: accepted(kube) == churn or tripped(execs), timeout=60, what="the other namespace's pods deleted"
+        )
+        assert tripped(execs) is None
+        waiting = execs.execute(
+            "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE pod_namespace = 'x' AND status = 'pending'"
+            " AND attempts = 0"
+        ).fetchone()
+        assert waiting["n"] == 3_000
     finally:
         assert all(d.stop() == 0 for d in daemons)

@@ -4,6 +4,7 @@ of the rate gauges and of ``status``. Each is bounded by the open rows and a sho
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pod_sweeper.store import queries
@@ -23,9 +24,13 @@ class Arrivals:
         return self.arrived / self.window if self.window > 0 else 0.0
 
 
-async def arrivals(conn: Connection, *, cluster: str, window: float) -> Arrivals | None:
-    """The cluster's arrivals of the last ``window`` seconds; None when it has no breaker row yet."""
-    params = {"cluster": cluster, "window": window}
+async def arrivals(
+    conn: Connection, *, cluster: str, window: float, dry_run: bool = False, shadow: Sequence[str] = ()
+) -> Arrivals | None:
+    """The cluster's arrivals of the last ``window`` seconds that a replica may delete now (none kept by a
+    pause or a hold, none in dry run: everywhere with ``dry_run``, or in the ``shadow`` namespaces); None
+    when it has no breaker row yet."""
+    params = {"cluster": cluster, "window": window, "dry_run": dry_run, "shadow": sorted(shadow) or None}
     row = await (await conn.execute(queries.load("breaker_arrivals"), params)).fetchone()
     if row is None:
         return None

@@ -92,7 +92,13 @@ class SurgeWatch:
         async with self.pool.connection() as conn:
             if self.baseline is None:
                 self.baseline = Baseline(await rates.recent_rate(conn, cluster=cluster, seconds=BASELINE_SECONDS))
-            seen = await rates.arrivals(conn, cluster=cluster, window=SURGE_WINDOW)
+            seen = await rates.arrivals(
+                conn,
+                cluster=cluster,
+                window=SURGE_WINDOW,
+                dry_run=self.settings.dry_run,
+                shadow=sorted(self.settings.dry_run_namespaces or ()),
+            )
             if seen is None:
                 return None
             was_quiet, self.quiet = self.quiet, seen.arrived == 0 and seen.tripped_reason is None
