@@ -78,6 +78,25 @@ CREATE TABLE pod_sweeper.holds (
 );
 COMMENT ON TABLE pod_sweeper.holds IS 'pod-sweeper: pods whose rows are never sent until `until` (kept for forensics, say)';
 
+CREATE TABLE pod_sweeper.large_transactions (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    cluster text NOT NULL,
+    enqueued_at timestamp with time zone NOT NULL,
+    rows_found integer NOT NULL,
+    reason text NOT NULL,
+    found_at timestamp with time zone DEFAULT now() NOT NULL,
+    found_by text NOT NULL,
+    ended_at timestamp with time zone,
+    ended_by text,
+    ended text,
+    CONSTRAINT large_transactions_ended CHECK (((ended_at IS NULL) = (ended IS NULL))),
+    CONSTRAINT large_transactions_ended_check CHECK ((ended = ANY (ARRAY['released'::text, 'discarded'::text]))),
+    CONSTRAINT large_transactions_pkey PRIMARY KEY (id),
+    CONSTRAINT large_transactions_key UNIQUE (cluster, enqueued_at)
+);
+COMMENT ON TABLE pod_sweeper.large_transactions IS 'pod-sweeper: host transactions the breaker''s transaction rule found; their rows wait until released';
+CREATE INDEX large_transactions_open ON pod_sweeper.large_transactions USING btree (cluster) WHERE (ended_at IS NULL);
+
 CREATE TABLE pod_sweeper.outages (
     cluster text NOT NULL,
     replica text NOT NULL,
@@ -371,6 +390,26 @@ AS $function$
     FROM pod_sweeper.holds AS h
     WHERE h.cluster = p_cluster AND h.pod_namespace = p_namespace AND h.pod_name = p_name
       AND pod_sweeper.in_force(h.until) AND (h.pod_uid IS NULL OR h.pod_uid = p_uid)
+$function$;
+
+CREATE OR REPLACE FUNCTION pod_sweeper.keeping(p_cluster text, p_namespace text, p_name text, p_uid uuid, p_enqueued_at timestamp with time zone)
+ RETURNS TABLE(kind text, cluster text, pod_namespace text, pod_name text, pod_uid uuid, reason text, actor text, since timestamp with time zone, until timestamp with time zone)
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT 'pause', p.cluster, p.pod_namespace, NULL::text, NULL::uuid, p.reason, p.actor, p.since, p.until
+    FROM pod_sweeper.pauses AS p
+    WHERE p.cluster = p_cluster AND p.pod_namespace IN ('', p_namespace) AND pod_sweeper.in_force(p.until)
+    UNION ALL
+    SELECT 'hold', h.cluster, h.pod_namespace, h.pod_name, h.pod_uid, h.reason, h.actor, h.since, h.until
+    FROM pod_sweeper.holds AS h
+    WHERE h.cluster = p_cluster AND h.pod_namespace = p_namespace AND h.pod_name = p_name
+      AND pod_sweeper.in_force(h.until) AND (h.pod_uid IS NULL OR h.pod_uid = p_uid)
+    UNION ALL
+    SELECT 'transaction', t.cluster, NULL::text, NULL::text, NULL::uuid, t.reason, t.found_by, t.found_at,
+           NULL::timestamptz  -- no end of its own: a person ends it
+    FROM pod_sweeper.large_transactions AS t
+    WHERE t.cluster = p_cluster AND t.enqueued_at = p_enqueued_at AND t.ended_at IS NULL
 $function$;
 
 CREATE OR REPLACE FUNCTION pod_sweeper.prune_audit(keep interval)

@@ -6,7 +6,10 @@
 -- (%(shadow)s; every namespace with %(dry_run)s), and a done row that was only recorded as would_delete:
 -- an on-call who paused a namespace before a risky script must not see its retires trip the breaker of
 -- every other namespace (the rows the pause kept are not judged again when it ends: they arrived before
--- the window).
+-- the window). Nor are the rows of one host transaction of %(transaction_rows)s or more (its rows share
+-- their enqueued_at): they are the transaction rule's, which holds that transaction alone (migration
+-- 0020), before or after the claim finds it, and after an on-call released it; the surge judges the rest
+-- (0: the rule is off, and the surge counts them).
 -- The open ones through the claim index from the window's start up (a row is never due before its
 -- enqueue), those already done through the done_at index (rows done in the window): the cost is the
 -- window's rows (and, while the xmin horizon is held, the versions of the last lease's claims), never
@@ -16,17 +19,27 @@ WITH b AS (
            greatest(now() - make_interval(secs => %(window)s), coalesce(resumed_at, '-infinity')) AS since
     FROM pod_sweeper.breaker
     WHERE cluster = %(cluster)s
+),
+arrived AS (
+    SELECT o.enqueued_at
+    FROM pod_sweeper.outbox AS o, b
+    WHERE o.cluster = %(cluster)s AND o.status IN ('pending', 'claimed') AND o.next_attempt_at > b.since
+      AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > b.since
+      AND NOT %(dry_run)s AND NOT (o.pod_namespace = ANY(coalesce(%(shadow)s::text[], '{}')))
+      AND NOT EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid,
+                                                        o.enqueued_at))
+    UNION ALL
+    SELECT o.enqueued_at
+    FROM pod_sweeper.outbox AS o, b
+    WHERE o.status = 'done' AND o.done_at > b.since AND o.cluster = %(cluster)s
+      AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > b.since
+      AND o.outcome IS DISTINCT FROM 'would_delete'
+),
+by_transaction AS (
+    SELECT count(*) AS n FROM arrived GROUP BY enqueued_at
 )
 SELECT b.reason AS tripped_reason,
-       (SELECT count(*)
-        FROM pod_sweeper.outbox AS o
-        WHERE o.cluster = %(cluster)s AND o.status IN ('pending', 'claimed') AND o.next_attempt_at > b.since
-          AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > b.since
-          AND NOT %(dry_run)s AND NOT (o.pod_namespace = ANY(coalesce(%(shadow)s::text[], '{}')))
-          AND NOT EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid)))
-       + (SELECT count(*)
-          FROM pod_sweeper.outbox AS o
-          WHERE o.status = 'done' AND o.done_at > b.since AND o.cluster = %(cluster)s
-            AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > b.since
-            AND o.outcome IS DISTINCT FROM 'would_delete') AS arrived
+       (SELECT coalesce(sum(t.n), 0)::bigint
+        FROM by_transaction AS t
+        WHERE %(transaction_rows)s = 0 OR t.n < %(transaction_rows)s) AS arrived
 FROM b

@@ -3,7 +3,8 @@
 -- per cluster: store/reads/waits.py:by_cluster wraps this statement). 'due' is a row nothing keeps: the next
 -- claim takes it. Rows of %(cluster)s (NULL: every cluster), of %(ids)s (NULL: every open row).
 -- The rules are the claim's own (sql/claim.sql): a claim whose lease has not ended; a pause or a hold
--- (pod_sweeper.keeping, migration 0015); a tripped breaker; the replication guard; a replica's report
+-- (pod_sweeper.keeping, migration 0015); a large host transaction the breaker's transaction rule keeps
+-- back (keeping's 'transaction', migration 0020); a tripped breaker; the replication guard; a replica's report
 -- that the API server is unreachable, renewed in the last 2 minutes (pod_sweeper.outages); a backoff
 -- after a 401, a 403 or another failure; and a row claimable for over %(unswept_after)s
 -- seconds that nothing else keeps, which no replica of its cluster has claimed. O(open rows): the
@@ -35,10 +36,12 @@ guards AS (
 SELECT o.id, o.cluster, o.pod_namespace, o.pod_name,
        CASE
            WHEN o.status = 'claimed' AND o.next_attempt_at > now() THEN 'claimed'
-           WHEN EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid) AS k
+           WHEN EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid, o.enqueued_at) AS k
                         WHERE k.kind = 'hold') THEN 'held'
-           WHEN EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid) AS k
+           WHEN EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid, o.enqueued_at) AS k
                         WHERE k.kind = 'pause') THEN 'paused'
+           WHEN EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid, o.enqueued_at) AS k
+                        WHERE k.kind = 'transaction') THEN 'large_transaction'
            WHEN EXISTS (SELECT 1 FROM pod_sweeper.breaker AS b
                         WHERE b.cluster = o.cluster AND b.tripped_at IS NOT NULL) THEN 'breaker'
            WHEN EXISTS (SELECT 1 FROM guards AS g

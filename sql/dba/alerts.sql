@@ -40,6 +40,12 @@ SELECT 'PodSweeperClusterUnswept',
               cluster, round(oldest_claimable_seconds))
 FROM lag WHERE oldest_claimable_seconds > 600 + 300
 UNION ALL
+SELECT 'PodSweeperLargeTransaction',
+       format('cluster %s: large transaction %s (begun %s) is held, its rows neither sent nor charged: %s;'
+              ' `pod-sweeper release-transaction %s` or `discard-transaction %s --reason TEXT` after a look',
+              cluster, id, enqueued_at, reason, id, id)
+FROM pod_sweeper.large_transactions WHERE ended_at IS NULL
+UNION ALL
 SELECT 'PodSweeperNoLiveReplica',
        format('cluster %s: %s open row(s), the oldest enqueued %s s ago, and no live replica (pod_sweeper.replicas;'
               ' `pod-sweeper sql replicas` says which stopped, and when)', s.cluster, s.open_rows,

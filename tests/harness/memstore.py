@@ -24,6 +24,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from harness.clock import FakeClock
 from pod_sweeper.core.states import Outcome, Result, Status
@@ -255,6 +256,10 @@ class MemorySession:
 
     async def trip_breaker(self, reason: str) -> None:
         self._store.tripped = reason
+
+    async def hold_transaction(self, at: datetime, rows: int, reason: str) -> int | None:
+        # Rows here have no host transaction (see claim): nothing finds one to hold.
+        raise AssertionError("the memory store's claims never find a large transaction")
 
     async def hand_on(self, *, stopping: bool = False) -> None:
         self._store.handed_on += 1

@@ -189,9 +189,19 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
     guarded = [r["detail"] for r in fired if r["alert"] == "PodSweeperReplicationGuardHolding"]
     assert [d.split(":")[0] for d in guarded] == ["cluster east"] and "standbys no-such-standby" in guarded[0], guarded
     pg.execute("UPDATE pod_sweeper.replicas SET guard = NULL")
+    pg.execute(  # a large host transaction the claim found: held until a person ends it
+        "INSERT INTO pod_sweeper.large_transactions (cluster, enqueued_at, rows_found, reason, found_by)"
+        " VALUES ('east', now() - interval '1 minute', 600, 'one host transaction retired at least 600', 'east-a')"
+    )
+    fired = pg.execute(queries.load("dba/alerts")).fetchall()
+    large = [r["detail"] for r in fired if r["alert"] == "PodSweeperLargeTransaction"]
+    assert len(large) == 1 and large[0].startswith("cluster east: large transaction"), large
+    pg.execute("UPDATE pod_sweeper.large_transactions SET ended_at = now(), ended = 'released', ended_by = 'ana'")
+    assert "PodSweeperLargeTransaction" not in {r["alert"] for r in pg.execute(queries.load("dba/alerts")).fetchall()}
     in_sql = {
         "PodSweeperReplicationGuardHolding",
         "PodSweeperNoLiveReplica",
+        "PodSweeperLargeTransaction",
         "PodSweeperClusterUnswept",
         "PodSweeperRejectedRetires",
         "PodSweeperDeadRows",

@@ -93,6 +93,9 @@ STATUS = [
     "status_outages",
     "status_wakeup",
     "status_controls",
+    "status_replicas",
+    "status_sweepers",
+    "status_large_transactions",
     "cluster_rates",  # also the refresher's
     "cluster_gauges",  # the refresher's
     "xmin_horizon",  # the refresher's
@@ -108,9 +111,20 @@ def test_status_and_the_refresher_read_no_history(history: psycopg.Connection[An
 def test_why_rows_wait_reads_the_open_rows_alone(history: psycopg.Connection[Any], guard: list[str] | None) -> None:
     """sql/row_waits.sql, which status, explain and every replica's refresher read: every open row and
     its one reason, from the claim index."""
-    params = {"guard": guard, "cluster": None, "ids": None, "unswept_after": 60.0}
-    bounded(history, "row_waits", params)
-    found = rows(history, "row_waits", params)
+    params = {"cluster": None, "ids": None, "unswept_after": 60.0}
+    if guard:  # the guard's standbys are a live replica's, from its row (migration 0019)
+        history.execute(
+            "INSERT INTO pod_sweeper.replicas (replica, host, release, schema_version, cluster, dry_run, guard,"
+            " rate_limit, concurrency, ready, heartbeat_seconds, started_at, seen_at)"
+            " SELECT 'guarded-' || c, 'h', '0', 20, c, false, %s, 100, 8, true, 10, now(), now()"
+            " FROM unnest(ARRAY['default', 'east']) AS c",
+            (guard,),
+        )
+    try:
+        bounded(history, "row_waits", params)
+        found = rows(history, "row_waits", params)
+    finally:
+        history.execute("DELETE FROM pod_sweeper.replicas")
     assert len(found) == OPEN  # the pending rows (the dead ones wait for no reason: they are ended)
     reasons = {r["reason"] for r in found}
     if guard:  # the seeded rows carry no guard mark: the claim would take none of them
@@ -162,7 +176,7 @@ def test_explain_finds_a_pod_through_an_index_whatever_the_history(
     ids = [r["id"] for r in rows(history, "explain_outbox", params)] or [1]
     bounded(history, "explain_attempts", {"ids": ids})
     bounded(history, "explain_suspects", params)
-    keeping = {"cluster": "default", "namespace": "ns-5", "name": "pod-12345", "uid": None}
+    keeping = {"cluster": "default", "namespace": "ns-5", "name": "pod-12345", "uid": None, "enqueued_at": None}
     bounded(history, "explain_keeping", keeping)
 
 

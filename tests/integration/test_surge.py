@@ -1,12 +1,12 @@
 """The breaker's surge and transaction rules on PostgreSQL, at the shipped defaults (two replicas, the
-default rate limit): one host transaction retiring 5,000, and a script retiring 5,000 over 10 s, each
-trip the breaker before a tenth of them is deleted; steady churn of 100 retires a second does not trip
+default rate limit): one host transaction retiring 5,000 is held before a tenth of it is deleted (its
+rows alone: the cluster sweeps on), and a script retiring 5,000 over 10 s trips the breaker before a
+tenth of them is deleted; steady churn of 100 retires a second does not trip
 it (here for a minute; bench/ runs it for ten); a reset lets the judged rows go. The rules alone, without
 I/O: tests/unit/test_surge.py."""
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from typing import Any
@@ -14,10 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import DaemonThread, add_execution, run, seed_executions, settings_for, wait_until
+from helpers import DaemonThread, add_execution, cli, run, seed_executions, settings_for, wait_until
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import db
-from pod_sweeper.store.sweep import breaker, rates
+from pod_sweeper.store.sweep import rates
 
 SHIPPED = {
     name: Settings.model_fields[name].default
@@ -43,31 +43,51 @@ def replicas(db_url: str, kube: Any, n: int = 2, **overrides: Any) -> list[Daemo
     return [DaemonThread(settings.model_copy(update={"replica_id": f"r{i}"})).start() for i in range(n)]
 
 
-def test_one_transaction_retiring_5000_trips_the_breaker_before_a_tenth_is_deleted(
+def held(execs: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return list(execs.execute("SELECT * FROM pod_sweeper.large_transactions WHERE ended_at IS NULL").fetchall())
+
+
+def test_one_transaction_retiring_5000_is_held_before_a_tenth_is_deleted_and_the_rest_sweeps_on(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
+    """The transaction rule holds the transaction, not the cluster: a bad migration's UPDATE of 5,000 is
+    found by the first claim of its rows and kept back whole (none sent, none charged), while retires
+    of the same cluster one at a time go on being deleted; released, its rows go."""
     seed_executions(execs, kube, 5_000)
+    for i in range(3):
+        add_execution(execs, kube, f"single{i}", namespace="other")
     daemons = replicas(db_url, kube)
     try:
-        execs.execute("UPDATE executions SET active = false")  # a bad migration
-        wait_until(lambda: tripped(execs), timeout=30, what="the breaker to trip")
-        wait_until(lambda: all(d.daemon.sweeper.status.breaker for d in daemons), what="every replica to see it")
+        execs.execute("UPDATE executions SET active = false WHERE sandbox_id ~ '^s[0-9]+$'")  # a bad migration
+        wait_until(lambda: held(execs), timeout=30, what="the transaction to be held")
+        [large] = held(execs)
+        assert large["rows_found"] >= 500 and "one host transaction retired at least" in large["reason"]
+        for i in range(3):  # single retires after it, in the same cluster: swept as ever
+            execs.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (f"single{i}",))
+        wait_until(lambda: accepted(kube) >= 3, timeout=30, what="the single retires to be deleted")
         wait_until(lambda: settled(execs), what="the claims in hand to settle")
-        # The first claim of its rows finds the transaction, in the claim's own transaction: none is sent.
-        assert accepted(kube) == 0, "pods of the transaction went before the trip"
-        assert re.search(r"one host transaction retired at least (\d+) executions", tripped(execs) or "")
-        pending = execs.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status = 'pending'").fetchone()
-        assert pending["n"] == 5_000 - accepted(kube)  # nothing charged: the rest waits
-
-        async def reset() -> dict[str, bool]:
-            async with db.connection(settings_for(db_url)) as conn:
-                return await breaker.reset_breakers(conn, cluster="default", all_clusters=False, who="test")
-
-        # A reset lets the judged rows go: the rules count only what arrived after it.
-        assert run(reset()) == {"default": True}
-        before = accepted(kube)
-        wait_until(lambda: accepted(kube) >= before + 500, timeout=60, what="deletes to go on after the reset")
-        assert tripped(execs) is None
+        assert accepted(kube) == 3, "pods of the large transaction went"
+        assert tripped(execs) is None and all(d.daemon.ready for d in daemons)  # the cluster is not stopped
+        pending = execs.execute(
+            "SELECT count(*) AS n, max(attempts) AS tries FROM pod_sweeper.outbox WHERE status = 'pending'"
+        ).fetchone()
+        assert (pending["n"], pending["tries"]) == (5_000, 0)  # nothing charged: the whole transaction waits
+        said = cli("release-transaction", str(large["id"]), url=db_url)  # the preview changes nothing
+        assert said.returncode == 0 and "5000 open row(s)" in said.stdout and "--yes" in said.stdout, said
+        assert held(execs)
+        said = cli("release-transaction", str(large["id"]), "--yes", "--actor", "ana", url=db_url)
+        assert said.returncode == 0 and "released" in said.stdout, said.stdout + said.stderr
+        wait_until(lambda: accepted(kube) >= 3 + 500, timeout=60, what="deletes of its rows after the release")
+        assert not held(execs) and tripped(execs) is None
+        trail = execs.execute(
+            "SELECT actor, command, affected FROM pod_sweeper.audit WHERE command LIKE '%transaction%' ORDER BY id"
+        ).fetchall()
+        assert trail[0]["command"] == "large transaction held" and trail[0]["affected"] >= 500
+        assert (trail[-1]["actor"], trail[-1]["command"], trail[-1]["affected"]) == (
+            "ana",
+            "release-transaction",
+            5_000,
+        )
     finally:
         assert all(d.stop() == 0 for d in daemons)
 
@@ -143,7 +163,8 @@ def test_retires_no_replica_may_delete_now_add_nothing_to_the_surge(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
     """What the surge watch reads (sql/breaker_arrivals.sql) counts only retires a replica may delete now:
-    none kept by a pause or a hold, none in a namespace swept in dry run, none recorded would_delete."""
+    none kept by a pause or a hold, none in a namespace swept in dry run, none recorded would_delete, and
+    none of a host transaction the transaction rule judges."""
     execs.execute(
         "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
         " reason) SELECT 1, 's' || g, 1, CASE WHEN g <= 30 THEN 'x' ELSE 'y' END, 'p' || g, gen_random_uuid(),"
@@ -157,6 +178,8 @@ def test_retires_no_replica_may_delete_now_add_nothing_to_the_surge(
         return seen.arrived
 
     assert run(arrived()) == 50
+    # the 50 share one host transaction's start: of 40 or more, they are the transaction rule's, not the surge's
+    assert run(arrived(transaction_rows=40)) == 0 and run(arrived(transaction_rows=60)) == 50
     assert run(arrived(shadow=["x"])) == 20 and run(arrived(dry_run=True)) == 0
     execs.execute(
         "INSERT INTO pod_sweeper.pauses (cluster, pod_namespace, reason, actor, until)"

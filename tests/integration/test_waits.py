@@ -96,6 +96,7 @@ class Case:
     before: Callable[[Env], None] | None = None  # before the replica starts
     migrated: bool = True  # False: the replica starts on a database not migrated (a start error)
     started: tuple[str, str] | None = None  # the log lines, when not core.waits' own ("waiting started ...")
+    rows: int = 1  # the rows it keeps
 
 
 CASES: dict[Wait, Case] = {
@@ -110,6 +111,15 @@ CASES: dict[Wait, Case] = {
     Wait.PAUSED: Case(
         lambda env: (_cli(env, "pause", "--reason", "incident"), _retire(env)),
         lambda env: _cli(env, "unpause"),
+    ),
+    Wait.LARGE_TRANSACTION: Case(
+        lambda env: (
+            add_execution(env.execs, env.kube, "b"),
+            env.execs.execute("UPDATE executions SET active = false WHERE sandbox_id IN ('a', 'b')"),
+        ),
+        lambda env: _cli(env, "release-transaction", _large_transaction(env), "--yes"),
+        settings={"breaker_transaction_rows": 2},  # the breaker on: one host transaction of two is large
+        rows=2,
     ),
     Wait.BREAKER: Case(
         lambda env: (
@@ -159,6 +169,13 @@ CASES: dict[Wait, Case] = {
         cluster="east",
     ),
 }
+
+
+def _large_transaction(env: Env) -> str:
+    """The id of the large transaction the claim found (``status`` lists it)."""
+    row = env.execs.execute("SELECT id FROM pod_sweeper.large_transactions WHERE ended_at IS NULL").fetchone()
+    assert row is not None
+    return str(row["id"])
 
 
 def _row_waits(db_url: str, daemon: Any) -> dict[str, str] | None:
@@ -223,7 +240,8 @@ def test_each_reason_is_seen_on_every_surface_while_it_holds_and_ends(
         if rule.seen in (Seen.ROW, Seen.BOTH):
             wait_until(
                 lambda: (
-                    daemon.metrics.value("pod_sweeper_waiting_rows", pod_cluster=case.cluster, reason=wait.value) == 1
+                    daemon.metrics.value("pod_sweeper_waiting_rows", pod_cluster=case.cluster, reason=wait.value)
+                    == case.rows
                 ),
                 timeout=20,
                 what=f"pod_sweeper_waiting_rows{{reason={wait.value}}}",
@@ -232,7 +250,9 @@ def test_each_reason_is_seen_on_every_surface_while_it_holds_and_ends(
             assert said.returncode == 0 and f"waits [{wait.value}]: {rule.what}" in said.stdout, said.stdout
             shown = cli("status", url=db_url).stdout
             table = shown.split("why open rows wait", 1)[1].split("\n\n", 1)[0]
-            assert any(line.split()[:3] == [case.cluster, wait.value, "1"] for line in table.splitlines()), shown
+            assert any(line.split()[:3] == [case.cluster, wait.value, str(case.rows)] for line in table.splitlines()), (
+                shown
+            )
         if rule.seen in (Seen.REPLICA, Seen.BOTH):
             wait_until(
                 lambda: daemon.metrics.value("pod_sweeper_waiting", reason=wait.value) == 1,

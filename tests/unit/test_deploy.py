@@ -99,6 +99,7 @@ def test_alerts_use_exported_metrics() -> None:
     assert {r["alert"] for r in rules} == {
         "PodSweeperLagHigh",
         "PodSweeperNoLiveReplica",
+        "PodSweeperLargeTransaction",
         "PodSweeperBacklogGrowing",
         "PodSweeperDeadRows",
         "PodSweeperRejectedRetires",

@@ -74,10 +74,11 @@ def test_above_the_floor_the_recent_rate_decides() -> None:
     assert "POD_SWEEPER_BREAKER_SURGE_FACTOR=4" in reason and "reset-breaker --cluster c" in reason
 
 
-def test_the_transaction_rule_names_the_size_the_setting_and_the_reset() -> None:
+def test_the_transaction_rule_names_the_size_the_setting_and_the_release() -> None:
     reason = transaction_reason(5_000, SHIPPED, "c")
     assert reason.startswith("cluster c: one host transaction retired at least 5000 executions")
-    assert "POD_SWEEPER_BREAKER_TRANSACTION_ROWS=500" in reason and "reset-breaker --cluster c" in reason
+    assert "POD_SWEEPER_BREAKER_TRANSACTION_ROWS=500" in reason and "release-transaction ID" in reason
+    assert "reset-breaker" not in reason  # it holds the transaction, not the cluster
 
 
 def test_each_rule_turns_off_with_zero() -> None:

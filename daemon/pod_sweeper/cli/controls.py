@@ -1,7 +1,8 @@
 """``pause``, ``unpause``, ``hold`` and ``release``: an on-call's levers, narrower than scaling every
-replica to zero and reversible by one command (docs/operations.md, "Stop it now"); and the two levers
-beside them, ``reset-breaker`` (close a tripped breaker after a look) and ``prune`` (the done history
-older than the retention, at once).
+replica to zero and reversible by one command (docs/operations.md, "Stop it now"); and the levers
+beside them, ``reset-breaker`` (close a tripped breaker after a look), ``release-transaction`` and
+``discard-transaction`` (end the wait of a large host transaction the breaker's rule keeps back, after a
+preview) and ``prune`` (the done history older than the retention, at once).
 
 Each command writes its change and its audit row in one transaction (store/admin/controls.py), says in one
 line what it did, and exits 2 with one line on a bad argument. A pause or a hold stops new claims at
@@ -24,6 +25,7 @@ from typing import Any
 from pod_sweeper.cli import args as flag
 from pod_sweeper.core.errors import EXIT_FAILURE, EXIT_OK, ConfigError
 from pod_sweeper.core.settings import Settings
+from pod_sweeper.core.text import printable
 from pod_sweeper.kube.scope import invalid_name, valid_namespace
 from pod_sweeper.store.admin import controls
 from pod_sweeper.store.db import Connection, connection
@@ -251,6 +253,77 @@ def add_parsers(commands: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--cluster", metavar="NAME", help="default: POD_SWEEPER_CLUSTER")
     add_actor(p)
     p.set_defaults(handler=cmd_release)
+
+    for name, what in (
+        ("release-transaction", "let a large host transaction's rows go (the breaker's rule keeps them back)"),
+        ("discard-transaction", "end a large host transaction's rows as discarded, no request sent"),
+    ):
+        p = commands.add_parser(name, help=what)
+        p.add_argument("transaction", type=int, metavar="ID", help="its id, as `pod-sweeper status` lists it")
+        p.add_argument("--yes", action="store_true", help="do it (without: a preview, nothing changed)")
+        if name == "discard-transaction":
+            p.add_argument("--reason", required=True, help="why: kept in the audit trail")
+        add_actor(p)
+        p.set_defaults(handler=cmd_end_transaction)
+
+
+# --- a large host transaction the breaker's rule keeps back: let it go, or end its rows ---------------
+
+PREVIEW_ROWS = 10
+
+
+async def cmd_end_transaction(settings: Settings, args: argparse.Namespace) -> int:
+    """``release-transaction ID`` / ``discard-transaction ID --reason``: without ``--yes``, the preview (the
+    transaction, its open rows, ten of them) and nothing changed; with it, the change and its audit row
+    in one transaction, and the cluster's replicas woken."""
+    how = "discarded" if args.command == "discard-transaction" else "released"
+    async with connection(settings) as conn:
+        await migrations.check_schema(conn)
+        held = {t["id"]: t for t in await controls.large_transactions(conn)}
+        found = held.get(args.transaction)
+        if found is None:
+            known = ", ".join(str(i) for i in sorted(held)) or "none"
+            raise ConfigError(
+                f"no large transaction {args.transaction} is held (held now: {known}; `pod-sweeper status` lists them)"
+            )
+        if not args.yes:
+            print(
+                _transaction_preview(
+                    found, await controls.large_transaction_rows(conn, found["id"], limit=PREVIEW_ROWS)
+                )
+            )
+            print(
+                f"nothing changed; run again with --yes to {'discard its rows' if how == 'discarded' else 'release it'}"
+            )
+            return EXIT_OK
+        scope = f"cluster {found['cluster']}"
+        arguments = {"transaction": found["id"], "began": found["enqueued_at"], "reason": getattr(args, "reason", None)}
+        async with conn.transaction():
+            ended = await controls.end_transaction(conn, found["id"], how=how, actor=args.actor)
+            command = "discard-transaction" if how == "discarded" else "release-transaction"
+            affected = 0 if ended is None else int(ended["discarded"] if how == "discarded" else ended["open_rows"])
+            await controls.audit(conn, controls.Action(args.actor, command, arguments, scope), affected)
+            await channel.notify(conn, cluster=found["cluster"])
+    if ended is None:
+        print(f"large transaction {found['id']} was ended by someone else meanwhile; nothing changed")
+    elif how == "discarded":
+        print(f"large transaction {found['id']}: {ended['discarded']} row(s) discarded, no request sent")
+    else:
+        print(f"large transaction {found['id']} released: its {ended['open_rows']} open row(s) are swept from now on")
+    return EXIT_OK
+
+
+def _transaction_preview(found: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    lines = [
+        f"large transaction {found['id']} (cluster {found['cluster']}): "
+        f"begun {found['enqueued_at']:%Y-%m-%d %H:%M:%S}, "
+        f"{found['open_rows']} open row(s) ({found['rows_found']} when found {found['found_at']:%Y-%m-%d %H:%M:%S} "
+        f"by {found['found_by']}): {found['reason']}"
+    ]
+    lines += [f"  {r['pod_namespace']}/{r['pod_name']} uid {r['pod_uid']}, sandbox {r['sandbox_id']}" for r in rows]
+    if found["open_rows"] > len(rows):
+        lines.append(f"  ... and {found['open_rows'] - len(rows)} more")
+    return "\n".join(printable(line) for line in lines)
 
 
 # --- the breaker's reset and the history's prune: levers too, audited like the rest ------------------

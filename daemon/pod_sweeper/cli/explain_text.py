@@ -34,6 +34,11 @@ def _age(at: datetime, now: datetime) -> str:
 
 
 def _kept_by(control: dict[str, Any]) -> str:
+    if control["kind"] == "transaction":
+        return (
+            f"one large host transaction, found by {control['actor']} at {control['since']:%Y-%m-%d %H:%M:%S}: "
+            f"{control['reason']}; not claimed (nor charged) until an on-call releases it or discards its rows"
+        )
     until = f"{control['until']:%Y-%m-%d %H:%M:%S}"
     if control["kind"] == "hold":
         kept = f"held by {control['actor']} until {until}: {control['reason']}; not sent (nor charged)"
@@ -69,7 +74,10 @@ def _waiting(row: dict[str, Any], kept: Sequence[dict[str, Any]]) -> str:
             f"claimed by {row['claimed_by']} {_age(row['claimed_at'], now)}; if that replica died, another takes "
             f"it when the lease ends ({_age(row['lease_expires_at'], now)})"
         ),
-        **dict.fromkeys((Wait.HELD, Wait.PAUSED), lambda: "; and ".join(_kept_by(control) for control in kept)),
+        **dict.fromkeys(
+            (Wait.HELD, Wait.PAUSED, Wait.LARGE_TRANSACTION),
+            lambda: "; and ".join(_kept_by(control) for control in kept),
+        ),
         Wait.BREAKER: lambda: f"cluster {cluster}: `pod-sweeper reset-breaker --cluster {cluster}` after a look",
         Wait.BACKOFF: lambda: f"until {at}, then {attempt}; last error: {row['last_error'] or '-'}",
         Wait.KUBE_UNAUTHORIZED: lambda: f"tried again at {at}; last error: {row['last_error'] or '-'}",

@@ -211,6 +211,15 @@ def _render_text(status: dict[str, Any]) -> str:
             f"{outage['replica']} (last probe {_cell(outage['probed_at'])}): {outage['reason']}\n"
             "its rows wait, uncharged; they are claimed again as soon as a probe is answered",
         )
+    for large in reversed(status.get("large_transactions") or []):
+        parts.insert(
+            0,
+            f"LARGE TRANSACTION HELD (cluster {large['cluster']}), id {large['id']}: {large['open_rows']} open row(s) "
+            f"retired in one host transaction begun {_cell(large['enqueued_at'])}, found {_cell(large['found_at'])} by "
+            f"{large['found_by']}: {large['reason']}\nits rows are neither sent nor charged; every other row of the "
+            f"cluster sweeps on. After a look: `pod-sweeper release-transaction {large['id']}` (a preview first) "
+            f"or `pod-sweeper discard-transaction {large['id']} --reason TEXT`",
+        )
     for sweepers in reversed(status.get("sweepers") or []):
         if sweepers["open_rows"] and not sweepers["live_replicas"]:
             parts.insert(0, no_live_replica(sweepers))

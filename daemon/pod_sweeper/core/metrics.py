@@ -67,6 +67,23 @@ class Metrics:
             ["pod_cluster"],
             registry=r,
         )
+        self.large_transactions = Counter(
+            "pod_sweeper_large_transactions_held",
+            "Large host transactions this replica's claims found and held (the breaker's transaction rule)",
+            registry=r,
+        )
+        self.cluster_large_transactions = Gauge(
+            "pod_sweeper_cluster_large_transactions",
+            "Large host transactions of each pod cluster held and not released (their rows wait)",
+            ["pod_cluster"],
+            registry=r,
+        )
+        self.cluster_large_transaction_rows = Gauge(
+            "pod_sweeper_cluster_large_transaction_rows",
+            "Open rows of each pod cluster kept back in large host transactions not released",
+            ["pod_cluster"],
+            registry=r,
+        )
         self.cluster_live_replicas = Gauge(
             "pod_sweeper_cluster_live_replicas",
             "Live replicas of each pod cluster, as pod_sweeper.replicas knows them (their heartbeats)",

@@ -25,6 +25,7 @@ class Wait(enum.StrEnum):
     CLAIMED = "claimed"
     HELD = "held"
     PAUSED = "paused"
+    LARGE_TRANSACTION = "large_transaction"
     BREAKER = "breaker"
     REPLICATION_GUARD = "replication_guard"
     KUBE_UNREACHABLE = "kube_unreachable"
@@ -86,6 +87,16 @@ RULES: Mapping[Wait, Rule] = {
         True,
         "PodSweeperPausedLong",
         Seen.BOTH,
+    ),
+    Wait.LARGE_TRANSACTION: Rule(
+        "the breaker's transaction rule: one host transaction retired so many that its rows are kept back "
+        "as one batch, neither sent nor charged (the cluster's other rows sweep on)",
+        "an on-call releases the transaction or discards its rows",
+        "look at what retired them (`pod-sweeper status` names the transaction), then `pod-sweeper "
+        "release-transaction ID` (a preview first) or `pod-sweeper discard-transaction ID --reason TEXT`",
+        True,
+        "PodSweeperLargeTransaction",
+        Seen.ROW,
     ),
     Wait.BREAKER: Rule(
         "the blast-radius breaker of its cluster is tripped",
@@ -179,6 +190,7 @@ ROW_ORDER: tuple[Wait, ...] = (
     Wait.CLAIMED,
     Wait.HELD,
     Wait.PAUSED,
+    Wait.LARGE_TRANSACTION,
     Wait.BREAKER,
     Wait.REPLICATION_GUARD,
     Wait.KUBE_UNREACHABLE,

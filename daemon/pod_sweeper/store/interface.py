@@ -13,6 +13,7 @@ The interface names no database library: its rows are ``store.rows``' and its on
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Protocol
 
 from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, ClaimedBatch, Verdict
@@ -79,6 +80,12 @@ class SweepSession(Protocol):
         ...
 
     async def trip_breaker(self, reason: str) -> None: ...
+
+    async def hold_transaction(self, at: datetime, rows: int, reason: str) -> int | None:
+        """Keep the rows of the large host transaction that began ``at`` back as one batch, neither sent
+        nor charged, until an on-call releases it (the breaker's transaction rule); its id, or None when
+        another replica recorded it first."""
+        ...
 
     async def hand_on(self, *, stopping: bool = False) -> None:
         """The wakeup flag no longer names this replica (it is ``stopping``, or holds more than it can

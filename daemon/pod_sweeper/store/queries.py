@@ -67,6 +67,7 @@ CLUSTER_OWNED = (
     "holds",
     "outages",
     "replicas",
+    "large_transactions",
     "rejects",
     "lag",
     "lag_by_cluster",
@@ -106,6 +107,11 @@ SPANS_CLUSTERS: Mapping[str, str] = {
     " open rows and no live replica is the first thing it says)",
     "status_sweepers": _STATUS + "; who sweeps each cluster, a cluster with open rows and no live replica first"
     " (the metrics refresher exports it for every cluster, as cluster_gauges)",
+    "status_large_transactions": _STATUS + "; the metrics refresher exports every cluster's, as cluster_gauges",
+    "large_transaction_rows": "`release-transaction ID` previews the transaction it names, whatever its cluster",
+    "large_transaction_end": "`release-transaction ID` and `discard-transaction ID` act on the transaction they"
+    " name, whatever its cluster (its id is unique)",
+    "large_transaction_prune": "retention is the database's, not a cluster's (as prune)",
     "replica_beat": "a heartbeat also deletes the rows of replicas of any cluster an hour gone (its own cluster's"
     " replicas may all be gone, so no replica of that cluster is left to delete them)",
     "breaker_reset": "`pod-sweeper reset-breaker --all-clusters` closes every tripped breaker (else the one named)",

@@ -86,11 +86,12 @@ class ClaimedBatch:
 
 class LargeTransaction(Exception):
     """A claim found rows of one host transaction at least the breaker's transaction rule allows
-    (``size``: this claim's share and the rows still pending); the claim was rolled back."""
+    (``size``: this claim's share and the rows still pending; ``at``: the transaction's start, which its
+    rows share as their enqueued_at); the claim was rolled back."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, at: datetime) -> None:
         super().__init__(f"one host transaction retired at least {size} executions")
-        self.size = size
+        self.size, self.at = size, at
 
 
 # What the claim itself decides of a claimed row, given the re-check: its Verdict, or None to send it.

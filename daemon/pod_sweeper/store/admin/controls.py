@@ -1,5 +1,6 @@
-"""An on-call's controls and their audit trail (migration 0011): pauses of a scope, holds of a pod,
-and the one row in ``pod_sweeper.audit`` each operator action writes in its own transaction.
+"""An on-call's controls and their audit trail (migration 0011): pauses of a scope, holds of a pod, the
+end of a large host transaction the breaker's rule keeps back (migration 0020), and the one row in
+``pod_sweeper.audit`` each operator action writes in its own transaction.
 
 Every function here that changes something takes the connection of a transaction the caller opened,
 and writes the audit row inside it: the action and its record commit together or not at all. The
@@ -141,3 +142,27 @@ async def prune_audit(conn: Connection, *, keep_seconds: float) -> int:
     how many."""
     row = await (await conn.execute(queries.load("audit_prune"), {"keep": f"{keep_seconds} seconds"})).fetchone()
     return int(row["deleted"]) if row else 0
+
+
+async def large_transactions(conn: Connection) -> list[dict[str, Any]]:
+    """The large host transactions kept back now, oldest found first (``status``, the gauges)."""
+    return [dict(r) for r in await (await conn.execute(queries.load("status_large_transactions"))).fetchall()]
+
+
+async def large_transaction_rows(conn: Connection, transaction: int, *, limit: int) -> list[dict[str, Any]]:
+    """A preview of a large transaction's open rows (``limit`` of them)."""
+    cur = await conn.execute(queries.load("large_transaction_rows"), {"id": transaction, "limit": limit})
+    return [dict(r) for r in await cur.fetchall()]
+
+
+async def end_transaction(conn: Connection, transaction: int, *, how: str, actor: str) -> dict[str, Any] | None:
+    """End a large transaction's wait: ``released`` (its rows go) or ``discarded`` (its pending rows end
+    as done, outcome discarded); its cluster and open rows, or None when it is unknown or ended already."""
+    params = {"id": transaction, "how": how, "actor": actor}
+    row = await (await conn.execute(queries.load("large_transaction_end"), params)).fetchone()
+    return None if row is None else dict(row)
+
+
+async def prune_large_transactions(conn: Connection, *, keep_seconds: float) -> int:
+    """Delete the large transactions ended longer ago than ``keep_seconds``; how many."""
+    return (await conn.execute(queries.load("large_transaction_prune"), {"keep_seconds": keep_seconds})).rowcount

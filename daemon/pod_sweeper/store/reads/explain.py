@@ -89,7 +89,8 @@ async def gather(conn: Connection, text: str) -> Story:
     story.outbox = [dict(r) for r in await (await conn.execute(queries.load("explain_outbox"), params)).fetchall()]
     for row in story.outbox:  # what keeps each row back, as the claim sees it
         where = {"cluster": row["cluster"], "namespace": row["pod_namespace"], "name": row["pod_name"]}
-        cur = await conn.execute(queries.load("explain_keeping"), {**where, "uid": row["pod_uid"]})
+        keys = {"uid": row["pod_uid"], "enqueued_at": row["enqueued_at"]}
+        cur = await conn.execute(queries.load("explain_keeping"), {**where, **keys})
         row["kept"] = [dict(r) for r in await cur.fetchall()]
     ids = [r["id"] for r in story.outbox]
     reasons = await waits.row_reasons(conn, [r["id"] for r in story.outbox if r["status"] in OPEN])

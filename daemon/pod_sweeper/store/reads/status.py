@@ -12,6 +12,7 @@ from typing import Any
 
 from pod_sweeper.core.waits import RULES, Wait
 from pod_sweeper.store import queries
+from pod_sweeper.store.admin import controls as admin_controls
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.reads import replicas, waits
 from pod_sweeper.store.sweep import outbox, rates
@@ -58,6 +59,7 @@ async def read_status(conn: Connection) -> dict[str, Any]:
         "waiting": [
             {**asdict(w), "ends": RULES[Wait(w.reason)].ends, "act": RULES[Wait(w.reason)].act} for w in waiting
         ],
+        "large_transactions": await admin_controls.large_transactions(conn),
         "sweepers": [{**asdict(w), "unswept": w.unswept} for w in sweepers],
         "replicas": [{**asdict(r), "settings": r.settings()} for r in known],
         "disagreements": replicas.disagreements(known),

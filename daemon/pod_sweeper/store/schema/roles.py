@@ -68,6 +68,8 @@ async def runtime_grants(
         # each replica's own row: its heartbeat upserts it, a clean stop marks it, and the heartbeat
         # deletes rows an hour gone (migration 0019)
         sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.replicas TO {}").format(ours, who),
+        # the large transactions a claim finds, their release by an on-call, retention (migration 0020)
+        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.large_transactions TO {}").format(ours, who),
         sql.SQL("GRANT EXECUTE ON FUNCTION {}.enqueue(integer, text, bigint, text, text, uuid, text) TO {}").format(
             ours, who
         ),

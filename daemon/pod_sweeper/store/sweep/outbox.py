@@ -126,7 +126,17 @@ async def _transaction_rule(
     cur = await conn.execute(queries.load("breaker_transaction"), {"cluster": cluster, "keys": keys, "limit": limit})
     for r in await cur.fetchall():
         if (size := shares[r["at"]] + int(r["pending"])) >= limit:
-            raise LargeTransaction(size)
+            raise LargeTransaction(size, r["at"])
+
+
+async def hold_transaction(
+    conn: Connection, *, cluster: str, at: datetime, rows: int, reason: str, who: str
+) -> int | None:
+    """Keep the rows of the host transaction that began ``at`` back as one batch (migration 0020), with
+    its audit row; the id it was given, or None when another replica recorded it first."""
+    params = {"cluster": cluster, "at": at, "rows": rows, "reason": reason, "who": who}
+    row = await (await conn.execute(queries.load("large_transaction_hold"), params)).fetchone()
+    return None if row is None else int(row["id"])
 
 
 async def guard_mark(conn: Connection, *, cluster: str) -> int:

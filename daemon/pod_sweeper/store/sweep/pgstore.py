@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -114,6 +115,11 @@ class OutboxSession:
 
     async def trip_breaker(self, reason: str) -> None:
         await breaker.trip_breaker(self._conn, self._cluster, reason, self._owner)
+
+    async def hold_transaction(self, at: datetime, rows: int, reason: str) -> int | None:
+        return await outbox.hold_transaction(
+            self._conn, cluster=self._cluster, at=at, rows=rows, reason=reason, who=self._owner
+        )
 
     async def hand_on(self, *, stopping: bool = False) -> None:
         await channel.hand_on(self._conn, cluster=self._cluster, owner=self._owner, always=stopping)

@@ -25,12 +25,25 @@ class Arrivals:
 
 
 async def arrivals(
-    conn: Connection, *, cluster: str, window: float, dry_run: bool = False, shadow: Sequence[str] = ()
+    conn: Connection,
+    *,
+    cluster: str,
+    window: float,
+    dry_run: bool = False,
+    shadow: Sequence[str] = (),
+    transaction_rows: int = 0,
 ) -> Arrivals | None:
     """The cluster's arrivals of the last ``window`` seconds that a replica may delete now (none kept by a
-    pause or a hold, none in dry run: everywhere with ``dry_run``, or in the ``shadow`` namespaces); None
-    when it has no breaker row yet."""
-    params = {"cluster": cluster, "window": window, "dry_run": dry_run, "shadow": sorted(shadow) or None}
+    pause or a hold, none in dry run: everywhere with ``dry_run``, or in the ``shadow`` namespaces), and
+    none of a host transaction of ``transaction_rows`` or more (the transaction rule's); None when it has
+    no breaker row yet."""
+    params = {
+        "cluster": cluster,
+        "window": window,
+        "dry_run": dry_run,
+        "shadow": sorted(shadow) or None,
+        "transaction_rows": transaction_rows,
+    }
     row = await (await conn.execute(queries.load("breaker_arrivals"), params)).fetchone()
     if row is None:
         return None

@@ -1,7 +1,8 @@
 """Retention, a side loop of every replica: once a minute, done rows older than
 ``POD_SWEEPER_RETENTION`` are deleted a batch at a time (one replica at a time: the prune lock,
-store/sweep/retention.py), then stale outage reports and the audit trail past
-``POD_SWEEPER_AUDIT_RETENTION``. A pass never holds one of the pool's connections longer than a batch."""
+store/sweep/retention.py), then stale outage reports, the audit trail past
+``POD_SWEEPER_AUDIT_RETENTION`` and the large host transactions an on-call ended before the retention.
+A pass never holds one of the pool's connections longer than a batch."""
 
 from __future__ import annotations
 
@@ -46,3 +47,4 @@ class Retention:
         async with self.pool.connection() as conn:
             await outages.prune_outages(conn)
             await controls.prune_audit(conn, keep_seconds=self.settings.audit_retention.total_seconds())
+            await controls.prune_large_transactions(conn, keep_seconds=keep_seconds)

@@ -98,6 +98,7 @@ class SurgeWatch:
                 window=SURGE_WINDOW,
                 dry_run=self.settings.dry_run,
                 shadow=sorted(self.settings.dry_run_namespaces or ()),
+                transaction_rows=self.rules.transaction_rows,
             )
             if seen is None:
                 return None

@@ -213,6 +213,14 @@ def _set_sweepers(metrics: Metrics, clusters: set[str], sweepers: list[replicas.
         metrics.cluster_no_live_replica.labels(name).set(1 if row.unswept else 0)
 
 
+def _set_large_transactions(metrics: Metrics, clusters: set[str], held: list[dict[str, Any]]) -> None:
+    """The large host transactions each cluster's rows wait in, and those rows (0 where none)."""
+    for name in clusters | {t["cluster"] for t in held}:
+        mine = [t for t in held if t["cluster"] == name]
+        metrics.cluster_large_transactions.labels(name).set(len(mine))
+        metrics.cluster_large_transaction_rows.labels(name).set(sum(t["open_rows"] for t in mine))
+
+
 def _seen(in_force: list[dict[str, Any]], standbys: outbox.GuardLag | None, *, cluster: str) -> dict[Wait, str]:
     """The reasons the refresher reads for this replica's cluster: a pause in force, the guard's hold."""
     seen: dict[Wait, str] = {}
@@ -295,6 +303,7 @@ async def refresh_gauges(
                     _set_waiting_rows(metrics, clusters_seen | {c.cluster for c in by_cluster}, rows_waiting)
                     sweepers = await replicas.sweepers(conn)
                     _set_sweepers(metrics, clusters_seen, sweepers)
+                    _set_large_transactions(metrics, clusters_seen, await controls.large_transactions(conn))
                 else:  # the gauges keep their values; the rest is read as always
                     lag, by_cluster, by_rate = None, None, None
                 in_force = await controls.in_force(conn)

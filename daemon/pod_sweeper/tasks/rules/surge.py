@@ -71,11 +71,12 @@ def _reset(cluster: str) -> str:
 
 
 def transaction_reason(size: int, rules: SurgeRules, cluster: str) -> str:
-    """Why the breaker trips on one host transaction of at least ``size`` rows (those a claim took and
-    those still pending: 'at least', since rows already swept are not counted)."""
+    """Why the transaction rule holds one host transaction of at least ``size`` rows (those a claim took
+    and those still pending: 'at least', since rows already swept are not counted)."""
     return (
         f"cluster {cluster}: one host transaction retired at least {size} executions "
-        f"(POD_SWEEPER_BREAKER_TRANSACTION_ROWS={rules.transaction_rows}); {_reset(cluster)}"
+        f"(POD_SWEEPER_BREAKER_TRANSACTION_ROWS={rules.transaction_rows}); check what retired them, then "
+        "`pod-sweeper release-transaction ID` or `pod-sweeper discard-transaction ID --reason TEXT`"
     )
 
 
