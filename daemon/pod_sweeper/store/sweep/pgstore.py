@@ -122,7 +122,7 @@ class OutboxSession:
 class OutboxStore:
     """The outbox in PostgreSQL for one replica of one cluster: a session per pooled connection. It keeps
     the attachments the last claim's re-check read rows through (the start-up's, until a row names one
-    it did not have), and where its claims read the claim index from (store/cursor.py). ``due_horizon``:
+    it did not have), and where its claims read the claim index from (store/sweep/cursor.py). ``due_horizon``:
     how far ahead ``next_due`` looks (the caller's longest sleep, its poll interval); ``guard``: the
     standbys the replication guard names, whose held rows ``next_due`` does not count as due."""
 

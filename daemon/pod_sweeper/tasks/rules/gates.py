@@ -252,8 +252,8 @@ class BreakerGate:
 
 class SchemaGate:
     """Whether this release may run on the schema the database has now, as the schema watch last read
-    it (tasks/process/runner.py): a newer release's migration that declares this one too old, or a schema gone
-    behind, closes it. Closed, the claimer claims nothing and readiness says why. Owns
+    it (tasks/loops/schema_watch.py): a newer release's migration that declares this one too old, or a
+    schema gone behind, closes it. Closed, the claimer claims nothing and readiness says why. Owns
     ``pod_sweeper_schema_incompatible``. ``reason`` is replaced whole; ``opened`` is the loop's alone."""
 
     def __init__(self, gauge: Gauge | None = None) -> None:
