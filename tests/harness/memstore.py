@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from harness.clock import FakeClock
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.store.interface import StoreError
-from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, Claim, ClaimedBatch, Verdict
-from pod_sweeper.store.sweep.recheck import Recheck
+from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, Claim, ClaimedBatch, Recheck, Verdict
 
 BREAKER_WINDOW_SECONDS = 60.0
 

@@ -5,7 +5,11 @@ in-memory store (held to the real one by tests/integration/test_store_contract.p
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -444,3 +448,13 @@ def test_the_fake_clock_stands_still_until_moved() -> None:
     assert r.clock() == before + 5
     with pytest.raises(ValueError):
         r.clock.advance(-1)
+
+
+def test_the_memory_store_loads_no_database_library() -> None:
+    """The in-memory store stands on store.rows and store.interface alone: imported in a fresh
+    interpreter, it brings in neither psycopg nor its pool (the pipeline's tasks it drives may)."""
+    program = "import sys, harness.memstore; print(sorted(m for m in sys.modules if m.startswith('psycopg')))"
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(tests)}
+    ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, check=True)
+    assert ran.stdout.strip() == "[]", ran.stdout

@@ -16,8 +16,7 @@ import pytest
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Outcome, Result, Status, exhausted
 from pod_sweeper.kube.answer import Answer
-from pod_sweeper.store.rows import Claim, Verdict
-from pod_sweeper.store.sweep.recheck import Recheck
+from pod_sweeper.store.rows import Claim, Recheck, Verdict
 from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.rules.gates import Refusal
 from pod_sweeper.tasks.rules.verdicts import CONFIRM_MARGIN_SECONDS, Policy, Sent, decide

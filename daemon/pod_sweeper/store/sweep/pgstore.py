@@ -6,7 +6,7 @@ connection, bound to one cluster and one replica, keeping what a replica carries
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
@@ -15,10 +15,9 @@ import psycopg
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.interface import StoreError
-from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, ClaimedBatch, Verdict
+from pod_sweeper.store.rows import Arming, AtClaim, AttachedTable, BreakerWindow, ClaimedBatch, Verdict
 from pod_sweeper.store.sweep import breaker, channel, outbox
 from pod_sweeper.store.sweep.cursor import ClaimCursor
-from pod_sweeper.store.sweep.recheck import Attachment
 
 if TYPE_CHECKING:  # the daemon's pool, named in OutboxStore's signature: a one-shot command never imports it
     from psycopg_pool import AsyncConnectionPool
@@ -132,7 +131,7 @@ class OutboxStore:
         *,
         cluster: str,
         replica: str,
-        attachments: dict[int, Attachment],
+        attachments: Mapping[int, AttachedTable],
         due_horizon: float = 86_400.0,
         guard: list[str] | None = None,
     ) -> None:
