@@ -158,7 +158,7 @@ def statements_in(path: Path) -> list[str]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr):
-            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            text = "".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             text = node.value
         else:
