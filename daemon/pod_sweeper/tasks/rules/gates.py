@@ -77,14 +77,6 @@ class AuthGate:
             gauge.set_function(lambda: 1.0 if self.refusing else 0.0)
 
     @property
-    def failures(self) -> int:
-        return self._state.failures
-
-    @property
-    def blocked_until(self) -> float:
-        return self._state.blocked_until
-
-    @property
     def error(self) -> str | None:
         return self._state.error
 
