@@ -99,7 +99,8 @@ def test_server_restart_mid_drain(cluster: ThrowawayCluster, seeded: str, kube: 
         wait_until(lambda: done(seeded) >= 50, timeout=30, what="the drain to be under way")
         cluster.restart(mode="fast")
         wait_until(lambda: done(seeded) == ROWS, timeout=60, what="every row done after the restart")
-        assert daemon.daemon.metrics.value("pod_sweeper_db_errors_total") >= 1 or daemon.daemon.listener.reconnects
+        value = daemon.daemon.metrics.value
+        assert value("pod_sweeper_db_errors_total") >= 1 or value("pod_sweeper_listener_reconnects_total") >= 1
     assert_every_row_done_once(seeded, kube, "database restart mid-drain")
 
 

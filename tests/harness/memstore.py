@@ -13,7 +13,8 @@ history's columns beyond the result.
 What a test may look at or arrange: ``rows`` (by id), ``writes`` (every ``record_results`` call's
 ids, in order), ``activate`` (a generation active again: the re-check finds it), ``fail`` (the next
 calls of a method raise a database error), ``arm_refusals``, ``claim_answers`` (a claim's rows are
-taken, and its answer comes back only once the event is set: a commit whose answer is still on its way).
+taken, and its answer comes back only once the event is set: a commit whose answer is still on its way),
+``record_waits`` (a write begins, and goes on only once the event is set: a writer inside its write).
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ from datetime import datetime
 from harness.clock import FakeClock
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.store.interface import StoreError
-from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, Claim, ClaimedBatch, Verdict
-from pod_sweeper.store.sweep.recheck import Recheck
+from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, Claim, ClaimedBatch, Recheck, Verdict
 
 BREAKER_WINDOW_SECONDS = 60.0
 
@@ -70,6 +70,7 @@ class MemoryStore:
         self.claims = 0  # claim statements run
         self.tripped: str | None = None
         self.claim_answers: asyncio.Event | None = None  # set: a claim's answer waits for it
+        self.record_waits: asyncio.Event | None = None  # set: a record_results call waits for it to go on
         self._active: set[tuple[str, int]] = set()
         self._failing: dict[str, int] = {}
         self._deleted_at: list[tuple[float, str]] = []  # (when, namespace): the breaker's window
@@ -189,6 +190,8 @@ class MemorySession:
         return 0
 
     async def record_results(self, verdicts: list[Verdict]) -> set[int]:
+        if self._store.record_waits is not None:  # a writer inside its write, held there
+            await self._store.record_waits.wait()
         self._store._maybe_fail("record_results")
         self._store.writes.append([verdict.id for verdict in verdicts])
         return self._record(verdicts)

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from helpers import DaemonThread, outbox, run, settings_for, wait_until
 from pod_sweeper.cli import status_text

@@ -5,7 +5,7 @@ pagination, and the daemon reaping what the outbox never heard of."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,8 +16,10 @@ from helpers import DaemonThread, outbox, run, settings_for, wait_until
 from pod_sweeper.cli import status_text
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import DEFAULT_CLUSTER, Settings
+from pod_sweeper.kube.answer import Answer
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
+from pod_sweeper.kube.interface import PodKube, PodPage, PodState
 from pod_sweeper.store import db
 from pod_sweeper.store.reads import status
 from pod_sweeper.store.sweep import quarantine
@@ -63,14 +65,41 @@ def suspects(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
     return {r["pod_name"]: r for r in rows}
 
 
+class RacingKube:
+    """The real client (a ``PodKube``), with a hook that runs around each GET of a pod: a race staged
+    between the list and the GET, or between the GET and the database read."""
+
+    def __init__(self, real: KubeClient, around_get: Callable[[str, Callable[[], PodState | None]], PodState | None]):
+        self.real, self.around_get = real, around_get
+
+    def pod_state(self, namespace: str, name: str, *, timeout: float) -> PodState | None:
+        return self.around_get(name, lambda: self.real.pod_state(namespace, name, timeout=timeout))
+
+    def list_pods(
+        self, namespace: str, label_selector: str, *, limit: int, continue_token: str | None, timeout: float
+    ) -> PodPage:
+        return self.real.list_pods(
+            namespace, label_selector, limit=limit, continue_token=continue_token, timeout=timeout
+        )
+
+    def node_exists(self, name: str, *, timeout: float) -> bool:
+        return self.real.node_exists(name, timeout=timeout)
+
+    def force_delete(self, namespace: str, name: str, uid: str, *, timeout: float) -> Answer:
+        return self.real.force_delete(namespace, name, uid, timeout=timeout)
+
+
 @contextlib.asynccontextmanager
-async def reconciler(settings: Settings) -> AsyncIterator[Reconciler]:
+async def reconciler(
+    settings: Settings, around_get: Callable[[str, Callable[[], PodState | None]], PodState | None] | None = None
+) -> AsyncIterator[Reconciler]:
     kube_client = KubeClient(load_configuration(settings.kubeconfig, None, pool_size=2))
+    kube: PodKube = RacingKube(kube_client, around_get) if around_get else kube_client
     pool = db.make_pool(settings, max_size=2)
     await pool.open(wait=True, timeout=10)
     try:
         metrics = Metrics()
-        yield Reconciler(settings, pool, kube_client, metrics, OutageWatch(settings, pool, kube_client, metrics))
+        yield Reconciler(settings, pool, kube, metrics, OutageWatch(settings, pool, kube_client, metrics))
     finally:
         await pool.close()
         kube_client.close()
@@ -123,22 +152,23 @@ def test_a_suspect_replaced_or_reactivated_before_confirmation_is_not_enqueued(
     labelled(kube, "revived", "revived", "1")
     execution(execs, "revived", uid=None, active=False)
 
+    racing = False  # the first pass only makes the suspects
+
+    def around_get(name: str, get: Callable[[], PodState | None]) -> PodState | None:
+        if racing and name == "swapped":  # between the list and the GET, a new pod takes the name
+            kube.remove_pod(NS, "swapped")
+            labelled(kube, "swapped", "swapped", "1")
+        state = get()
+        if racing and name == "revived":  # between the GET and the database read, the generation comes back
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                conn.execute("UPDATE executions SET active = true WHERE sandbox_id = 'revived'")
+        return state
+
     async def scenario() -> Any:
-        async with reconciler(reconcile_settings(db_url, kube, reconcile_quarantine=0.001)) as r:
+        nonlocal racing
+        async with reconciler(reconcile_settings(db_url, kube, reconcile_quarantine=0.001), around_get) as r:
             await r.pass_once()
-            real = r.kube.pod_state
-
-            def racing_pod_state(namespace: str, name: str, *, timeout: float) -> Any:
-                if name == "swapped":  # between the list and the GET, a new pod takes the name
-                    kube.remove_pod(NS, "swapped")
-                    labelled(kube, "swapped", "swapped", "1")
-                state = real(namespace, name, timeout=timeout)
-                if name == "revived":  # between the GET and the database read, the generation comes back
-                    with psycopg.connect(db_url, autocommit=True) as conn:
-                        conn.execute("UPDATE executions SET active = true WHERE sandbox_id = 'revived'")
-                return state
-
-            r.kube.pod_state = racing_pod_state  # type: ignore[method-assign]
+            racing = True
             return await r.pass_once()
 
     result = run(scenario())

@@ -324,7 +324,12 @@ def test_killed_listener_backend_still_drains_and_reconnects(
         )
         retire(execs, "a")
         wait_until(lambda: finished(execs, "a"), timeout=10, what="the poll to drain without the listener")
-        wait_until(lambda: listener.reconnects >= 1 and listener.healthy, timeout=10, what="the listener to return")
+        reconnects = daemon.daemon.metrics.value
+        wait_until(
+            lambda: reconnects("pod_sweeper_listener_reconnects_total") >= 1 and listener.healthy,
+            timeout=10,
+            what="the listener to return",
+        )
         started = time.monotonic()
         retire(execs, "b")
         wait_until(lambda: finished(execs, "b"), timeout=5)

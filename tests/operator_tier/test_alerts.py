@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from helpers import DaemonThread, daemon_settings, http_get, wait_until
 from operator_tier.tools import TARGET_LABELS, require

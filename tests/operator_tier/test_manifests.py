@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from operator_tier.tools import require
 

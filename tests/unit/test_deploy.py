@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings

@@ -34,11 +34,14 @@ def test_the_auth_gate_closes_longer_with_each_refusal_and_opens_on_an_answer() 
     clock.now += first
     assert gate.open and gate.wait() == 0
     assert gate.refusing is not None  # open again, but still refused until Kubernetes answers
-    gate.refused(Answer.of(401, "Unauthorized", "401 Unauthorized"))
-    assert gate.failures == 2 and "credentials" in (gate.error or "")
+    gate.refused(Answer.of(401, "Unauthorized", "401 Unauthorized"))  # the second in a row: up to 2 s
+    third = gate.refused(Answer.of(401, "Unauthorized", "401 Unauthorized")).delay
+    assert third >= 2.0 > first and "credentials" in (gate.error or "")  # the third: between 2 and 4 s
     gate.answered()
-    clock.now = gate.blocked_until
-    assert gate.open and gate.refusing is None and gate.failures == 0
+    clock.now += gate.wait()
+    assert gate.open and gate.refusing is None
+    after_an_answer = gate.refused(Answer.of(401, "Unauthorized", "401 Unauthorized")).delay
+    assert after_an_answer <= first  # the count of refusals in a row started over
 
 
 def test_the_breaker_budget() -> None:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pod_sweeper.kube.api import PodState
+from pod_sweeper.kube.interface import PodState
 
 
 def test_a_whole_pod() -> None:

@@ -1,6 +1,6 @@
 """The SQL's one owner: every statement in ``sql/`` is loaded by some caller, and every caller passes
-exactly the parameters its statement names; the lock key baked into a migration is the one the code
-uses."""
+exactly the parameters its statement names; a module that writes a statement of its own is one
+queries.py lists with its reason; the lock key baked into a migration is the one the code uses."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ from pod_sweeper.store import queries
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "daemon" / "pod_sweeper"
 _PARAM = re.compile(r"%\((\w+)\)s")
+# The start of a statement in a string literal (an HTTP verb alone, 'DELETE', is not one).
+_STATEMENT = re.compile(
+    r"^\s*(?:SELECT\s|INSERT\s+INTO\s|UPDATE\s+\S+\s+SET\s|DELETE\s+FROM\s|SET\s+\w|SHOW\s|CREATE\s|ALTER\s"
+    r"|DROP\s|GRANT\s|REVOKE\s|LISTEN\s|NOTIFY\s|WITH\s+\w+\s+AS\s|TRUNCATE\s|COPY\s|LOCK\s|DO\s)"
+)
 # Helpers of queries.py that build a statement's parameters, and the names they give.
 _BUILDERS = {"notify_params": {"channel", "payload"}}
 
@@ -137,3 +142,43 @@ def test_every_statement_on_a_clusters_rows_names_the_cluster_or_says_why_it_spa
     assert {"confirm_claim", "reopen_dry_run", "record_results", "reconcile_forget"} <= touching - set(
         queries.SPANS_CLUSTERS
     )
+
+
+def statements_in(path: Path) -> list[str]:
+    """The statements a module writes itself: its string literals (f-strings' fixed parts joined) that
+    begin as SQL does, docstrings aside."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            text = node.value
+        else:
+            continue
+        if _STATEMENT.match(text):
+            found.append(text)
+    return found
+
+
+def test_every_module_that_writes_its_own_statement_is_listed_with_its_reason() -> None:
+    writers = {str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py")) if statements_in(path)}
+    listed = set(queries.STATEMENTS_ELSEWHERE)
+    assert writers == listed, (
+        f"write these in sql/ or list them in queries.STATEMENTS_ELSEWHERE: {sorted(writers - listed)};"
+        f" listed but writing none: {sorted(listed - writers)}"
+    )
+    assert all(reason.strip() for reason in queries.STATEMENTS_ELSEWHERE.values())
+
+
+def test_the_statement_finder_tells_sql_from_an_http_verb() -> None:
+    assert statements_in(PACKAGE / "store/db.py") and not statements_in(PACKAGE / "kube/api.py")
+    assert _STATEMENT.match("SELECT 1") and _STATEMENT.match("UPDATE t SET a = 1")
+    assert not _STATEMENT.match("DELETE") and not _STATEMENT.match("SELECTED rows")

@@ -222,9 +222,8 @@ def test_a_rotation_between_two_threads_never_leaves_the_old_token_in_use(tmp_pa
 
     configuration = Configuration()
     _kubelet_writes(tmp_path, "first", 1)
-    hook = TokenFile(tmp_path / "token")
     # B waiting for the lock A holds counts as its arrival too: A then writes, and B reads after it.
-    hook._lock = _WatchedLock(b_arrived)  # type: ignore[assignment]
+    hook = TokenFile(tmp_path / "token", lock=_WatchedLock(b_arrived))
     errors: list[BaseException] = []
     a = _start("A", lambda: hook(configuration), errors, a_done)
     _wait(a_has_the_old_token, "A with the first token in hand")

@@ -5,8 +5,14 @@ in-memory store (held to the real one by tests/integration/test_store_contract.p
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 import pytest
 
@@ -17,6 +23,9 @@ from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.sweep import recorder as recorder_module
 from pod_sweeper.tasks.sweep.sender import LEASE_MARGIN_SECONDS, MAX_CHUNK, MIN_REQUEST_SECONDS
 from unit.sweep_kit import Rig, ScriptedKube, held, rig, running, until
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def go(coro: Any) -> Any:
@@ -107,17 +116,26 @@ def test_a_failed_claim_is_retried_with_backoff_and_counted() -> None:
 # --- the sender --------------------------------------------------------------------------------------
 
 
+class CountingThreads(ThreadPoolExecutor):
+    """The sender's threads, counting the rows of each chunk handed to them."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(max_workers=workers, thread_name_prefix="pod-delete")
+        self.sizes: list[int] = []
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        chunk = args[0]
+        assert isinstance(chunk, list)
+        self.sizes.append(len(chunk))
+        return super().submit(fn, *args, **kwargs)
+
+
 def chunk_sizes(r: Rig) -> list[int]:
-    """Spy on the sender's hand-offs to its threads: the size of each chunk."""
-    sizes: list[int] = []
-    send = r.sweeper.sender._send
-
-    def spy(chunk: list[Any]) -> Any:
-        sizes.append(len(chunk))
-        return send(chunk)
-
-    r.sweeper.sender._send = spy  # type: ignore[method-assign]
-    return sizes
+    """The size of each chunk the sender hands to its threads, in order."""
+    r.sweeper.sender.threads.shutdown()  # never used yet: no thread to wait for
+    counting = CountingThreads(r.sweeper.settings.concurrency)
+    r.sweeper.sender.threads = counting
+    return counting.sizes
 
 
 def sweep_until_done(r: Rig, n: int) -> None:
@@ -257,29 +275,7 @@ def test_two_writers_at_once_write_each_verdict_once() -> None:
     for claim in claimed(r, 10):
         r.sweeper.pipeline.conclude(Verdict(claim.id, claim.epoch, Result.DELETED, http_status=200))
     writing = asyncio.Event()
-    store_record = r.store.session
-
-    def slow_session() -> Any:
-        session_cm = store_record()
-
-        class Slow:
-            async def __aenter__(self) -> Any:
-                session = await session_cm.__aenter__()
-                record = session.record_results
-
-                async def record_results(verdicts: list[Verdict]) -> set[int]:
-                    await writing.wait()  # the first writer is inside its write when the second comes
-                    return await record(verdicts)
-
-                session.record_results = record_results
-                return session
-
-            async def __aexit__(self, *exc: object) -> None:
-                await session_cm.__aexit__(*exc)
-
-        return Slow()
-
-    r.store.session = slow_session  # type: ignore[method-assign]
+    r.store.record_waits = writing  # the first writer is inside its write when the second comes
 
     async def scenario() -> None:
         first = asyncio.ensure_future(r.sweeper.recorder.flush())
@@ -444,3 +440,13 @@ def test_the_fake_clock_stands_still_until_moved() -> None:
     assert r.clock() == before + 5
     with pytest.raises(ValueError):
         r.clock.advance(-1)
+
+
+def test_the_memory_store_loads_no_database_library() -> None:
+    """The in-memory store stands on store.rows and store.interface alone: imported in a fresh
+    interpreter, it brings in neither psycopg nor its pool (the pipeline's tasks it drives may)."""
+    program = "import sys, harness.memstore; print(sorted(m for m in sys.modules if m.startswith('psycopg')))"
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(tests)}
+    ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, check=True)
+    assert ran.stdout.strip() == "[]", ran.stdout

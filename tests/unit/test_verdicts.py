@@ -16,8 +16,7 @@ import pytest
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Outcome, Result, Status, exhausted
 from pod_sweeper.kube.answer import Answer
-from pod_sweeper.store.rows import Claim, Verdict
-from pod_sweeper.store.sweep.recheck import Recheck
+from pod_sweeper.store.rows import Claim, Recheck, Verdict
 from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.rules.gates import Refusal
 from pod_sweeper.tasks.rules.verdicts import CONFIRM_MARGIN_SECONDS, Policy, Sent, decide
@@ -38,19 +37,21 @@ def sent(answer: Answer) -> Sent:
     return Sent(datetime.now(UTC), 0.0, 0.01, answer)
 
 
-def after(answer: Answer, **kwargs: object) -> Callable[[Claim], Verdict]:
-    """The row's end after its DELETE came back with ``answer``."""
-    return lambda c: decide(c, sent(answer), POLICY, **kwargs)  # type: ignore[arg-type]
+def after(
+    answer: Answer, *, unreachable: str | None = None, refusal: Refusal | None = None
+) -> Callable[[Claim], Verdict]:
+    """The row's end after its DELETE came back with ``answer`` (and what the gates said of it)."""
+    return lambda c: decide(c, sent(answer), POLICY, unreachable=unreachable, refusal=refusal)
 
 
 def refused(status: int) -> Callable[[Claim], Verdict]:
     return after(Answer.of(status, "Refused", f"{status} Refused"), refusal=Refusal(4.0, "refused"))
 
 
-def at_the_claim(recheck: Recheck, **claim_kw: object) -> Callable[[Claim], Verdict]:
+def at_the_claim(recheck: Recheck, *, lease_expired_from: str | None = None) -> Callable[[Claim], Verdict]:
     def end(c: Claim) -> Verdict:
-        if claim_kw:
-            c = claim(c.attempts, **claim_kw)  # type: ignore[arg-type]
+        if lease_expired_from is not None:
+            c = claim(c.attempts, lease_expired_from=lease_expired_from)
         verdict = verdicts.at_claim(c, recheck, POLICY)
         assert verdict is not None
         return verdict

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
 import urllib3
@@ -26,46 +24,9 @@ from loguru import logger
 
 from pod_sweeper.kube.answer import Answer, Said
 from pod_sweeper.kube.errors import KubeError
-from pod_sweeper.kube.interface import PodEvent
-
-
-@dataclass(frozen=True)
-class PodState:
-    """What the daemon reads of a pod (from a GET or a list), parsed from the raw JSON."""
-
-    uid: str
-    node_name: str | None
-    namespace: str = ""
-    name: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-    created: datetime | None = None
-    deleting: bool = False  # deletionTimestamp set: the pod is already terminating
-
-    @classmethod
-    def from_json(cls, pod: Mapping[str, Any]) -> PodState:
-        metadata = pod.get("metadata") or {}
-        try:
-            created = datetime.fromisoformat(metadata["creationTimestamp"])
-        except (KeyError, TypeError, ValueError):
-            created = None  # of unknown age: the reconciliation pass never touches it
-        return cls(
-            uid=str(metadata.get("uid")),
-            node_name=(pod.get("spec") or {}).get("nodeName"),
-            namespace=str(metadata.get("namespace") or ""),
-            name=str(metadata.get("name") or ""),
-            labels=dict(metadata.get("labels") or {}),
-            created=created,
-            deleting=bool(metadata.get("deletionTimestamp")),
-        )
-
+from pod_sweeper.kube.interface import PodEvent, PodPage, PodState
 
 EVENT_COMPONENT = "pod-sweeper"
-
-
-@dataclass(frozen=True)
-class PodPage:
-    pods: list[PodState]
-    continue_token: str | None  # None: this was the last page
 
 
 def _retry_after(exc: ApiException) -> float | None:

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -95,10 +96,11 @@ class TokenFile:
     after its token, so a thread that finds its file there finds that token, or a newer one, in use.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, lock: AbstractContextManager[object] | None = None) -> None:
+        """``lock``: the lock of that rule (a new ``threading.Lock`` unless a test watches its own)."""
         self.path = path
         self._seen: tuple[int, int, int] | None = None
-        self._lock = threading.Lock()
+        self._lock = lock if lock is not None else threading.Lock()
 
     def __call__(self, configuration: Any) -> None:
         try:

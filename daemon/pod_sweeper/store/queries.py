@@ -1,12 +1,11 @@
-"""Owner of every fixed SQL statement the daemon and the CLI run: each lives in ``sql/*.sql``, loaded
-by name, so that DBAs can read (and EXPLAIN) exactly what runs; read-only queries meant for people
-live in ``sql/dba/``. Also the channel's name and the advisory lock keys.
+"""Owner of the daemon's and the CLI's fixed SQL statements: each lives in ``sql/*.sql``, loaded by
+name, so that DBAs can read (and EXPLAIN) exactly what runs; read-only queries meant for people live in
+``sql/dba/``. Also the channel's name and the advisory lock keys.
 
-Statements that name a host's own tables and columns cannot be fixed files: they are composed, always
-through ``psycopg.sql.Identifier`` with values as parameters, by the module that owns those names:
-store/admin/attach.py (the trigger and its function), store/admin/enqueue_rule.py and
-store/admin/backfill.py (the enqueue rule), store/sweep/recheck.py and store/reads/explain.py (reads of
-the host's table), store/schema/roles.py (grants to a role named on the command line).
+The modules that write a statement of their own are listed in ``STATEMENTS_ELSEWHERE``, each with its
+reason; tests/unit/test_queries.py holds the list to the code, both ways. Most name a host's own tables
+and columns, which no fixed file can: those are composed, always through ``psycopg.sql.Identifier`` with
+values as parameters.
 """
 
 from __future__ import annotations
@@ -52,6 +51,25 @@ def listen(*, cluster: str) -> sql.Composed:
     """``LISTEN`` on the cluster's channel (a name, so composed rather than parameterised)."""
     return sql.SQL("LISTEN {}").format(sql.Identifier(channel(cluster=cluster)))
 
+
+_HOST_TABLE = "reads of the host's own table, whose names are composed"
+STATEMENTS_ELSEWHERE: Mapping[str, str] = {
+    "store/admin/attach.py": "the trigger and its function on the host's table (composed), the catalog reads of"
+    " its columns, and the attachments row written in the same transaction as that trigger",
+    "store/admin/backfill.py": "the enqueue of the host's retired rows, composed from the enqueue rule, and the"
+    " counts of what that very transaction enqueued and rejected (its now()), run beside it",
+    "store/db.py": "the idle-in-transaction timeout each transaction (or a direct session) sets: part of the"
+    " connection, under every statement, not one a caller runs",
+    "store/queries.py": "LISTEN names the cluster's channel, an identifier, so it is composed (listen())",
+    "store/reads/explain.py": _HOST_TABLE,
+    "store/reads/waits.py": "the per-cluster count wraps sql/row_waits.sql as a subquery, so that explain and"
+    " status read one statement",
+    "store/schema/roles.py": "grants to a role named on the command line (composed)",
+    "store/sweep/recheck.py": _HOST_TABLE,
+    "cli/demo.py": "the demo's own database and its stand-in host application's writes, not pod-sweeper's",
+    "testing/reference.py": "the reference host table's DDL: the host's schema (the demo's and the tests'),"
+    " not pod-sweeper's",
+}
 
 # The tables and views whose rows belong to one Kubernetes cluster. A statement under sql/ that reads or
 # writes one of them names its cluster (a ``%(cluster)s`` parameter), or is listed in SPANS_CLUSTERS

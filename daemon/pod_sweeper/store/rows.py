@@ -1,22 +1,51 @@
 """The rows the sweep pipeline holds and the store writes, as data: a claimed row (``Claim``), how its
 round ends (``Verdict``, with the request behind it, ``Attempt``), what one claim took (``ClaimedBatch``),
-what the claim itself decides (``AtClaim``), the breaker's window as a claim reads it, and what arming
-the wakeup flag found (``Arming``). The store's
-interface, the answer table (tasks/rules) and both stores import them from here; nothing here does I/O."""
+what the claim itself decides (``AtClaim``) from what the re-check found (``Recheck``, through the host
+tables attached, ``AttachedTable``), the breaker's window as a claim reads it, and what arming the wakeup
+flag found (``Arming``). The store's interface, the answer table (tasks/rules) and both stores import
+them from here; nothing here does I/O, and nothing here imports a database library, even indirectly
+(an import-linter contract, pyproject.toml)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import TYPE_CHECKING
 from uuid import UUID
 
 from pod_sweeper.core.states import Outcome, Result, Status
 
-if TYPE_CHECKING:  # the re-check's result, named in AtClaim (a data type of the sweep store's re-check)
-    from pod_sweeper.store.sweep.recheck import Attachment, Recheck
+
+@dataclass(frozen=True)
+class AttachedTable:
+    """A host table attached (its row of ``pod_sweeper.attachments``), as data: which of its columns play
+    which role, and its key columns' types (None once a key column or the table is gone). The statements
+    that read the table through it are store/sweep/recheck.py's, whose ``Attachment`` adds the table's
+    name as SQL."""
+
+    id: int
+    schema: str
+    table: tuple[str, str]  # schema, name
+    columns: dict[str, str]
+    sandbox_id_type: str | None
+    generation_type: str | None
+    cluster: str  # every row's, unless columns maps a "cluster" column
+
+    @property
+    def present(self) -> bool:
+        return self.sandbox_id_type is not None and self.generation_type is not None
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """What the claim-time re-check found: the rows whose generation is active again, those it could not
+    check (with why), and the attachments it read them through (loaded again when a row named one the
+    caller did not have: the caller keeps these, its own map is never changed)."""
+
+    active: frozenset[int]  # outbox ids whose execution row is active again: never delete
+    unknown: dict[int, str]  # outbox ids that could not be checked, with why: retry later
+    attachments: Mapping[int, AttachedTable]
 
 
 @dataclass(frozen=True)
@@ -76,7 +105,7 @@ class ClaimedBatch:
 
     to_send: list[Claim]
     decided: list[tuple[Claim, Verdict]]
-    attachments: dict[int, Attachment]  # the attachments the re-check read the rows through
+    attachments: Mapping[int, AttachedTable]  # the attachments the re-check read the rows through
 
     @property
     def taken(self) -> int:
@@ -95,7 +124,7 @@ class LargeTransaction(Exception):
 
 
 # What the claim itself decides of a claimed row, given the re-check: its Verdict, or None to send it.
-AtClaim = Callable[[Claim, "Recheck"], "Verdict | None"]
+AtClaim = Callable[[Claim, Recheck], "Verdict | None"]
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import Counter
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,9 +25,9 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Status
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.rows import Arming, AtClaim, Claim, ClaimedBatch, LargeTransaction, Verdict
+from pod_sweeper.store.rows import Arming, AtClaim, AttachedTable, Claim, ClaimedBatch, LargeTransaction, Verdict
 from pod_sweeper.store.sweep.cursor import START, ClaimCursor
-from pod_sweeper.store.sweep.recheck import Attachment, recheck
+from pod_sweeper.store.sweep.recheck import recheck
 
 # The daemon's claims leave a wakeup flag armed this recently as it is (sql/claim.sql): at most two
 # writes of the flag's row every 10 s under steady churn, and retires NOTIFY for at most 10 s of a drain.
@@ -44,7 +45,7 @@ async def claim(
     owner: str,
     batch: int,
     lease_seconds: float,
-    attachments: dict[int, Attachment],
+    attachments: Mapping[int, AttachedTable],
     disarm: bool,
     at_claim: AtClaim,
     guard: list[str] | None = None,

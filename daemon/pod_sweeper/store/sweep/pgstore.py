@@ -6,7 +6,7 @@ connection, bound to one cluster and one replica, keeping what a replica carries
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -16,10 +16,9 @@ import psycopg
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.interface import StoreError
-from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, ClaimedBatch, Verdict
+from pod_sweeper.store.rows import Arming, AtClaim, AttachedTable, BreakerWindow, ClaimedBatch, Verdict
 from pod_sweeper.store.sweep import breaker, channel, outbox
 from pod_sweeper.store.sweep.cursor import ClaimCursor
-from pod_sweeper.store.sweep.recheck import Attachment
 
 if TYPE_CHECKING:  # the daemon's pool, named in OutboxStore's signature: a one-shot command never imports it
     from psycopg_pool import AsyncConnectionPool
@@ -128,7 +127,7 @@ class OutboxSession:
 class OutboxStore:
     """The outbox in PostgreSQL for one replica of one cluster: a session per pooled connection. It keeps
     the attachments the last claim's re-check read rows through (the start-up's, until a row names one
-    it did not have), and where its claims read the claim index from (store/cursor.py). ``due_horizon``:
+    it did not have), and where its claims read the claim index from (store/sweep/cursor.py). ``due_horizon``:
     how far ahead ``next_due`` looks (the caller's longest sleep, its poll interval); ``guard``: the
     standbys the replication guard names, whose held rows ``next_due`` does not count as due."""
 
@@ -138,7 +137,7 @@ class OutboxStore:
         *,
         cluster: str,
         replica: str,
-        attachments: dict[int, Attachment],
+        attachments: Mapping[int, AttachedTable],
         due_horizon: float = 86_400.0,
         guard: list[str] | None = None,
     ) -> None:

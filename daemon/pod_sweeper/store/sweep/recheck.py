@@ -11,8 +11,8 @@ is there an active row, only retired rows, or no row at all.
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, LiteralString, cast
@@ -23,31 +23,41 @@ from psycopg import sql
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
+from pod_sweeper.store.rows import AttachedTable
+
+# What the re-check finds is store/rows.py's (data, no database library there); named here too, where the
+# claimer reads it from.
+from pod_sweeper.store.rows import Recheck as Recheck
 
 
 @dataclass(frozen=True)
-class Attachment:
-    id: int
-    schema: str
-    table: tuple[str, str]  # schema, name
-    columns: dict[str, str]
-    sandbox_id_type: str | None
-    generation_type: str | None
-    cluster: str  # every row's, unless columns maps a "cluster" column
+class Attachment(AttachedTable):
+    """An attached host table as ``load_attachments`` reads it: the data (``rows.AttachedTable``) and the
+    table's name as SQL."""
 
     @property
     def identifier(self) -> sql.Identifier:
         """The host table's name, for statements without parameters (see ``queries.name_in_parameterized``)."""
         return sql.Identifier(*self.table)
 
-    @functools.cached_property
-    def active_query(self) -> sql.SQL:
-        """The re-check's statement for this table, composed once (a claim runs it every time)."""
-        return sql.SQL(cast(LiteralString, _active_query(self).as_string()))  # type: ignore[redundant-cast]
 
-    @property
-    def present(self) -> bool:
-        return self.sandbox_id_type is not None and self.generation_type is not None
+# The re-check's statement of each attachment as loaded (its id, table, columns and key types): composed
+# once, since a claim runs it every time. Attachments are few and rarely change.
+_ACTIVE: dict[tuple[object, ...], sql.SQL] = {}
+
+
+def active_query(attachment: AttachedTable) -> sql.SQL:
+    """The re-check's statement for this table."""
+    key = (
+        attachment.id,
+        attachment.table,
+        tuple(sorted(attachment.columns.items())),
+        attachment.sandbox_id_type,
+        attachment.generation_type,
+    )
+    if (query := _ACTIVE.get(key)) is None:
+        query = _ACTIVE[key] = sql.SQL(cast(LiteralString, _active_query(attachment).as_string()))  # type: ignore[redundant-cast]
+    return query
 
 
 async def load_attachments(conn: Connection) -> dict[int, Attachment]:
@@ -66,7 +76,7 @@ async def load_attachments(conn: Connection) -> dict[int, Attachment]:
     }
 
 
-def host_names(attachment: Attachment) -> dict[str, sql.Composable]:
+def host_names(attachment: AttachedTable) -> dict[str, sql.Composable]:
     """The host table's names and key types, for statements that also carry parameters: ``table``,
     ``sid``, ``gen``, ``ns``, ``pod``, ``uid``, ``active`` (its mapped columns) and the key types."""
     cols = attachment.columns
@@ -86,7 +96,7 @@ def host_names(attachment: Attachment) -> dict[str, sql.Composable]:
     }
 
 
-def _active_query(attachment: Attachment) -> sql.Composed:
+def _active_query(attachment: AttachedTable) -> sql.Composed:
     return sql.SQL(
         "SELECT k.id FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) AS k(id, sandbox_id, generation)"
         " JOIN {table} AS t ON t.{sid} = k.sandbox_id::{sid_type} AND t.{gen} = k.generation::{gen_type}"
@@ -94,18 +104,7 @@ def _active_query(attachment: Attachment) -> sql.Composed:
     ).format(**host_names(attachment))
 
 
-@dataclass(frozen=True)
-class Recheck:
-    """What the claim-time re-check found: the rows whose generation is active again, those it could not
-    check (with why), and the attachments it read them through (loaded again when a row named one the
-    caller did not have: the caller keeps these, its own map is never changed)."""
-
-    active: frozenset[int]  # outbox ids whose execution row is active again: never delete
-    unknown: dict[int, str]  # outbox ids that could not be checked, with why: retry later
-    attachments: dict[int, Attachment]
-
-
-async def recheck(conn: Connection, rows: list[Any], attachments: dict[int, Attachment]) -> Recheck:
+async def recheck(conn: Connection, rows: list[Any], attachments: Mapping[int, AttachedTable]) -> Recheck:
     """Check claimed rows (each with id, attachment_id, sandbox_id, generation) inside the caller's
     transaction; a failing lookup is contained in a savepoint and leaves only its own rows unknown."""
     active: set[int] = set()
@@ -124,7 +123,7 @@ async def recheck(conn: Connection, rows: list[Any], attachments: dict[int, Atta
         try:
             async with conn.transaction():
                 cur = await conn.execute(
-                    attachment.active_query,
+                    active_query(attachment),
                     ([r.id for r in group], [r.sandbox_id for r in group], [r.generation for r in group]),
                 )
                 active.update(r["id"] for r in await cur.fetchall())
@@ -145,7 +144,7 @@ class Generation(StrEnum):
     UNKNOWN = "unknown"  # the key does not fit a table's types, or a table could not be read: leave it
 
 
-def _generation_query(attachment: Attachment) -> sql.Composed:
+def _generation_query(attachment: AttachedTable) -> sql.Composed:
     return sql.SQL(
         "SELECT k.i, bool_or(t.{active} IS NOT FALSE) AS active"
         " FROM unnest(%s::int[], %s::text[], %s::bigint[]) AS k(i, sandbox_id, generation)"
@@ -155,7 +154,7 @@ def _generation_query(attachment: Attachment) -> sql.Composed:
 
 
 async def generations(
-    conn: Connection, keys: list[tuple[str, int]], attachments: dict[int, Attachment]
+    conn: Connection, keys: list[tuple[str, int]], attachments: Mapping[int, AttachedTable]
 ) -> list[tuple[Generation, int | None]]:
     """For each (sandbox_id, generation) key, what every attached table says of it, and the
     attachment to name in an outbox row (the one holding the retired row, else the first one).
@@ -181,7 +180,7 @@ async def generations(
 
 
 async def _lookup(
-    conn: Connection, attachment: Attachment, indexes: list[int], keys: list[tuple[str, int]]
+    conn: Connection, attachment: AttachedTable, indexes: list[int], keys: list[tuple[str, int]]
 ) -> dict[int, bool | None]:
     """Index -> active for the keys this table has; None for keys it could not check."""
     query = _generation_query(attachment)

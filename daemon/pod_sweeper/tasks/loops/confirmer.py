@@ -22,8 +22,8 @@ from pod_sweeper.core import periodic
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.kube.answer import Said
-from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.errors import KubeError
+from pod_sweeper.kube.interface import PodKube
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.sweep import terminating
@@ -38,7 +38,7 @@ class Confirmer:
         self,
         settings: Settings,
         pool: AsyncConnectionPool[Connection],
-        kube: KubeClient,
+        kube: PodKube,
         metrics: Metrics,
         outage: OutageWatch,
     ) -> None:

@@ -54,7 +54,6 @@ class Listener:
         # loaded whole, so a reader sees the value before or after a change, never a mix.
         self.healthy = False
         self.listening = asyncio.Event()  # set once the first LISTEN is in place
-        self.reconnects = 0
         self._pings = itertools.count(1)
         self._backoff = Backoff.for_reconnects(settings.backoff_base, settings.backoff_max)
 
@@ -77,7 +76,6 @@ class Listener:
             except (psycopg.Error, ListenerDeaf, OSError, DatabaseUnavailable) as exc:
                 self.healthy = False
                 failures += 1
-                self.reconnects += 1
                 self.metrics.listener_reconnects.inc()
                 delay = self._backoff.delay(failures)
                 logger.warning(

@@ -32,8 +32,8 @@ from psycopg_pool import AsyncConnectionPool
 from pod_sweeper.core import periodic
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.kube.api import KubeClient, PodState
 from pod_sweeper.kube.errors import KubeError
+from pod_sweeper.kube.interface import PodKube, PodState
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.sweep import quarantine
 from pod_sweeper.store.sweep.recheck import Attachment, Generation, generations, load_attachments
@@ -67,7 +67,7 @@ class Reconciler:
         self,
         settings: Settings,
         pool: AsyncConnectionPool[Connection],
-        kube: KubeClient,
+        kube: PodKube,
         metrics: Metrics,
         outage: OutageWatch,
     ) -> None:

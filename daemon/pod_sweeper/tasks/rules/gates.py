@@ -77,14 +77,6 @@ class AuthGate:
             gauge.set_function(lambda: 1.0 if self.refusing else 0.0)
 
     @property
-    def failures(self) -> int:
-        return self._state.failures
-
-    @property
-    def blocked_until(self) -> float:
-        return self._state.blocked_until
-
-    @property
     def error(self) -> str | None:
         return self._state.error
 
@@ -252,8 +244,8 @@ class BreakerGate:
 
 class SchemaGate:
     """Whether this release may run on the schema the database has now, as the schema watch last read
-    it (tasks/process/runner.py): a newer release's migration that declares this one too old, or a schema gone
-    behind, closes it. Closed, the claimer claims nothing and readiness says why. Owns
+    it (tasks/loops/schema_watch.py): a newer release's migration that declares this one too old, or a
+    schema gone behind, closes it. Closed, the claimer claims nothing and readiness says why. Owns
     ``pod_sweeper_schema_incompatible``. ``reason`` is replaced whole; ``opened`` is the loop's alone."""
 
     def __init__(self, gauge: Gauge | None = None) -> None:

@@ -22,8 +22,7 @@ from datetime import datetime
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Result, exhausted
 from pod_sweeper.kube.answer import Answer, Said
-from pod_sweeper.store.rows import Attempt, Claim, Verdict
-from pod_sweeper.store.sweep.recheck import Recheck
+from pod_sweeper.store.rows import Attempt, Claim, Recheck, Verdict
 from pod_sweeper.tasks.rules.gates import Refusal
 
 # A terminating pod is looked at again this long after its grace period ends.

@@ -86,11 +86,12 @@ class Sender:
         self._dry_everywhere = settings.dry_run
         self._dry_namespaces = settings.dry_run_namespaces or frozenset()
         self.bucket = TokenBucket(settings.rate_limit_qps, settings.rate_limit_burst)
-        self._executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
+        # The threads the requests run on, a chunk of rows at a time (``_send``).
+        self.threads = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="pod-delete")
 
     def close(self) -> None:
         """No more requests: rows waiting for a thread are dropped (the drain hands them back)."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.threads.shutdown(wait=False, cancel_futures=True)
 
     async def worker(self) -> None:
         loop = asyncio.get_running_loop()
@@ -112,7 +113,7 @@ class Sender:
                     continue
                 sendable.append(work)
             if sendable:
-                sent = await loop.run_in_executor(self._executor, self._send, sendable)
+                sent = await loop.run_in_executor(self.threads, self._send, sendable)
                 for work, request in zip(sendable, sent, strict=True):
                     if request is None:  # not sent after all (see _send)
                         self.pipeline.conclude(self._handed_back(work.claim))

@@ -48,10 +48,8 @@ class SweeperStatus:
         auth: AuthGate,
         namespaces: NamespaceGates,
         breaker: BreakerGate,
-        events: EventSender | None,
     ) -> None:
-        self._claimer, self._auth, self._namespaces = claimer, auth, namespaces
-        self._breaker, self._events = breaker, events
+        self._claimer, self._auth, self._namespaces, self._breaker = claimer, auth, namespaces, breaker
 
     @property
     def asleep(self) -> bool:
@@ -151,7 +149,7 @@ class Sweeper:
             stopping=stopping,
             wake_claimer=self.claimer.notify,
         )
-        self.status = SweeperStatus(self.claimer, auth, namespaces, breaker, self.events)
+        self.status = SweeperStatus(self.claimer, auth, namespaces, breaker)
         self._tasks: list[asyncio.Task[None]] = []  # claimer, recorder and workers, once run() starts
 
     def notify(self, source: str) -> None:
