@@ -249,7 +249,7 @@ def no_live_replica(sweepers: dict[str, Any]) -> str:
         )
     return (
         f"{head}: nothing sweeps it; start a replica with POD_SWEEPER_CLUSTER={sweepers['cluster']}, or read the "
-        "replicas' /readyz (docs/operations.md, "PodSweeperNoLiveReplica")"
+        "replicas' /readyz (docs/operations.md, 'PodSweeperNoLiveReplica')"
     )
 
 
