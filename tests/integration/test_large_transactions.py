@@ -1,0 +1,77 @@
+"""An on-call's end of a large host transaction the breaker's rule holds (migration 0020), through the
+real CLI on PostgreSQL: a preview that changes nothing, a discard that ends its pending rows with no
+request and its audit row in the same transaction, a release that lets them go, each once; an id that
+names no held transaction is one line and exit 2."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from helpers import cli
+
+
+def _held(pg: psycopg.Connection[Any], rows: int) -> int:
+    """``rows`` open rows of one host transaction (one INSERT: they share its start) and its record."""
+    pg.execute(
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
+        " reason) SELECT 1, 's' || g, 1, 'workspace', 'p' || g, gen_random_uuid(), 'retired'"
+        " FROM generate_series(1, %s) g",
+        (rows,),
+    )
+    pg.execute(
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name,"
+        " pod_uid, reason) VALUES (1, 'other', 1, 'tenant', 'other', gen_random_uuid(), 'retired')"
+    )
+    row = pg.execute(
+        "INSERT INTO pod_sweeper.large_transactions (cluster, enqueued_at, rows_found, reason, found_by)"
+        " SELECT 'default', enqueued_at, %s, 'one host transaction retired at least 12', 'r0'"
+        " FROM pod_sweeper.outbox WHERE sandbox_id = 's1' RETURNING id",
+        (rows,),
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
+
+
+def test_a_discard_is_previewed_then_ends_the_transactions_rows_alone_once(
+    pg: psycopg.Connection[Any], db_url: str
+) -> None:
+    held = _held(pg, 12)
+    preview = cli("discard-transaction", str(held), "--reason", "a bad script", url=db_url)
+    assert preview.returncode == 0, preview.stderr
+    lines = preview.stdout.splitlines()
+    assert lines[0].startswith(f"large transaction {held} (cluster default): begun ") and "12 open row(s)" in lines[0]
+    assert (
+        len([line for line in lines if line.startswith("  workspace/p")]) == 10 and "... and 2 more" in preview.stdout
+    )
+    assert lines[-1] == "nothing changed; run again with --yes to discard its rows"
+    done = cli("discard-transaction", str(held), "--reason", "a bad script", "--yes", "--actor", "ana", url=db_url)
+    assert (
+        done.returncode == 0
+        and done.stdout.strip() == f"large transaction {held}: 12 row(s) discarded, no request sent"
+    )
+    by = {r["sandbox_id"]: r["outcome"] for r in pg.execute("SELECT sandbox_id, outcome FROM pod_sweeper.outbox")}
+    assert by.pop("other") is None and set(by.values()) == {"discarded"}  # the other row is untouched
+    ended = pg.execute("SELECT ended, ended_by FROM pod_sweeper.large_transactions").fetchone()
+    assert (ended["ended"], ended["ended_by"]) == ("discarded", "ana")
+    trail = pg.execute(
+        "SELECT actor, command, affected, arguments FROM pod_sweeper.audit WHERE command = 'discard-transaction'"
+    ).fetchall()
+    assert [(t["actor"], t["affected"], t["arguments"]["reason"]) for t in trail] == [("ana", 12, "a bad script")]
+    again = cli("release-transaction", str(held), "--yes", url=db_url)  # ended: nothing held by that id
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "held now: none" in again.stderr, again.stderr
+
+
+def test_a_release_lets_the_rows_go_and_an_unknown_id_is_one_line(pg: psycopg.Connection[Any], db_url: str) -> None:
+    held = _held(pg, 3)
+    unknown = cli("release-transaction", "999", url=db_url)
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and f"held now: {held}" in unknown.stderr
+    released = cli("release-transaction", str(held), "--yes", url=db_url)
+    assert released.returncode == 0, released.stderr
+    assert released.stdout.strip() == f"large transaction {held} released: its 3 open row(s) are swept from now on"
+    kept = pg.execute(
+        "SELECT count(*) AS n FROM pod_sweeper.outbox AS o, pod_sweeper.keeping(o.cluster, o.pod_namespace,"
+        " o.pod_name, o.pod_uid, o.enqueued_at) AS k"
+    ).fetchone()
+    assert kept["n"] == 0  # nothing keeps them back any more
