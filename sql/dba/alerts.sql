@@ -41,7 +41,7 @@ SELECT 'PodSweeperClusterUnswept',
 FROM lag WHERE oldest_claimable_seconds > 600 + 300
 UNION ALL
 SELECT 'PodSweeperLargeTransaction',
-       format('cluster %s: large transaction %s (begun %s) is held, its rows neither sent nor charged: %s;'
+       format('cluster %s: large transaction %s (begun %s) is kept back, its rows neither sent nor charged: %s;'
               ' `pod-sweeper release-transaction %s` or `discard-transaction %s --reason TEXT` after a look',
               cluster, id, enqueued_at, reason, id, id)
 FROM pod_sweeper.large_transactions WHERE ended_at IS NULL

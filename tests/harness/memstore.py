@@ -260,7 +260,7 @@ class MemorySession:
     async def trip_breaker(self, reason: str) -> None:
         self._store.tripped = reason
 
-    async def hold_transaction(self, at: datetime, rows: int, reason: str) -> int | None:
+    async def keep_back_transaction(self, at: datetime, rows: int, reason: str) -> int | None:
         # Rows here have no host transaction (see claim): nothing finds one to hold.
         raise AssertionError("the memory store's claims never find a large transaction")
 

@@ -59,7 +59,7 @@ def test_one_transaction_retiring_5000_is_held_before_a_tenth_is_deleted_and_the
     daemons = replicas(db_url, kube)
     try:
         execs.execute("UPDATE executions SET active = false WHERE sandbox_id ~ '^s[0-9]+$'")  # a bad migration
-        wait_until(lambda: held(execs), timeout=30, what="the transaction to be held")
+        wait_until(lambda: held(execs), timeout=30, what="the transaction to be kept back")
         [large] = held(execs)
         assert large["rows_found"] >= 500 and "one host transaction retired at least" in large["reason"]
         for i in range(3):  # single retires after it, in the same cluster: swept as ever
@@ -82,7 +82,7 @@ def test_one_transaction_retiring_5000_is_held_before_a_tenth_is_deleted_and_the
         trail = execs.execute(
             "SELECT actor, command, affected FROM pod_sweeper.audit WHERE command LIKE '%transaction%' ORDER BY id"
         ).fetchall()
-        assert trail[0]["command"] == "large transaction held" and trail[0]["affected"] >= 500
+        assert trail[0]["command"] == "large transaction kept back" and trail[0]["affected"] >= 500
         assert (trail[-1]["actor"], trail[-1]["command"], trail[-1]["affected"]) == (
             "ana",
             "release-transaction",

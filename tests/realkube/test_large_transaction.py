@@ -1,5 +1,5 @@
 """The breaker's transaction rule on the real API server: one host transaction retiring a workspace of
-600 sandboxes is held as one batch (not a DELETE reaches its pods, none of its rows charged) while
+600 sandboxes is kept back as one batch (not a DELETE reaches its pods, none of its rows charged) while
 single retires in other namespaces of the same cluster are deleted; the on-call's release (previewed
 first) lets it go, and every one of its pods is deleted then."""
 
@@ -30,7 +30,7 @@ def test_a_600_row_transaction_is_held_while_other_namespaces_sweep_then_release
         wait_until(
             lambda: execs.execute("SELECT count(*) AS n FROM pod_sweeper.large_transactions").fetchone()["n"] == 1,
             timeout=30,
-            what="the transaction to be held",
+            what="the transaction to be kept back",
         )
         for tenant in tenants:  # other tenants' retires, one a transaction, after it
             for name in ("t0", "t1", "t2"):
@@ -46,7 +46,7 @@ def test_a_600_row_transaction_is_held_while_other_namespaces_sweep_then_release
         ).fetchone()
         assert (waiting["n"], waiting["tries"]) == (600, 0)
         shown = cli("status", url=db_url).stdout
-        assert shown.startswith("LARGE TRANSACTION HELD (cluster default), id ") and "600 open row(s)" in shown
+        assert shown.startswith("LARGE TRANSACTION KEPT BACK (cluster default), id ") and "600 open row(s)" in shown
         said = cli("explain", f"{workspace}/w7", url=db_url).stdout
         assert "waits [large_transaction]" in said, said
         [large] = execs.execute("SELECT id FROM pod_sweeper.large_transactions").fetchall()

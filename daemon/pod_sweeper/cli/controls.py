@@ -279,12 +279,13 @@ async def cmd_end_transaction(settings: Settings, args: argparse.Namespace) -> i
     how = "discarded" if args.command == "discard-transaction" else "released"
     async with connection(settings) as conn:
         await migrations.check_schema(conn)
-        held = {t["id"]: t for t in await controls.large_transactions(conn)}
-        found = held.get(args.transaction)
+        kept = {t["id"]: t for t in await controls.large_transactions(conn)}
+        found = kept.get(args.transaction)
         if found is None:
-            known = ", ".join(str(i) for i in sorted(held)) or "none"
+            known = ", ".join(str(i) for i in sorted(kept)) or "none"
             raise ConfigError(
-                f"no large transaction {args.transaction} is held (held now: {known}; `pod-sweeper status` lists them)"
+                f"no large transaction {args.transaction} is kept back (kept back now: {known}; "
+                "`pod-sweeper status` lists them)"
             )
         if not args.yes:
             print(

@@ -214,7 +214,8 @@ def _render_text(status: dict[str, Any]) -> str:
     for large in reversed(status.get("large_transactions") or []):
         parts.insert(
             0,
-            f"LARGE TRANSACTION HELD (cluster {large['cluster']}), id {large['id']}: {large['open_rows']} open row(s) "
+            f"LARGE TRANSACTION KEPT BACK (cluster {large['cluster']}), id {large['id']}: "
+            f"{large['open_rows']} open row(s) "
             f"retired in one host transaction begun {_cell(large['enqueued_at'])}, found {_cell(large['found_at'])} by "
             f"{large['found_by']}: {large['reason']}\nits rows are neither sent nor charged; every other row of the "
             f"cluster sweeps on. After a look: `pod-sweeper release-transaction {large['id']}` (a preview first) "

@@ -68,13 +68,13 @@ class Metrics:
             registry=r,
         )
         self.large_transactions = Counter(
-            "pod_sweeper_large_transactions_held",
+            "pod_sweeper_large_transactions_kept_back",
             "Large host transactions this replica's claims found and held (the breaker's transaction rule)",
             registry=r,
         )
         self.cluster_large_transactions = Gauge(
             "pod_sweeper_cluster_large_transactions",
-            "Large host transactions of each pod cluster held and not released (their rows wait)",
+            "Large host transactions of each pod cluster kept back (not released nor discarded) (their rows wait)",
             ["pod_cluster"],
             registry=r,
         )

@@ -308,7 +308,7 @@ class Settings(BaseSettings):
     breaker_transaction_rows: Annotated[int, Field(ge=0)] = Field(
         default=500,
         description="Blast-radius breaker, the transaction rule: one host transaction that retires this many "
-        "executions of a cluster (its rows share the transaction's time) is held, its rows neither sent nor "
+        "executions of a cluster (its rows share the transaction's time) is kept back, its rows neither sent nor "
         "charged until an on-call releases or discards it, while the cluster's other rows sweep on; found by "
         "the first claim of its rows, which is rolled back: none of them is sent. Backfill and "
         "reconciliation rows do not count. 0 turns the rule off. "

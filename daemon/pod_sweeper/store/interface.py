@@ -81,7 +81,7 @@ class SweepSession(Protocol):
 
     async def trip_breaker(self, reason: str) -> None: ...
 
-    async def hold_transaction(self, at: datetime, rows: int, reason: str) -> int | None:
+    async def keep_back_transaction(self, at: datetime, rows: int, reason: str) -> int | None:
         """Keep the rows of the large host transaction that began ``at`` back as one batch, neither sent
         nor charged, until an on-call releases it (the breaker's transaction rule); its id, or None when
         another replica recorded it first."""

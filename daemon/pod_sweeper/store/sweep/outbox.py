@@ -130,13 +130,13 @@ async def _transaction_rule(
             raise LargeTransaction(size, r["at"])
 
 
-async def hold_transaction(
+async def keep_back_transaction(
     conn: Connection, *, cluster: str, at: datetime, rows: int, reason: str, who: str
 ) -> int | None:
     """Keep the rows of the host transaction that began ``at`` back as one batch (migration 0020), with
     its audit row; the id it was given, or None when another replica recorded it first."""
     params = {"cluster": cluster, "at": at, "rows": rows, "reason": reason, "who": who}
-    row = await (await conn.execute(queries.load("large_transaction_hold"), params)).fetchone()
+    row = await (await conn.execute(queries.load("large_transaction_keep"), params)).fetchone()
     return None if row is None else int(row["id"])
 
 

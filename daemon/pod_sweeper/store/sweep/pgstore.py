@@ -115,8 +115,8 @@ class OutboxSession:
     async def trip_breaker(self, reason: str) -> None:
         await breaker.trip_breaker(self._conn, self._cluster, reason, self._owner)
 
-    async def hold_transaction(self, at: datetime, rows: int, reason: str) -> int | None:
-        return await outbox.hold_transaction(
+    async def keep_back_transaction(self, at: datetime, rows: int, reason: str) -> int | None:
+        return await outbox.keep_back_transaction(
             self._conn, cluster=self._cluster, at=at, rows=rows, reason=reason, who=self._owner
         )
 

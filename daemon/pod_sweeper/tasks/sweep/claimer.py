@@ -258,22 +258,22 @@ class Claimer:
                             take_over = self._take_over or (polled and batch.taken > 0)
                             turn = Turn(batch, *await session.look_ahead(arm=arm, take_over=take_over))
             except LargeTransaction as large:  # the claim was rolled back: nothing of it is sent
-                await self._hold(session, large)
+                await self._keep_back(session, large)
                 # Claim again at once: the transaction's rows are kept back now, every other row goes on.
                 turn = Turn(ClaimedBatch([], [], {}), due=0.0)
         return turn
 
-    async def _hold(self, session: SweepSession, large: LargeTransaction) -> None:
+    async def _keep_back(self, session: SweepSession, large: LargeTransaction) -> None:
         """The breaker's transaction rule holds the large transaction, not the cluster: its rows are kept
         back as one batch until an on-call releases or discards them; the log says which."""
         reason = transaction_reason(large.size, self.rules, self.settings.cluster)
-        held = await session.hold_transaction(large.at, large.size, reason)
+        kept = await session.keep_back_transaction(large.at, large.size, reason)
         self.metrics.large_transactions.inc()
         logger.critical(
-            "large host transaction held, its rows are not sent (the cluster's other rows are): {reason}; "
+            "large host transaction kept back, its rows are not sent (the cluster's other rows are): {reason}; "
             "transaction {id}, begun {at}",
             reason=reason,
-            id="recorded by another replica" if held is None else held,
+            id="recorded by another replica" if kept is None else kept,
             at=large.at.isoformat(timespec="milliseconds"),
         )
 

@@ -9,7 +9,7 @@ WITH found AS (
     RETURNING id, cluster, rows_found
 )
 INSERT INTO pod_sweeper.audit (actor, command, arguments, scope, affected)
-SELECT %(who)s, 'large transaction held', jsonb_build_object('reason', %(reason)s::text, 'transaction', id),
+SELECT %(who)s, 'large transaction kept back', jsonb_build_object('reason', %(reason)s::text, 'transaction', id),
        'cluster ' || cluster, rows_found
 FROM found
 RETURNING (arguments ->> 'transaction')::bigint AS id
