@@ -3,8 +3,8 @@
 -- under which replication guard, ready or waiting and why. `explain` and `status` took the guard's
 -- standbys from the reader's own settings (an on-call's shell has none, so a row the guard held read
 -- as claimable), and a cluster whose replicas had all stopped showed only as metrics that stop arriving.
--- Now each replica keeps one row here, upserted on its heartbeat (tasks/loops/presence.py, every
--- heartbeat_seconds, which it writes too), marked stopped by a clean stop, and every surface reads the
+-- Now each replica keeps one row here, upserted by its heartbeat (tasks/loops/presence.py, at least
+-- every heartbeat_seconds, which it writes too), marked stopped by a clean stop, and every surface reads the
 -- settings that decide a row's fate from these rows, never from its reader's environment.
 --
 -- A row's state is one rule, pod_sweeper.replica_state: 'stopped' once its replica stopped cleanly,

@@ -1,4 +1,4 @@
--- Who sweeps: every replica that ran in the last hour, as its heartbeat last wrote it (every 10 s; the
+-- Who sweeps: every replica that ran in the last hour, as its heartbeat last wrote it (at least every 30 s; the
 -- table pod_sweeper.replicas, migration 0019), live ones first. state: live, stale (three heartbeats
 -- missed: it died, froze or lost the database) or stopped (a clean stop). guard and dry_run are the
 -- settings that decide a row's fate; waits are the reasons it sees rows wait now (docs/operations.md,

@@ -51,7 +51,11 @@ def test_a_replica_keeps_its_row_while_it_runs_and_marks_it_stopped_at_a_clean_s
             ["shadow"],
             None,
         )
-        assert row["heartbeat_seconds"] == 0.2 and row["schema_version"] >= 19 and row["stopped_at"] is None
+        assert (
+            row["heartbeat_seconds"] == 0.2 * presence.REFRESH_LOOKS
+            and row["schema_version"] >= 19
+            and row["stopped_at"] is None
+        )
         seen = row["seen_at"]
         wait_until(lambda: _replicas(db_url)["east-a"]["seen_at"] > seen, what="a second heartbeat")
         shown = _status(db_url)
