@@ -30,7 +30,9 @@ from helpers import (
 )
 from pod_sweeper.store import db
 from pod_sweeper.store.schema import migrations, roles
+from pod_sweeper.store.sweep import presence
 from pod_sweeper.store.sweep.cursor import START
+from pod_sweeper.store.sweep.presence import Beat
 
 pytestmark = pytest.mark.versions
 
@@ -180,7 +182,7 @@ def test_migration_0003_converts_functions_attached_before_it(empty_db_url: str,
         conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(writer)))
 
 
-def test_migration_0011_gives_an_upgraded_runtime_role_what_the_claim_and_the_trail_need(
+def test_migrations_0011_0019_and_0020_give_an_upgraded_runtime_role_what_a_replica_needs(
     empty_db_url: str, role_names: dict[str, str]
 ) -> None:
     """A runtime role granted before migration 0011 claims and trips the breaker after it, without
@@ -224,8 +226,21 @@ def test_migration_0011_gives_an_upgraded_runtime_role_what_the_claim_and_the_tr
         assert conn.execute("SELECT count(*) FROM pod_sweeper.audit").fetchone() == (1,)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("DELETE FROM pod_sweeper.audit")
+        # 0019 and 0020 grant the same role what a replica writes there: its heartbeat's row, a large
+        # transaction its claim keeps back, and retention's prune of ended ones.
+        beat = Beat("r", "h", "0", 20, "default", None, False, None, None, 100.0, 8, True, {}, 10.0, 1.0)
+        run(_as(as_role(empty_db_url, runtime), lambda c: presence.beat(c, beat)))
+        kept = {"cluster": "default", "at": "2026-01-01T00:00:00Z", "rows": 600, "reason": "big", "who": "r"}
+        assert conn.execute(queries.load("large_transaction_keep"), kept).fetchone() is not None
+        conn.execute(queries.load("large_transaction_prune"), {"keep_seconds": 3600})
+        assert conn.execute("SELECT count(*) FROM pod_sweeper.replicas").fetchone() == (1,)
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(runtime)))
+
+
+async def _as(url: str, step: Any) -> None:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        await step(conn)
 
 
 def test_grant_takes_the_password_from_a_file_or_stdin_and_sends_only_a_scram_verifier(
