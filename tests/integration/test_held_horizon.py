@@ -126,7 +126,8 @@ def test_the_surge_watch_and_the_transaction_rule_read_their_window_and_their_tr
     pg: psycopg.Connection[Any], swept_under_a_held_horizon: datetime
 ) -> None:
     pg.execute("INSERT INTO pod_sweeper.breaker (cluster) VALUES ('default') ON CONFLICT DO NOTHING")
-    _, plan = buffers(pg, "breaker_arrivals", {"cluster": "default", "window": 2.0})
+    arrivals = {"cluster": "default", "window": 2.0, "dry_run": False, "shadow": None, "transaction_rows": 500}
+    _, plan = buffers(pg, "breaker_arrivals", arrivals)
     # the open rows from the window's start up; the done ones by their done_at, in the window (here the
     # whole sweep was done within it, so those are all read: the window's rows, as documented)
     assert re.search(r"Index Scan using outbox_claimable .*\n.*Index Cond: .*next_attempt_at >", plan), plan
