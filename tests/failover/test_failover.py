@@ -234,7 +234,8 @@ def test_a_standby_connected_but_behind_holds_the_rows_and_every_surface_says_so
     """The standby stays connected but stops flushing (its WAL receiver stopped with SIGSTOP: the
     connection open, as a congested link or a stalled standby keeps it, until wal_sender_timeout): the
     guard holds the retires made meanwhile, and says so as holding, not as a missing standby: held rows,
-    how far behind, the replica's wait reason, each held row's reason in `explain` and `status`. Once it
+    how far behind, the replica's wait reason, each held row's reason in `explain` and `status` (run with
+    the database URL alone: the guard is read from the replica's row). Once it
     flushes again, they are swept."""
     import asyncio
     import os
@@ -271,9 +272,9 @@ def test_a_standby_connected_but_behind_holds_the_rows_and_every_surface_says_so
             wait_until(lambda: metrics.value("pod_sweeper_waiting", reason="replication_guard") == 1, timeout=10)
             assert metrics.value("pod_sweeper_waiting_rows", pod_cluster="default", reason="replication_guard") == 3
             assert replica.daemon.ready  # the guard's hold leaves the replica ready (its alert pages)
-            said = cli("explain", "sandboxes/p1", url=primary.url(), POD_SWEEPER_REPLICATION_GUARD="dr")
+            said = cli("explain", "sandboxes/p1", url=primary.url())  # a shell with the URL alone
             assert "waits [replication_guard]" in said.stdout, said.stdout + said.stderr
-            shown = cli("status", url=primary.url(), POD_SWEEPER_REPLICATION_GUARD="dr").stdout
+            shown = cli("status", url=primary.url()).stdout
             assert "replication guard (dr): 1 connected, 0 missing; the slowest has flushed" in shown, shown
             assert all(kube.get_pod("sandboxes", f"p{i}") is not None for i in (1, 2, 3))
         finally:
