@@ -150,10 +150,10 @@ def test_a_held_horizon_is_named_and_the_gauges_of_every_open_row_are_read_less_
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The metrics refresher names the holder (its pid, how long) and, once the hold has lasted
-    HELD_AFTER_SECONDS, reads the gauges that walk the whole claim index only every
-    HELD_REFRESH_SECONDS; at the hold's end, at every refresh again."""
-    monkeypatch.setattr(refresher, "HELD_AFTER_SECONDS", 0.5)
-    monkeypatch.setattr(refresher, "HELD_REFRESH_SECONDS", 3600.0)
+    PINNED_AFTER_SECONDS, reads the gauges that walk the whole claim index only every
+    PINNED_REFRESH_SECONDS; at the hold's end, at every refresh again."""
+    monkeypatch.setattr(refresher, "PINNED_AFTER_SECONDS", 0.5)
+    monkeypatch.setattr(refresher, "PINNED_REFRESH_SECONDS", 3600.0)
     calls = {"open rows": 0, "holders": 0}
     real_gauges, real_holders = gauges.cluster_gauges, rates.xmin_holders
 

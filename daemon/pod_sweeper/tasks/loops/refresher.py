@@ -27,20 +27,20 @@ from pod_sweeper.store.sweep import gauges, outbox, rates
 
 # The gauges of every open row (the lag view, each cluster's gauges and rates) read the claim index
 # whole. While the xmin horizon has been held this long, every version the sweep has left since is in
-# it, and those reads run only every HELD_REFRESH_SECONDS instead of at every refresh (docs/design.md,
+# it, and those reads run only every PINNED_REFRESH_SECONDS instead of at every refresh (docs/design.md,
 # "A held xmin horizon"): the lag gauges then lag by up to that much, against a cost that grows with
 # the hold, paid by every replica.
-HELD_AFTER_SECONDS = 60.0
-HELD_REFRESH_SECONDS = 60.0
+PINNED_AFTER_SECONDS = 60.0
+PINNED_REFRESH_SECONDS = 60.0
 
 
-def open_rows_due(held_seconds: float, since_last: float | None) -> bool:
+def open_rows_due(pinned_seconds: float, since_last: float | None) -> bool:
     """Whether this refresh reads the gauges of every open row: always, unless the xmin horizon has
-    been held ``HELD_AFTER_SECONDS`` or more and they were read less than ``HELD_REFRESH_SECONDS`` ago
+    been held ``PINNED_AFTER_SECONDS`` or more and they were read less than ``PINNED_REFRESH_SECONDS`` ago
     (``since_last`` None: never read)."""
-    if since_last is None or held_seconds < HELD_AFTER_SECONDS:
+    if since_last is None or pinned_seconds < PINNED_AFTER_SECONDS:
         return True
-    return since_last >= HELD_REFRESH_SECONDS
+    return since_last >= PINNED_REFRESH_SECONDS
 
 
 def _set_cluster_gauges(
@@ -83,10 +83,10 @@ def _set_sweepers(metrics: Metrics, clusters: set[str], sweepers: list[replicas.
         metrics.cluster_no_live_replica.labels(name).set(1 if row.unswept else 0)
 
 
-def _set_large_transactions(metrics: Metrics, clusters: set[str], held: list[dict[str, Any]]) -> None:
+def _set_large_transactions(metrics: Metrics, clusters: set[str], kept: list[dict[str, Any]]) -> None:
     """The large host transactions each cluster's rows wait in, and those rows (0 where none)."""
-    for name in clusters | {t["cluster"] for t in held}:
-        mine = [t for t in held if t["cluster"] == name]
+    for name in clusters | {t["cluster"] for t in kept}:
+        mine = [t for t in kept if t["cluster"] == name]
         metrics.cluster_large_transactions.labels(name).set(len(mine))
         metrics.cluster_large_transaction_rows.labels(name).set(sum(t["open_rows"] for t in mine))
 
@@ -100,9 +100,9 @@ def _seen(in_force: list[dict[str, Any]], standbys: outbox.GuardLag | None, *, c
             f"{c['pod_namespace'] or 'the whole cluster'} by {c['actor']} until {c['until']:%Y-%m-%d %H:%M:%S}"
             for c in pauses
         )
-    if standbys is not None and standbys.held_rows:
+    if standbys is not None and standbys.kept_back_rows:
         seen[Wait.REPLICATION_GUARD] = (
-            f"{standbys.held_rows} row(s), the oldest for {standbys.oldest_held_seconds:.0f} s; "
+            f"{standbys.kept_back_rows} row(s), the oldest for {standbys.oldest_kept_back_seconds:.0f} s; "
             f"{standbys.missing} named standby(s) missing"
         )
     return seen
@@ -163,7 +163,7 @@ async def refresh_gauges(
     the xmin horizon is held: ``open_rows_due``); the refresh's success or failure is also the readiness
     probe's view of the database."""
     clusters_seen = {cluster}  # the replica's own cluster reads 0 from the first refresh
-    holding_before: rates.XminHolder | None = None  # logged once when it starts, once when it ends
+    pinning_before: rates.XminHolder | None = None  # logged once when it starts, once when it ends
     open_read_at: float | None = None  # when the gauges of every open row were last read
     wait_log = WaitLog()
     rows_waiting: list[waits.Waiting] = []  # as last read with the open rows
@@ -174,9 +174,9 @@ async def refresh_gauges(
             # than one a read (six, idle, were a third of what an idle replica cost it: bench ``cost``).
             async with pool.connection(timeout=max(1.0, interval)) as conn, conn.transaction():
                 xmin = await rates.xmin_holders(conn)
-                held_for = max((h.seconds or 0.0 for h in xmin), default=0.0)
+                pinned_for = max((h.seconds or 0.0 for h in xmin), default=0.0)
                 now = time.monotonic()
-                if open_rows_due(held_for, None if open_read_at is None else now - open_read_at):
+                if open_rows_due(pinned_for, None if open_read_at is None else now - open_read_at):
                     open_read_at = now
                     lag = await gauges.lag(conn)
                     by_cluster = await gauges.cluster_gauges(conn)
@@ -191,33 +191,33 @@ async def refresh_gauges(
                 in_force = await controls.in_force(conn)
                 standbys = await outbox.guard_lag(conn, guard, cluster=cluster) if guard else None
             if standbys is not None:
-                metrics.guard_holding.set(1 if standbys.held_rows else 0)
-                metrics.guard_held_rows.set(standbys.held_rows)
-                metrics.guard_oldest_held.set(standbys.oldest_held_seconds)
+                metrics.guard_keeping_back.set(1 if standbys.kept_back_rows else 0)
+                metrics.guard_kept_back_rows.set(standbys.kept_back_rows)
+                metrics.guard_oldest_kept_back.set(standbys.oldest_kept_back_seconds)
                 metrics.guard_missing.set(standbys.missing)
                 metrics.guard_lag.set(standbys.lag_bytes or 0)
                 metrics.guard_lag_seconds.set(standbys.lag_seconds or 0)
             paused_series = set_paused(metrics, paused_series, in_force, cluster=cluster)
-            held = sum(1 for c in in_force if c["cluster"] == cluster and c["kind"] == "hold")
-            metrics.holds.labels(cluster).set(held)
+            holds = sum(1 for c in in_force if c["cluster"] == cluster and c["kind"] == "hold")
+            metrics.holds.labels(cluster).set(holds)
             health.seen = _seen(in_force, standbys, cluster=cluster)
             for level, line in wait_log.update(_wait_lines(health.waits(), rows_waiting, cluster=cluster)):
                 logger.log(level, "{line}", line=line)
             if by_cluster is not None and by_rate is not None:
                 clusters_seen = _set_cluster_gauges(metrics, clusters_seen, by_cluster, by_rate)
             metrics.xmin_horizon_age.set(max((h.age_xids for h in xmin), default=0))
-            metrics.xmin_horizon_seconds.set(held_for)
-            holding = rates.holding_long(xmin)
-            if holding is not None and holding_before is None:
+            metrics.xmin_horizon_seconds.set(pinned_for)
+            pinning = rates.pinned_long(xmin)
+            if pinning is not None and pinning_before is None:
                 logger.warning(
                     "the database's xmin horizon is held by {holder}: vacuum can remove no row version "
                     "younger than it, so each claim and record costs more the longer it lasts (docs/dba.md, "
                     "'A held snapshot')",
-                    holder=holding.describe(),
+                    holder=pinning.describe(),
                 )
-            elif holding is None and holding_before is not None:
+            elif pinning is None and pinning_before is not None:
                 logger.info("the database's xmin horizon is no longer held long")
-            holding_before = holding
+            pinning_before = pinning
             if lag is not None:
                 for status, rows in (("pending", lag.pending), ("claimed", lag.claimed), ("dead", lag.dead)):
                     metrics.outbox_rows.labels(status).set(rows)
