@@ -58,7 +58,7 @@ def main() -> int:
     args = parser.parse_args()
     quick = args.quick
     # The held snapshot step's length: the snapshot is held from its first minute (or quarter) to its end.
-    held_seconds = 60.0 + 3600.0 * args.hours if args.hours else (240.0 if quick else 1800.0)
+    pinned_seconds = 60.0 + 3600.0 * args.hours if args.hours else (240.0 if quick else 1800.0)
     # A SIGTERM (a `timeout`, a Ctrl-C'd wrapper) unwinds like an exception, so the throwaway cluster
     # and the fake server are stopped rather than left running.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -101,7 +101,7 @@ def main() -> int:
             ("memory", lambda: memory.rss(rig, 4_000 if quick else 200_000)),
             # docs/operations.md, "Sizing": 3 replicas for 100 retires a second.
             ("busy", lambda: busy.busy(rig, 100.0, 120.0 if quick else 600.0, 3)),
-            ("held snapshot", lambda: busy.held(rig, 100.0, held_seconds, 3)),
+            ("held snapshot", lambda: busy.held(rig, 100.0, pinned_seconds, 3)),
             # issue 51: the host alone, then swept by 3 replicas on the shipped defaults, then idle
             ("cost", lambda: cost.cost(rig, 100.0, 30.0 if quick else 90.0, 3, 30.0 if quick else 60.0)),
         ]

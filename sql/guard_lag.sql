@@ -24,6 +24,6 @@ SELECT s.connected,
        cardinality(%(standbys)s::text[]) - s.connected AS missing,
        pg_wal_lsn_diff(pg_current_wal_insert_lsn(), s.flushed)::float8 AS lag_bytes,
        s.lag_seconds,
-       h.rows AS held_rows,
-       h.oldest_seconds AS oldest_held_seconds
+       h.rows AS kept_back_rows,
+       h.oldest_seconds AS oldest_kept_back_seconds
 FROM standbys AS s, held AS h

@@ -12,7 +12,7 @@ history's columns beyond the result.
 
 What a test may look at or arrange: ``rows`` (by id), ``writes`` (every ``record_results`` call's
 ids, in order), ``activate`` (a generation active again: the re-check finds it), ``fail`` (the next
-calls of a method raise a database error), ``arm_refusals``, ``claim_answers`` (a claim's rows are
+calls of a method raise a database error), ``arm_refusals``, ``claim_returns`` (a claim's rows are
 taken, and its answer comes back only once the event is set: a commit whose answer is still on its way),
 ``record_waits`` (a write begins, and goes on only once the event is set: a writer inside its write).
 """
@@ -69,7 +69,7 @@ class MemoryStore:
         self.handed_on = 0  # times a replica handed its wakeups on (SweepSession.hand_on)
         self.claims = 0  # claim statements run
         self.tripped: str | None = None
-        self.claim_answers: asyncio.Event | None = None  # set: a claim's answer waits for it
+        self.claim_returns: asyncio.Event | None = None  # set: a claim's answer waits for it
         self.record_waits: asyncio.Event | None = None  # set: a record_results call waits for it to go on
         self._active: set[tuple[str, int]] = set()
         self._failing: dict[str, int] = {}
@@ -182,8 +182,8 @@ class MemorySession:
         if decided:
             self._record([verdict for _, verdict in decided])
         ended = {c.id for c, _ in decided}
-        if store.claim_answers is not None:  # taken ("committed"); the answer still on its way
-            await store.claim_answers.wait()
+        if store.claim_returns is not None:  # taken ("committed"); the answer still on its way
+            await store.claim_returns.wait()
         return ClaimedBatch([c for c in claims if c.id not in ended], decided, {})
 
     async def guard_mark(self) -> int:

@@ -44,7 +44,7 @@ def test_a_held_row_is_due_again_in_the_recheck_interval_and_an_unmarked_one_now
             return await outbox.next_due(conn, cluster="default", guard=guard, recheck=1.5)
 
     unmarked = run(due(MISSING))  # no mark yet: due now (the claim marks it first)
-    assert unmarked.seconds is not None and unmarked.seconds <= 0 and not unmarked.guard_holds
+    assert unmarked.seconds is not None and unmarked.seconds <= 0 and not unmarked.guard_keeps_back
 
     async def mark() -> int:
         async with db.connection(settings_for(db_url)) as conn:
@@ -52,9 +52,9 @@ def test_a_held_row_is_due_again_in_the_recheck_interval_and_an_unmarked_one_now
 
     assert run(mark()) == 3
     held = run(due(MISSING))
-    assert held.guard_holds and held.seconds is not None and 1.0 < held.seconds <= 1.5, held
+    assert held.guard_keeps_back and held.seconds is not None and 1.0 < held.seconds <= 1.5, held
     off = run(due(None))  # the guard off: the same rows are due now
-    assert off.seconds is not None and off.seconds <= 0 and not off.guard_holds
+    assert off.seconds is not None and off.seconds <= 0 and not off.guard_keeps_back
 
     # and the claim agrees: it takes none of them while the guard holds them
     async def claim() -> list[Any]:
@@ -112,8 +112,8 @@ def test_the_guards_view_counts_the_held_rows_and_names_a_missing_standby_as_mis
             return await outbox.guard_lag(conn, MISSING, cluster="default")
 
     seen = run(view())
-    assert (seen.connected, seen.missing, seen.lag_bytes, seen.held_rows) == (0, 1, None, 4), seen
-    assert seen.oldest_held_seconds >= 0
+    assert (seen.connected, seen.missing, seen.lag_bytes, seen.kept_back_rows) == (0, 1, None, 4), seen
+    assert seen.oldest_kept_back_seconds >= 0
     pg.execute("UPDATE pod_sweeper.outbox SET enqueued_at = now() - interval '10 minutes' WHERE sandbox_id = 's1'")
     seen = run(view())  # a reopened row (a new enqueue) needs a new mark, then is held again
-    assert seen.held_rows == 4 and seen.oldest_held_seconds >= 600, seen
+    assert seen.kept_back_rows == 4 and seen.oldest_kept_back_seconds >= 600, seen

@@ -28,6 +28,7 @@ from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.store import db, queries
 from pod_sweeper.store.sweep import gauges, rates
 from pod_sweeper.store.sweep.cursor import DISCOVERY_SECONDS, MARGIN, START
+from pod_sweeper.tasks.loops import refresher
 from pod_sweeper.tasks.process import health
 
 SWEPT = 3_000
@@ -150,10 +151,10 @@ def test_a_held_horizon_is_named_and_the_gauges_of_every_open_row_are_read_less_
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The metrics refresher names the holder (its pid, how long) and, once the hold has lasted
-    HELD_AFTER_SECONDS, reads the gauges that walk the whole claim index only every
-    HELD_REFRESH_SECONDS; at the hold's end, at every refresh again."""
-    monkeypatch.setattr(health, "HELD_AFTER_SECONDS", 0.5)
-    monkeypatch.setattr(health, "HELD_REFRESH_SECONDS", 3600.0)
+    PINNED_AFTER_SECONDS, reads the gauges that walk the whole claim index only every
+    PINNED_REFRESH_SECONDS; at the hold's end, at every refresh again."""
+    monkeypatch.setattr(refresher, "PINNED_AFTER_SECONDS", 0.5)
+    monkeypatch.setattr(refresher, "PINNED_REFRESH_SECONDS", 3600.0)
     calls = {"open rows": 0, "holders": 0}
     real_gauges, real_holders = gauges.cluster_gauges, rates.xmin_holders
 
@@ -172,7 +173,7 @@ def test_a_held_horizon_is_named_and_the_gauges_of_every_open_row_are_read_less_
         pool = db.make_pool(settings_for(db_url), max_size=2)
         await pool.open(wait=True, timeout=10)
         metrics, state = Metrics(), health.Health()
-        refresher = asyncio.create_task(health.refresh_gauges(pool, metrics, state, 0.05, "default"))
+        task = asyncio.create_task(refresher.refresh_gauges(pool, metrics, state, 0.05, "default"))
         horizon = lambda: metrics.registry.get_sample_value("pod_sweeper_xmin_horizon_seconds") or 0.0  # noqa: E731
         try:
             await until(lambda: calls["holders"] >= 3, "three refreshes")
@@ -192,9 +193,9 @@ def test_a_held_horizon_is_named_and_the_gauges_of_every_open_row_are_read_less_
             held_reads = calls["open rows"]
             await until(lambda: calls["open rows"] > held_reads, "the gauges to be read again once it ends")
         finally:
-            refresher.cancel()
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await refresher
+                await task
             await pool.close()
 
     run(scenario())

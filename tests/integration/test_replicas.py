@@ -139,7 +139,7 @@ def test_a_guarded_row_reads_held_from_a_bare_shell_and_each_surface_agrees_with
             ("default", "replication_guard", 1)
         ]
         [guard] = shown["replication_guard"]
-        assert (guard["cluster"], guard["standbys"], guard["missing"], guard["held_rows"]) == (
+        assert (guard["cluster"], guard["standbys"], guard["missing"], guard["kept_back_rows"]) == (
             "default",
             [MISSING],
             1,

@@ -21,7 +21,7 @@ from loguru import logger
 from helpers import DaemonThread, add_execution, cli, daemon_settings, retire, row_for, wait_until
 from pod_sweeper.core.waits import RULES, Seen, Wait
 from pod_sweeper.store.schema import migrations
-from pod_sweeper.tasks.loops import presence, schema_watch
+from pod_sweeper.tasks.loops import presence, refresher, schema_watch
 from pod_sweeper.tasks.process import runner
 
 MISSING_STANDBY = "no-such-standby"
@@ -220,9 +220,7 @@ def test_each_reason_is_seen_on_every_surface_while_it_holds_and_ends(
     monkeypatch.setattr(runner, "GAUGE_REFRESH_SECONDS", 0.2)
     monkeypatch.setattr(schema_watch, "SCHEMA_WATCH_SECONDS", 0.2)
     monkeypatch.setattr(presence, "PRESENCE_SECONDS", 0.2)
-    from pod_sweeper.tasks.process import health
-
-    monkeypatch.setattr(health, "HELD_AFTER_SECONDS", 3600.0)
+    monkeypatch.setattr(refresher, "PINNED_AFTER_SECONDS", 3600.0)
     db_url: str = request.getfixturevalue("db_url" if case.migrated else "empty_db_url")
     execs: psycopg.Connection[Any] | None = request.getfixturevalue("execs") if case.migrated else None
     env = Env(execs, kube, db_url)  # type: ignore[arg-type]

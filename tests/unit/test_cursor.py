@@ -68,13 +68,13 @@ def test_a_discovery_that_fills_its_batch_is_followed_by_another() -> None:
 
 
 def test_the_gauges_of_every_open_row_are_read_every_refresh_until_a_hold_has_lasted() -> None:
-    from pod_sweeper.tasks.process.health import HELD_AFTER_SECONDS, HELD_REFRESH_SECONDS, open_rows_due
+    from pod_sweeper.tasks.loops.refresher import PINNED_AFTER_SECONDS, PINNED_REFRESH_SECONDS, open_rows_due
 
     assert open_rows_due(0.0, None) and open_rows_due(0.0, 0.1)  # not held: every refresh
-    assert open_rows_due(HELD_AFTER_SECONDS - 1, 0.1)
-    assert open_rows_due(HELD_AFTER_SECONDS, None)  # never read yet: read now
-    assert not open_rows_due(HELD_AFTER_SECONDS, HELD_REFRESH_SECONDS - 1)
-    assert open_rows_due(HELD_AFTER_SECONDS, HELD_REFRESH_SECONDS)
+    assert open_rows_due(PINNED_AFTER_SECONDS - 1, 0.1)
+    assert open_rows_due(PINNED_AFTER_SECONDS, None)  # never read yet: read now
+    assert not open_rows_due(PINNED_AFTER_SECONDS, PINNED_REFRESH_SECONDS - 1)
+    assert open_rows_due(PINNED_AFTER_SECONDS, PINNED_REFRESH_SECONDS)
 
 
 def test_the_claimer_is_told_when_the_next_discovery_is_due() -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.tasks.process.health import set_paused
+from pod_sweeper.tasks.loops.refresher import set_paused
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 

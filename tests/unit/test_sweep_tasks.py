@@ -357,7 +357,7 @@ def test_a_claim_answered_after_the_stop_began_is_handed_back_not_lost() -> None
     would stay claimed and charged until their lease ended)."""
     r = rig(concurrency=2, batch_size=8)
     r.retire(5)
-    answers = r.store.claim_answers = asyncio.Event()
+    answers = r.store.claim_returns = asyncio.Event()
 
     async def scenario() -> None:
         run = asyncio.ensure_future(r.sweeper.run())
@@ -380,7 +380,7 @@ def test_a_claim_answered_after_the_stop_began_is_handed_back_not_lost() -> None
 def test_a_claim_never_answered_does_not_hold_the_stop_past_its_deadline() -> None:
     r = rig()
     r.retire(3)
-    r.store.claim_answers = asyncio.Event()  # never set: the database stopped answering mid-claim
+    r.store.claim_returns = asyncio.Event()  # never set: the database stopped answering mid-claim
 
     async def scenario() -> float:
         run = asyncio.ensure_future(r.sweeper.run())

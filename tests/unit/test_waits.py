@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from pod_sweeper.core.resources import resource_dir
-from pod_sweeper.core.waits import DUE, ROW_ORDER, RULES, Seen, Wait, WaitLog, describe, unready
+from pod_sweeper.core.waits import DUE, ROW_ORDER, RULES, Process, Seen, Wait, WaitLog, describe, readiness, unready
 
 
 def test_every_reason_has_a_rule_and_every_row_reason_an_order() -> None:
@@ -38,3 +40,27 @@ def test_the_log_says_a_start_and_an_end_once_each() -> None:
 def test_readiness_fails_for_the_reasons_whose_rule_says_so() -> None:
     active = {Wait.BREAKER: "tripped", Wait.PAUSED: "paused", Wait.SCHEMA: "not claiming: too new"}
     assert unready(active) == ["tripped [breaker]", "not claiming: too new [schema]"]
+
+
+@pytest.mark.parametrize(
+    ("active", "process", "expected"),
+    [
+        ({}, Process(), (True, "ok")),
+        ({Wait.PAUSED: "x", Wait.DRY_RUN: "y", Wait.REPLICATION_GUARD: "z"}, Process(), (True, "ok")),
+        ({Wait.BREAKER: "tripped"}, Process(), (False, "tripped [breaker]")),
+        ({}, Process(stopping=True), (False, "stopping")),
+        ({}, Process(database_error="refused"), (False, "database: refused")),
+        ({}, Process(schema_checked=False), (False, "schema not checked")),
+        ({}, Process(listener_hearing=False), (False, "listener not hearing NOTIFY")),
+        ({}, Process(listener_hearing=None), (True, "ok")),  # poll-only: no listener to hear
+        (
+            {Wait.KUBE_UNREACHABLE: "no route"},
+            Process(stopping=True, started=False),
+            (False, "stopping; no route [kube_unreachable]; starting"),
+        ),
+    ],
+)
+def test_readiness_is_one_decision_of_the_reasons_and_the_process(
+    active: dict[Wait, str], process: Process, expected: tuple[bool, str]
+) -> None:
+    assert readiness(active, process) == expected

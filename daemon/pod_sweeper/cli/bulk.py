@@ -141,8 +141,8 @@ async def _act(
                 changed = await bulk.retry(conn, page, who=f"{args.actor} (retry)")
             else:
                 changed = await bulk.discard(conn, page)
-            record = controls.Action(args.actor, action, {**arguments, "page": start // bulk.PAGE + 1}, "")
-            await controls.audit(conn, record, affected=len(changed))
+            trail = controls.Action(args.actor, action, {**arguments, "page": start // bulk.PAGE + 1}, "")
+            await controls.audit(conn, trail, affected=len(changed))
         done.extend(changed)
     return sorted(done)
 

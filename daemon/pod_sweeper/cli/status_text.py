@@ -90,7 +90,7 @@ def _render_text(status: dict[str, Any]) -> str:
         )
         parts.append(
             f"replication guard{_of(guard['cluster'])} ({', '.join(guard['standbys'])}): {guard['connected']} "
-            f"connected, {guard['missing']} missing; {behind}; holds {guard['held_rows']} row(s)"
+            f"connected, {guard['missing']} missing; {behind}; holds {guard['kept_back_rows']} row(s)"
         )
     replicas = status.get("replicas") or []
     if replicas:
@@ -157,11 +157,11 @@ def _render_text(status: dict[str, Any]) -> str:
             "rows a second over the last minute (arrived above swept for minutes: the backlog grows)\n"
             + render_table(["cluster", "arrived/s", "swept/s"], rows)
         )
-    holding = rates.holding_long([rates.XminHolder(**h) for h in status.get("xmin_horizon") or []])
-    if holding is not None:
+    pinning = rates.pinned_long([rates.XminHolder(**h) for h in status.get("xmin_horizon") or []])
+    if pinning is not None:
         parts.insert(
             0,
-            f"XMIN HORIZON HELD by {holding.describe()}: vacuum can remove no row version younger than it, so "
+            f"XMIN HORIZON HELD by {pinning.describe()}: vacuum can remove no row version younger than it, so "
             "every claim and record costs more the longer it lasts (docs/dba.md, 'A held snapshot')",
         )
     clusters = status.get("clusters") or []

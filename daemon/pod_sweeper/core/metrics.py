@@ -63,13 +63,13 @@ class Metrics:
         )
         self.cluster_oldest_claim = Gauge(
             "pod_sweeper_cluster_oldest_claim_seconds",
-            "Age of the oldest claim held on a row of each pod cluster (0: none)",
+            "Age of the oldest claim on a row of each pod cluster (0: none)",
             ["pod_cluster"],
             registry=r,
         )
         self.large_transactions = Counter(
             "pod_sweeper_large_transactions_kept_back",
-            "Large host transactions this replica's claims found and held (the breaker's transaction rule)",
+            "Large host transactions this replica's claims found and kept back (the breaker's transaction rule)",
             registry=r,
         )
         self.cluster_large_transactions = Gauge(
@@ -116,13 +116,13 @@ class Metrics:
         )
         self.xmin_horizon_seconds = Gauge(
             "pod_sweeper_xmin_horizon_seconds",
-            "Seconds the oldest open transaction of the database has held its xmin horizon (0: none; a slot "
+            "Seconds the oldest open transaction of the database has pinned its xmin horizon (0: none; a slot "
             "or a standby counts in pod_sweeper_xmin_horizon_age_xids only)",
             registry=r,
         )
         self.xmin_horizon_age = Gauge(
             "pod_sweeper_xmin_horizon_age_xids",
-            "Transactions since the database's xmin horizon: how far back vacuum is held (by a transaction, "
+            "Transactions since the database's xmin horizon: how far back vacuum is pinned (by a transaction, "
             "a replication slot, a prepared transaction or a standby's feedback)",
             registry=r,
         )
@@ -133,7 +133,7 @@ class Metrics:
             " fields, a malformed UID), so nothing was enqueued",
             registry=r,
         )
-        self.oldest_claim = Gauge("pod_sweeper_oldest_claim_seconds", "Age of the oldest claim held", registry=r)
+        self.oldest_claim = Gauge("pod_sweeper_oldest_claim_seconds", "Age of the oldest claim", registry=r)
         self.gauges_refreshed = Gauge(
             "pod_sweeper_gauges_refreshed_timestamp_seconds", "When the database gauges were last read", registry=r
         )
@@ -162,7 +162,7 @@ class Metrics:
         self.wakeups = Counter("pod_sweeper_wakeups", "Claimer wakeups by source", ["source"], registry=r)
         self.handed_on = Counter(
             "pod_sweeper_wakeups_handed_on",
-            "Times this replica held more rows than it could send soon and handed the wakeups on to every"
+            "Times this replica had more rows in hand than it could send soon and handed the wakeups on to every"
             " replica (the wakeup flag no longer names it)",
             registry=r,
         )
@@ -197,28 +197,28 @@ class Metrics:
             " declares it too old): it claims nothing",
             registry=r,
         )
-        self.guard_holding = Gauge(
+        self.guard_keeping_back = Gauge(
             "pod_sweeper_replication_guard_holding",
-            "1 while the replication guard holds rows of the replica's cluster: a standby it names has not yet"
+            "1 while the replication guard keeps rows of the replica's cluster back: a standby it names has not yet"
             " flushed their retires (connected but behind, or not connected at all), or this role may not read"
             " their positions (POD_SWEEPER_REPLICATION_GUARD; 0 when off)",
             registry=r,
         )
-        self.guard_held_rows = Gauge(
+        self.guard_kept_back_rows = Gauge(
             "pod_sweeper_replication_guard_held_rows",
-            "Open rows of the replica's cluster the replication guard holds now (0 when off)",
+            "Open rows of the replica's cluster the replication guard keeps back now (0 when off)",
             registry=r,
         )
-        self.guard_oldest_held = Gauge(
+        self.guard_oldest_kept_back = Gauge(
             "pod_sweeper_replication_guard_oldest_held_seconds",
-            "Seconds since the retire of the oldest row the replication guard holds (0: none; what"
+            "Seconds since the retire of the oldest row the replication guard keeps back (0: none; what"
             " PodSweeperReplicationGuardHolding alerts on)",
             registry=r,
         )
         self.guard_missing = Gauge(
             "pod_sweeper_replication_guard_standbys_missing",
             "Standbys the replication guard names that are not connected to the primary: while one is, every"
-            " row is held (0 when off)",
+            " row is kept back (0 when off)",
             registry=r,
         )
         self.guard_lag = Gauge(

@@ -3,7 +3,7 @@
 The retention, confirmation and reconciliation passes run this way; a step that fails with an
 expected error (the database went away) is logged and tried again at the next tick, anything else ends
 the task (and with it the process, see ``runner``). The gauges keep a loop of their own: their success
-or failure is also the readiness probe's view of the database (``health.refresh_gauges``).
+or failure is also the readiness probe's view of the database (tasks/loops/refresher.py).
 """
 
 from __future__ import annotations

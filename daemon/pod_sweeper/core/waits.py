@@ -215,6 +215,37 @@ def unready(active: Mapping[Wait, str]) -> list[str]:
     return [f"{detail} [{wait.value}]" for wait, detail in active.items() if not RULES[wait].ready]
 
 
+@dataclass(frozen=True)
+class Process:
+    """What readiness needs of the process beside the reasons rows wait: a stop begun, the database's
+    last answer (None: it answered), the schema checked, the listener (None: poll-only), the start done."""
+
+    stopping: bool = False
+    database_error: str | None = None
+    schema_checked: bool = True
+    listener_hearing: bool | None = None
+    started: bool = True
+
+
+def readiness(active: Mapping[Wait, str], process: Process) -> tuple[bool, str]:
+    """Whether the replica is ready, and why not: the one decision ``/readyz``, ``pod_sweeper_ready``, the
+    systemd status, the replica's row in pod_sweeper.replicas and the runner read (through
+    ``Health.readiness``). Not ready while it stops, while the database does not answer, before the schema
+    is checked, while a listener it has does not hear NOTIFY, for each active reason whose rule says not
+    ready (``unready``), and until the start-up is done."""
+    problems = ["stopping"] if process.stopping else []
+    if process.database_error is not None:
+        problems.append(f"database: {process.database_error}")
+    if not process.schema_checked:
+        problems.append("schema not checked")
+    if process.listener_hearing is False:
+        problems.append("listener not hearing NOTIFY")
+    problems += unready(active)
+    if not process.started:
+        problems.append("starting")
+    return (not problems, "; ".join(problems) or "ok")
+
+
 class WaitLog:
     """The log's view of the reasons: ``update`` is given what holds now (reason and scope, e.g. a
     cluster or a namespace, to the particulars) and returns the lines to log, one when a reason starts

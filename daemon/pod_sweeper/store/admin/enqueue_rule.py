@@ -7,7 +7,7 @@ retired row, a deleted row that names a UID) and with what. The trigger ``attach
 and records a row it cannot hold in ``pod_sweeper.rejects`` (migrations 0008 and 0009). So a row the
 trigger would reject, backfill rejects too, with the same problem.
 
-Every name goes through ``psycopg.sql.Identifier``; ``record`` is ``NEW``, ``OLD`` or a query's alias.
+Every name goes through ``psycopg.sql.Identifier``; ``row`` is ``NEW``, ``OLD`` or a query's alias.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ class Rule:
     types: dict[str, str]
     cluster: str = DEFAULT_CLUSTER
 
-    def value(self, role: str, record: str) -> sql.Composable:
-        column = sql.SQL("{}.{}").format(sql.SQL(record), sql.Identifier(self.mapping[role]))
+    def value(self, role: str, row: str) -> sql.Composable:
+        column = sql.SQL("{}.{}").format(sql.SQL(row), sql.Identifier(self.mapping[role]))
         cast = _CASTS.get(role) if role != "pod_uid" else (None if self.uid_is_uuid else "text")
         return sql.SQL("{}::{}").format(column, sql.SQL(cast)) if cast else column
 
@@ -41,25 +41,25 @@ class Rule:
     def uid_is_uuid(self) -> bool:
         return self.types[self.mapping["pod_uid"]] == "uuid"
 
-    def call(self, record: str, reason: str) -> sql.Composed:
-        """``pod_sweeper.enqueue(...)`` of ``record``'s values: a UID held as text goes in as it is, and
+    def call(self, row: str, reason: str) -> sql.Composed:
+        """``pod_sweeper.enqueue(...)`` of ``row``'s values: a UID held as text goes in as it is, and
         ``enqueue_text_uid`` records a malformed one as a reject (migration 0008)."""
-        cluster = self.value("cluster", record) if "cluster" in self.mapping else sql.Literal(self.cluster)
+        cluster = self.value("cluster", row) if "cluster" in self.mapping else sql.Literal(self.cluster)
         return sql.SQL("pod_sweeper.{}({}, {}, {}, {}, {}, {}, {}, {})").format(
             sql.Identifier("enqueue" if self.uid_is_uuid else "enqueue_text_uid"),
             sql.Literal(self.attachment_id),
-            self.value("sandbox_id", record),
-            self.value("generation", record),
-            self.value("pod_namespace", record),
-            self.value("pod_name", record),
-            self.value("pod_uid", record),
+            self.value("sandbox_id", row),
+            self.value("generation", row),
+            self.value("pod_namespace", row),
+            self.value("pod_name", row),
+            self.value("pod_uid", row),
             sql.Literal(reason),
             cluster,
         )
 
-    def retired(self, record: str) -> sql.Composed:
+    def retired(self, row: str) -> sql.Composed:
         """A row that is retired and names a UID: the INSERT trigger's condition, and backfill's."""
-        return sql.SQL("{} IS NOT NULL AND NOT {}").format(self.value("pod_uid", record), self.value("active", record))
+        return sql.SQL("{} IS NOT NULL AND NOT {}").format(self.value("pod_uid", row), self.value("active", row))
 
     def when(self) -> dict[str, sql.Composed]:
         """The triggers' WHEN clauses: a retire (active goes false while a UID is set), a UID recorded

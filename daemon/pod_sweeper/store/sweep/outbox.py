@@ -154,8 +154,8 @@ class GuardLag:
     missing: int  # named standbys not connected: while any is, every row is held
     lag_bytes: float | None  # the slowest connected one's flush; None: none connected, or unreadable
     lag_seconds: float | None  # its flush_lag as the primary measures it
-    held_rows: int  # open rows whose mark is current but not flushed on every named standby
-    oldest_held_seconds: float  # since the retire of the oldest of them (0: none)
+    kept_back_rows: int  # open rows whose mark is current but not flushed on every named standby
+    oldest_kept_back_seconds: float  # since the retire of the oldest of them (0: none)
 
 
 async def guard_lag(conn: Connection, standbys: list[str], *, cluster: str) -> GuardLag:
@@ -166,8 +166,8 @@ async def guard_lag(conn: Connection, standbys: list[str], *, cluster: str) -> G
         int(row["missing"]),
         row["lag_bytes"],
         row["lag_seconds"],
-        int(row["held_rows"]),
-        float(row["oldest_held_seconds"]),
+        int(row["kept_back_rows"]),
+        float(row["oldest_kept_back_seconds"]),
     )
 
 
@@ -218,7 +218,7 @@ class Due:
     otherwise due (then ``seconds`` is at most the recheck interval it was given)."""
 
     seconds: float | None
-    guard_holds: bool = False
+    guard_keeps_back: bool = False
     flag_armed: bool | None = None  # the wakeup flag (None: its row is missing)
     flag_by: str | None = None  # the replica it names (migration 0018)
 

@@ -94,7 +94,7 @@ class OutboxSession:
             guard=store.guard,
             recheck=outbox.GUARD_RECHECK.ceiling(store.guard_waits + 1),
         )
-        store.guard_waits = store.guard_waits + 1 if due.guard_holds else 0
+        store.guard_waits = store.guard_waits + 1 if due.guard_keeps_back else 0
         return due
 
     async def arm(self, *, take_over: bool = False) -> Arming:

@@ -83,10 +83,10 @@ class XminHolder:
     seconds: float | None  # how long it has held it, where PostgreSQL says
 
     def describe(self) -> str:
-        held = f"{self.seconds:.0f} s" if self.seconds is not None else f"{self.age_xids} transactions"
+        pinned = f"{self.seconds:.0f} s" if self.seconds is not None else f"{self.age_xids} transactions"
         detail = f" ({self.detail})" if self.detail else ""
         names = {"transaction": "pid", "slot": "replication slot", "prepared": "prepared transaction"}
-        return f"{names.get(self.kind, self.kind)} {self.holder}{detail}, held {held}"
+        return f"{names.get(self.kind, self.kind)} {self.holder}{detail}, held {pinned}"
 
 
 async def xmin_holders(conn: Connection) -> list[XminHolder]:
@@ -98,15 +98,15 @@ async def xmin_holders(conn: Connection) -> list[XminHolder]:
 # A holder is worth a warning past these: five minutes of a transaction (a sweep at 100 retires a second
 # leaves some 90,000 row versions behind in that time), or, for a slot or a standby that has no time,
 # the transactions such a span takes on a busy database.
-HELD_LONG_SECONDS = 300.0
-HELD_LONG_XIDS = 100_000
+PINNED_LONG_SECONDS = 300.0
+PINNED_LONG_XIDS = 100_000
 
 
-def holding_long(holders: list[XminHolder]) -> XminHolder | None:
+def pinned_long(holders: list[XminHolder]) -> XminHolder | None:
     """The first holder that has held the horizon long enough to warn of, or None."""
     for holder in holders:
-        if (holder.seconds if holder.seconds is not None else 0.0) >= HELD_LONG_SECONDS:
+        if (holder.seconds if holder.seconds is not None else 0.0) >= PINNED_LONG_SECONDS:
             return holder
-        if holder.seconds is None and holder.age_xids >= HELD_LONG_XIDS:
+        if holder.seconds is None and holder.age_xids >= PINNED_LONG_XIDS:
             return holder
     return None

@@ -44,7 +44,7 @@ class EventSender:
         self.queue: asyncio.Queue[PodEvent] = asyncio.Queue(maxsize=QUEUE_SIZE)
         self.bucket = TokenBucket(settings.events_qps, max(1, round(settings.events_qps * 5)))
         self._last_failure_log = float("-inf")
-        self._holding: PodEvent | None = None  # taken from the queue, not yet sent (or failed)
+        self._in_hand: PodEvent | None = None  # taken from the queue, not yet sent (or failed)
         self._progress = asyncio.Event()  # an Event was sent or failed
         self._deadline: float | None = None  # set by finish(): no send may outlast it
         self._closing = False  # set by finish() at the deadline: take no new Event
@@ -72,7 +72,7 @@ class EventSender:
 
     async def run(self) -> None:
         while not self._closing:
-            event = self._holding = await self.queue.get()
+            event = self._in_hand = await self.queue.get()
             await self.outage.opened.wait()  # nothing goes out while the API server cannot be reached
             await self.bucket.acquire()
             timeout = self.settings.request_timeout
@@ -91,7 +91,7 @@ class EventSender:
                     )
             else:
                 self.metrics.events.labels("sent").inc()
-            self._holding = None
+            self._in_hand = None
             self._progress.set()
 
     async def finish(self, task: asyncio.Task[None], deadline: float) -> int:
@@ -100,7 +100,7 @@ class EventSender:
         line. Returns that number."""
         self._deadline = deadline
         self.bucket = TokenBucket(self.settings.rate_limit_qps, self.settings.rate_limit_burst)
-        while (not self.queue.empty() or self._holding is not None) and not task.done():
+        while (not self.queue.empty() or self._in_hand is not None) and not task.done():
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -110,13 +110,13 @@ class EventSender:
         # Past the deadline: no new Event is taken, and the one being sent (its timeout ends with the
         # deadline) is let finish, so that it is counted as what it was, sent or failed.
         self._closing = True
-        if self._holding is not None and not task.done():
+        if self._in_hand is not None and not task.done():
             self._progress.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._progress.wait(), LAST_SEND_GRACE)
         task.cancel()
         await asyncio.wait([task], timeout=1.0)
-        dropped = self.queue.qsize() + (self._holding is not None)
+        dropped = self.queue.qsize() + (self._in_hand is not None)
         while not self.queue.empty():
             self.queue.get_nowait()
         if dropped:

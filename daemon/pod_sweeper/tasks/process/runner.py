@@ -49,10 +49,11 @@ from pod_sweeper.tasks.loops.listener import Listener
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.loops.presence import Presence
 from pod_sweeper.tasks.loops.reconciler import Reconciler
+from pod_sweeper.tasks.loops.refresher import refresh_gauges
 from pod_sweeper.tasks.loops.retention import Retention
 from pod_sweeper.tasks.loops.schema_watch import SchemaWatch, count_attached
 from pod_sweeper.tasks.loops.surge import SurgeWatch
-from pod_sweeper.tasks.process.health import Health, HealthServer, refresh_gauges
+from pod_sweeper.tasks.process.health import Health, HealthServer
 from pod_sweeper.tasks.process.sdnotify import Notifier
 from pod_sweeper.tasks.process.startup import StartGate
 from pod_sweeper.tasks.rules.gates import BreakerGate, SchemaGate

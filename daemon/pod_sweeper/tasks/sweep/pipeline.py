@@ -1,9 +1,9 @@
-"""The rows a replica holds between their claim and the record of how they ended, and the one place
+"""The rows a replica has in hand between their claim and the record of how they ended, and the one place
 that decides what may be done with them.
 
 The claimer puts claimed rows in (``add``) when there is room (``free``, ``wait_for_room``); workers
 take them (``next_work``, ``more_work``) and put each row's verdict back (``conclude``); the recorder
-writes the verdicts (``write_results``), which lets their rows go. ``capacity`` bounds what is held:
+writes the verdicts (``write_results``), which lets their rows go. ``capacity`` bounds what is in hand:
 ``concurrency`` rows in flight plus one claim batch waiting, so the workers never wait for a claim round
 trip and a claimed row waits seconds, not its lease, for its DELETE. What is still at the API is
 derived (``awaiting_answers``), never counted by hand. Each verdict is written once: ``write_results``
@@ -32,7 +32,7 @@ class Pipeline:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._queue: asyncio.Queue[Work] = asyncio.Queue()  # claimed, not yet taken by a worker
-        self._inflight: dict[int, Claim] = {}  # every row held: queued, at the API, or not yet written
+        self._inflight: dict[int, Claim] = {}  # every row in hand: queued, at the API, or not yet written
         self._results: list[Verdict] = []  # how rows ended, not yet written
         self._results_ready = asyncio.Event()  # verdicts wait to be written
         self._settled = asyncio.Event()  # a verdict came in (the shutdown drain waits on it)
@@ -118,5 +118,5 @@ class Pipeline:
 
     def awaiting_answers(self) -> list[Claim]:
         """The rows held whose request has no verdict yet (queued, or still at the API)."""
-        recorded = {verdict.id for verdict in self._results}
-        return [claim for claim in self._inflight.values() if claim.id not in recorded]
+        concluded = {verdict.id for verdict in self._results}
+        return [claim for claim in self._inflight.values() if claim.id not in concluded]

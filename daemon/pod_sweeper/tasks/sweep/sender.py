@@ -1,4 +1,4 @@
-"""The workers: send each held row's DELETE, and record what the answer table says it means.
+"""The workers: send the DELETE of each row in hand, and record what the answer table says it means.
 
 ``concurrency`` workers each send one request at a time on a thread pool (the official client is
 synchronous), paced by the token bucket and never with a timeout that outlasts the row's lease; when
