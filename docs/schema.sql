@@ -406,11 +406,18 @@ AS $function$
     WHERE h.cluster = p_cluster AND h.pod_namespace = p_namespace AND h.pod_name = p_name
       AND pod_sweeper.in_force(h.until) AND (h.pod_uid IS NULL OR h.pod_uid = p_uid)
     UNION ALL
-    SELECT 'transaction', t.cluster, NULL::text, NULL::text, NULL::uuid, t.reason, t.found_by, t.found_at,
+    SELECT 'transaction', t.cluster, NULL::text, NULL::text, NULL::uuid,
+           format('large transaction %s, begun %s: %s', t.id, t.enqueued_at, t.reason), t.found_by, t.found_at,
            NULL::timestamptz  -- no end of its own: a person ends it
     FROM pod_sweeper.large_transactions AS t
     WHERE t.cluster = p_cluster AND t.enqueued_at = p_enqueued_at AND t.ended_at IS NULL
 $function$;
+
+CREATE OR REPLACE FUNCTION pod_sweeper.kept_back_until()
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT '9999-01-01 00:00:00+00'::timestamptz $function$;
 
 CREATE OR REPLACE FUNCTION pod_sweeper.prune_audit(keep interval)
  RETURNS bigint

@@ -5,19 +5,23 @@
 -- sweep, though the rule knew exactly which rows were suspect: they share the transaction's start, which
 -- the enqueue writes as their enqueued_at. Now the claim that finds such a transaction records it here
 -- (its cluster and that key, its size as found, the rule, which replica) and its rows are kept back as
--- one batch, neither sent nor charged, while every other row of the cluster sweeps on. An on-call
--- releases it (`pod-sweeper release-transaction ID`, after a preview, in the audit trail) or discards
--- its rows (`pod-sweeper discard-transaction ID --reason TEXT`). A released transaction is not judged
--- again. The table keeps one row per large transaction found; retention deletes those ended longer
--- ago than the done rows' age (POD_SWEEPER_RETENTION).
+-- one batch, neither sent nor charged, while every other row of the cluster sweeps on: in the same
+-- statement their next_attempt_at is set to pod_sweeper.kept_back_until(), a time no claim, next-due
+-- read or discovery reaches, so a claim that began before the transaction was recorded (its snapshot
+-- older) still skips them (its FOR UPDATE re-reads a row changed under it), and the claim index's
+-- range of due rows never walks them. An on-call releases it (`pod-sweeper release-transaction ID`,
+-- after a preview, in the audit trail: its rows are due at once) or discards its rows (`pod-sweeper
+-- discard-transaction ID --reason TEXT`). A released transaction is not judged again. The table keeps
+-- one row per large transaction found; retention deletes those ended longer ago than the done rows'
+-- age (POD_SWEEPER_RETENTION).
 --
 -- pod_sweeper.keeping gains a form that knows a row's enqueue (p_enqueued_at) and says 'transaction'
--- for a row of a large transaction not ended (released or discarded); the claim, the next-due read, `explain`, the surge
--- watch and the reasons rows wait read that form. The old form stays for a replica of 0019's release,
--- which trips the cluster's breaker on such a transaction as before (it still judges it itself).
+-- (with the transaction's id) for a row of a large transaction not ended (released or discarded):
+-- `explain` and the reasons rows wait read it. The old form stays, the claim's.
 --
--- readable from: 0019 (a new table and a new function; nothing an older replica reads or writes
--- changes)
+-- readable from: 0018 (new tables and functions; nothing the previous release reads or writes changes:
+-- its claim skips a kept-back row by its due time, and its own transaction rule trips the cluster's
+-- breaker on a large transaction as before)
 --
 -- Locks: creating a table or a function locks no table.
 CREATE TABLE pod_sweeper.large_transactions (
@@ -38,6 +42,12 @@ COMMENT ON TABLE pod_sweeper.large_transactions IS
     'pod-sweeper: host transactions the breaker''s transaction rule found; their rows wait until released';
 CREATE INDEX large_transactions_open ON pod_sweeper.large_transactions (cluster) WHERE ended_at IS NULL;
 
+-- When a kept-back row is due: never, for any claim (a finite time, so every client can read it).
+CREATE FUNCTION pod_sweeper.kept_back_until() RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT '9999-01-01 00:00:00+00'::timestamptz $$;
+COMMENT ON FUNCTION pod_sweeper.kept_back_until() IS
+    'pod-sweeper: the due time of a row a large transaction keeps back (no claim reaches it)';
+
 CREATE FUNCTION pod_sweeper.keeping(p_cluster text, p_namespace text, p_name text, p_uid uuid,
                                     p_enqueued_at timestamptz)
 RETURNS TABLE (kind text, cluster text, pod_namespace text, pod_name text, pod_uid uuid, reason text,
@@ -52,7 +62,8 @@ LANGUAGE sql STABLE AS $$
     WHERE h.cluster = p_cluster AND h.pod_namespace = p_namespace AND h.pod_name = p_name
       AND pod_sweeper.in_force(h.until) AND (h.pod_uid IS NULL OR h.pod_uid = p_uid)
     UNION ALL
-    SELECT 'transaction', t.cluster, NULL::text, NULL::text, NULL::uuid, t.reason, t.found_by, t.found_at,
+    SELECT 'transaction', t.cluster, NULL::text, NULL::text, NULL::uuid,
+           format('large transaction %s, begun %s: %s', t.id, t.enqueued_at, t.reason), t.found_by, t.found_at,
            NULL::timestamptz  -- no end of its own: a person ends it
     FROM pod_sweeper.large_transactions AS t
     WHERE t.cluster = p_cluster AND t.enqueued_at = p_enqueued_at AND t.ended_at IS NULL

@@ -26,8 +26,7 @@ arrived AS (
     WHERE o.cluster = %(cluster)s AND o.status IN ('pending', 'claimed') AND o.next_attempt_at > b.since
       AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > b.since
       AND NOT %(dry_run)s AND NOT (o.pod_namespace = ANY(coalesce(%(shadow)s::text[], '{}')))
-      AND NOT EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid,
-                                                        o.enqueued_at))
+      AND NOT EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid))
     UNION ALL
     SELECT o.enqueued_at
     FROM pod_sweeper.outbox AS o, b

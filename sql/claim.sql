@@ -27,12 +27,11 @@ due AS (
       AND next_attempt_at >= %(floor)s
       AND next_attempt_at <= now()
       -- An on-call's controls: a row that a pause or a hold keeps back (pod_sweeper.keeping, the one
-      -- statement of that rule, migration 0015), or a row of a large host transaction the breaker's
-      -- transaction rule found and no on-call released (migration 0020), is not claimed, so it is
-      -- neither sent nor charged.
+      -- statement of that rule, migration 0015) is not claimed, so it is neither sent nor charged. (A
+      -- row a large host transaction keeps back is due at pod_sweeper.kept_back_until(), migration
+      -- 0020: beyond now(), so never here.)
       AND NOT EXISTS (
-          SELECT 1 FROM pod_sweeper.keeping(outbox.cluster, outbox.pod_namespace, outbox.pod_name, outbox.pod_uid,
-                                            outbox.enqueued_at)
+          SELECT 1 FROM pod_sweeper.keeping(outbox.cluster, outbox.pod_namespace, outbox.pod_name, outbox.pod_uid)
       )
       AND (%(guard)s::text[] IS NULL
            OR (outbox.guard_enqueued_at = outbox.enqueued_at

@@ -22,7 +22,7 @@ low AS (
     FROM pod_sweeper.outbox AS o
     WHERE o.status IN ('pending', 'claimed') AND o.cluster = %(cluster)s AND o.next_attempt_at >= %(floor)s
       AND o.next_attempt_at <= now() + make_interval(secs => %(horizon)s)
-      AND NOT EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid, o.enqueued_at))
+      AND NOT EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid))
       AND NOT (%(guard)s::text[] IS NOT NULL AND o.guard_enqueued_at IS NOT DISTINCT FROM o.enqueued_at
                AND NOT coalesce(o.guard_lsn <= (SELECT flushed FROM standbys), false))
 ),
@@ -32,7 +32,7 @@ held AS (
     WHERE %(guard)s::text[] IS NOT NULL
       AND o.status IN ('pending', 'claimed') AND o.cluster = %(cluster)s AND o.next_attempt_at >= %(floor)s
       AND o.next_attempt_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid, o.enqueued_at))
+      AND NOT EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid))
       AND o.guard_enqueued_at IS NOT DISTINCT FROM o.enqueued_at
       AND NOT coalesce(o.guard_lsn <= (SELECT flushed FROM standbys), false)
 )

@@ -18,14 +18,14 @@
 -- enqueue was marked by a guard whose standbys nobody can name: it is held too (never "the next claim
 -- takes it"). (Dry run keeps no row waiting: it is claimed and done as would_delete; `explain` and
 -- `status` name the replicas in dry run from the same rows, store/reads/replicas.py.)
-WITH fleet AS (
+WITH fleet AS MATERIALIZED (
     SELECT r.replica, r.cluster, r.guard
     FROM pod_sweeper.replicas AS r
     WHERE pod_sweeper.replica_state(r) = 'live'
        OR NOT EXISTS (SELECT 1 FROM pod_sweeper.replicas AS l
                       WHERE l.cluster = r.cluster AND pod_sweeper.replica_state(l) = 'live')
 ),
-guards AS (
+guards AS MATERIALIZED (  -- once, not per open row: each reads pg_stat_replication
     SELECT f.cluster,
            (SELECT CASE WHEN count(DISTINCT s.application_name) = cardinality(f.guard) THEN min(s.flush_lsn) END
             FROM pg_stat_replication AS s

@@ -8,12 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from helpers import cli
+from pod_sweeper.store import queries
+from pod_sweeper.store.sweep.cursor import START
 
 
 def _held(pg: psycopg.Connection[Any], rows: int) -> int:
-    """``rows`` open rows of one host transaction (one INSERT: they share its start) and its record."""
+    """``rows`` open rows of one host transaction (one INSERT: they share its start), kept back by the
+    statement a replica's claim runs when its transaction rule finds it, beside another row."""
     pg.execute(
         "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
         " reason) SELECT 1, 's' || g, 1, 'workspace', 'p' || g, gen_random_uuid(), 'retired'"
@@ -24,14 +28,61 @@ def _held(pg: psycopg.Connection[Any], rows: int) -> int:
         "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name,"
         " pod_uid, reason) VALUES (1, 'other', 1, 'tenant', 'other', gen_random_uuid(), 'retired')"
     )
-    row = pg.execute(
-        "INSERT INTO pod_sweeper.large_transactions (cluster, enqueued_at, rows_found, reason, found_by)"
-        " SELECT 'default', enqueued_at, %s, 'one host transaction retired at least 12', 'r0'"
-        " FROM pod_sweeper.outbox WHERE sandbox_id = 's1' RETURNING id",
-        (rows,),
+    at = pg.execute("SELECT enqueued_at FROM pod_sweeper.outbox WHERE sandbox_id = 's1'").fetchone()
+    assert at is not None
+    kept = pg.execute(queries.load("large_transaction_keep"), _keep(at["enqueued_at"], rows)).fetchone()
+    assert kept is not None
+    return int(kept["id"])
+
+
+def _keep(at: Any, rows: int) -> dict[str, Any]:
+    return {"cluster": "default", "at": at, "rows": rows, "reason": "one host transaction retired 12", "who": "r0"}
+
+
+def _claim(conn: psycopg.Connection[Any]) -> list[str]:
+    """What a replica's claim takes now (the real statement), by sandbox id."""
+    params = {
+        "owner": "r1",
+        "batch": 100,
+        "lease_seconds": 60,
+        "disarm": False,
+        "cluster": "default",
+        "guard": None,
+        "floor": START,
+        "disarm_after": 0.0,
+    }
+    return sorted(r["sandbox_id"] for r in conn.execute(queries.load("claim"), params).fetchall())
+
+
+def test_a_claim_never_takes_a_kept_back_row_whenever_it_began(pg: psycopg.Connection[Any], db_url: str) -> None:
+    """The keep marks the rows themselves (their due time): a claim running while the keep is not yet
+    committed skips them (locked), and one after it finds them not due; only the other row goes."""
+    pg.execute(
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
+        " reason) SELECT 1, 's' || g, 1, 'workspace', 'p' || g, gen_random_uuid(), 'retired'"
+        " FROM generate_series(1, 12) g"
+    )
+    at = pg.execute("SELECT enqueued_at FROM pod_sweeper.outbox WHERE sandbox_id = 's1'").fetchone()
+    assert at is not None
+    with (
+        psycopg.connect(db_url, row_factory=dict_row) as keeper,
+        psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as claimer,
+    ):
+        keeper.execute(queries.load("large_transaction_keep"), _keep(at["enqueued_at"], 12))  # not committed
+        pg.execute(
+            "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name,"
+            " pod_uid, reason) VALUES (1, 'other', 1, 'tenant', 'other', gen_random_uuid(), 'retired')"
+        )
+        assert _claim(claimer) == ["other"]  # the transaction's rows are locked by the keep: skipped
+        keeper.commit()
+        claimer.execute(
+            "UPDATE pod_sweeper.outbox SET status = 'pending', next_attempt_at = now() WHERE sandbox_id = 'other'"
+        )
+        assert _claim(claimer) == ["other"]  # committed: not due, whatever the claim's snapshot saw
+    due = pg.execute(
+        "SELECT count(*) AS n FROM pod_sweeper.outbox WHERE next_attempt_at = pod_sweeper.kept_back_until()"
     ).fetchone()
-    assert row is not None
-    return int(row["id"])
+    assert due["n"] == 12
 
 
 def test_a_discard_is_previewed_then_ends_the_transactions_rows_alone_once(

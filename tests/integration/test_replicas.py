@@ -22,7 +22,7 @@ MISSING = "no-such-standby"  # a named standby that is not connected: the guard 
 
 @pytest.fixture(autouse=True)
 def _fast_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(presence, "PRESENCE_SECONDS", 0.2)
+    monkeypatch.setattr(presence, "PRESENCE_SECONDS", 1.0)  # stale after 9 s: a busy machine reads live
 
 
 def _replicas(db_url: str) -> dict[str, dict[str, Any]]:
@@ -52,7 +52,7 @@ def test_a_replica_keeps_its_row_while_it_runs_and_marks_it_stopped_at_a_clean_s
             None,
         )
         assert (
-            row["heartbeat_seconds"] == 0.2 * presence.REFRESH_LOOKS
+            row["heartbeat_seconds"] == 1.0 * presence.REFRESH_LOOKS
             and row["schema_version"] >= 19
             and row["stopped_at"] is None
         )
@@ -172,6 +172,6 @@ def test_a_cluster_whose_replicas_all_stopped_is_what_status_says_first(
     )
     text = cli("status", url=db_url).stdout
     first = text.split("\n\n", 1)[0]
-    assert "old-release-a claimed or armed there" in first and "sweeping it unseen" in first, text
+    assert first.startswith("REPLICAS UNSEEN (cluster east)") and "old-release-a claimed or armed there" in first
     [east] = [w for w in _status(db_url)["sweepers"] if w["cluster"] == "east"]
     assert not east["unswept"] and east["unseen"] == ["old-release-a"]

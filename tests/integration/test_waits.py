@@ -219,7 +219,7 @@ def test_each_reason_is_seen_on_every_surface_while_it_holds_and_ends(
     case, rule = CASES[wait], RULES[wait]
     monkeypatch.setattr(runner, "GAUGE_REFRESH_SECONDS", 0.2)
     monkeypatch.setattr(schema_watch, "SCHEMA_WATCH_SECONDS", 0.2)
-    monkeypatch.setattr(presence, "PRESENCE_SECONDS", 0.2)
+    monkeypatch.setattr(presence, "PRESENCE_SECONDS", 1.0)
     monkeypatch.setattr(refresher, "PINNED_AFTER_SECONDS", 3600.0)
     db_url: str = request.getfixturevalue("db_url" if case.migrated else "empty_db_url")
     execs: psycopg.Connection[Any] | None = request.getfixturevalue("execs") if case.migrated else None

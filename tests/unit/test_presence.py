@@ -1,7 +1,7 @@
 """The heartbeat's rule of when to write a replica's row (tasks/loops/presence.py), without I/O: a look
 whose row says what the last write said writes nothing, until REFRESH_LOOKS looks have passed (the row's
-seen_at); a change (readiness, a reason rows wait) is written at the next look; a failed write is tried
-again at the next look."""
+seen_at); a change (readiness, a reason rows wait) is written at the next look, a reason's particulars
+moving is not; a failed write is tried again at the next look; nothing is written after a stop's mark."""
 
 from __future__ import annotations
 
@@ -66,3 +66,11 @@ async def _looks() -> None:
     replica.failing = False
     await replica.look()  # the failed write is tried again
     assert replica.written[-1].waits == {"paused": "the whole cluster"}
+    written = len(replica.written)
+    state["waits"] = {Wait.PAUSED: "the whole cluster, for 2 s more"}  # a reason's particulars move
+    await replica.look()
+    assert len(replica.written) == written  # not a change: written at the next refresh
+    await replica.leave()  # (its mark fails here: no database; it is logged, and the stop goes on)
+    for _ in range(presence.REFRESH_LOOKS + 1):
+        await replica.look()
+    assert len(replica.written) == written  # nothing after the stop's mark: the row stays stopped

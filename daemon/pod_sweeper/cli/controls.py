@@ -301,10 +301,11 @@ async def cmd_end_transaction(settings: Settings, args: argparse.Namespace) -> i
         arguments = {"transaction": found["id"], "began": found["enqueued_at"], "reason": getattr(args, "reason", None)}
         async with conn.transaction():
             ended = await controls.end_transaction(conn, found["id"], how=how, actor=args.actor)
-            command = "discard-transaction" if how == "discarded" else "release-transaction"
-            affected = 0 if ended is None else int(ended["discarded"] if how == "discarded" else ended["open_rows"])
-            await controls.audit(conn, controls.Action(args.actor, command, arguments, scope), affected)
-            await channel.notify(conn, cluster=found["cluster"])
+            if ended is not None:  # ended by someone else meanwhile: no trail row for what did not happen
+                command = "discard-transaction" if how == "discarded" else "release-transaction"
+                affected = int(ended["discarded"] if how == "discarded" else ended["open_rows"])
+                await controls.audit(conn, controls.Action(args.actor, command, arguments, scope), affected)
+                await channel.notify(conn, cluster=found["cluster"])
     if ended is None:
         print(f"large transaction {found['id']} was ended by someone else meanwhile; nothing changed")
     elif how == "discarded":

@@ -238,15 +238,16 @@ def _render_text(status: dict[str, Any]) -> str:
 def no_live_replica(sweepers: dict[str, Any]) -> str:
     """The first thing ``status`` says of a cluster with open rows and no live replica (a row of
     ``sql/status_sweepers.sql``), or of one swept only by replicas that keep no row (an older release)."""
-    head = (
-        f"NO LIVE REPLICA (cluster {sweepers['cluster']}): {sweepers['open_rows']} open row(s), the oldest "
+    rows = (
+        f"(cluster {sweepers['cluster']}): {sweepers['open_rows']} open row(s), the oldest "
         f"enqueued {_cell(sweepers['oldest_open_seconds'])} s ago"
     )
+    head = f"NO LIVE REPLICA {rows}"
     if sweepers["unseen"]:
         return (
-            f"{head}; but {', '.join(sweepers['unseen'])} claimed or armed there and keep no row in "
-            "pod_sweeper.replicas: replicas of a release before migration 0019 may be sweeping it unseen "
-            "(a rolling upgrade)"
+            f"REPLICAS UNSEEN {rows}; {', '.join(sweepers['unseen'])} claimed or armed there and keep no row "
+            "in pod_sweeper.replicas: replicas of a release before migration 0019 may be sweeping it (a "
+            "rolling upgrade)"
         )
     return (
         f"{head}: nothing sweeps it; start a replica with POD_SWEEPER_CLUSTER={sweepers['cluster']}, or read the "

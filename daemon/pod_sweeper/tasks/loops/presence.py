@@ -7,7 +7,8 @@ lists each cluster's replicas from it and says first when a cluster with open ro
 reader's settings (docs/design.md, "Who sweeps").
 
 Its cost on the primary (docs/performance.md): at most one statement and one commit per replica a
-look, and on a steady replica one every REFRESH_LOOKS looks (30 s), a HOT update of one small row: 0.03
+look, and on a steady replica one every REFRESH_LOOKS looks (30 s: a change is its readiness, a reason
+starting or ending, or a setting, never a reason's particulars moving), a HOT update of one small row: 0.03
 commits and about 6 B of WAL a second a replica, idle. The looks cost the primary nothing (they read
 the replica's own memory). Ten seconds keeps a replica's readiness and waits in the database at most
 that stale; a dead replica is shown stale once three writes are missed (``pod_sweeper.replica_state``,
@@ -56,8 +57,12 @@ class Presence:
     ) -> None:
         self.settings, self.pool, self.state = settings, pool, state
         self.interval = PRESENCE_SECONDS if interval is None else interval
-        self._written: presence.Beat | None = None  # what the row says, as last written (up_for aside)
+        self._written: presence.Beat | None = None  # what the row says, as last written (``_settled``)
         self._looks = 0  # looks since that write
+        # A clean stop's mark and a heartbeat never interleave: a heartbeat in flight when the stop comes
+        # is let finish first, and none is written after the mark (its upsert would read live again).
+        self._writing = asyncio.Lock()
+        self._left = False
         self._started = time.monotonic()
         self._failing = False
 
@@ -93,10 +98,13 @@ class Presence:
         looks old (its seen_at, which says the replica is alive)."""
         now = self.beat_now()
         self._looks += 1
-        if self._written is not None and self._looks < REFRESH_LOOKS and replace(now, up_for=0.0) == self._written:
+        if self._written is not None and self._looks < REFRESH_LOOKS and _settled(now) == self._written:
             return
-        if await self.beat(now):
-            self._written, self._looks = replace(now, up_for=0.0), 0
+        async with self._writing:
+            if self._left:
+                return
+            if await self.beat(now):
+                self._written, self._looks = _settled(now), 0
 
     async def beat(self, now: presence.Beat) -> bool:
         """Write the row; whether it was written. A failure is logged once when a streak of them starts
@@ -123,10 +131,18 @@ class Presence:
         """A clean stop: the row says so at once (bounded by LEAVE_TIMEOUT_SECONDS; a row not marked
         goes stale three heartbeats later, which says the same, later)."""
         try:
-            async with asyncio.timeout(LEAVE_TIMEOUT_SECONDS):
+            async with asyncio.timeout(LEAVE_TIMEOUT_SECONDS), self._writing:
+                self._left = True
                 async with self.pool.connection(timeout=LEAVE_TIMEOUT_SECONDS) as conn:
                     await presence.stopped(conn, replica=self.settings.replica_id, cluster=self.settings.cluster)
         except (psycopg.Error, TimeoutError) as exc:
             logger.warning(
                 "could not mark this replica stopped in pod_sweeper.replicas: {error}", error=first_line(exc)
             )
+
+
+def _settled(beat: presence.Beat) -> presence.Beat:
+    """What a heartbeat compares with the last write: the row without its clock (how long the process
+    has run) and without the particulars of each reason (a count or an age that moves at every refresh,
+    such as the guard's oldest row: compared, the row was written at every look while a reason held)."""
+    return replace(beat, up_for=0.0, waits=dict.fromkeys(beat.waits, ""))
