@@ -6,9 +6,10 @@ takes due rows in due order, bumps each one's epoch and charges its attempt, tak
 (saying whose it was) and records at once what ``at_claim`` ends; a record is fenced on the epoch and
 the claimed status, gives an uncharged attempt back, and sets the due time of a row pending again.
 ``tests/integration/test_store_contract.py`` runs the same scenarios on it and on the real store and
-compares every row. Not modelled: several replicas' row locks (one store, one replica at a time),
-pauses and holds, the replication guard's standbys (``guard_mark`` marks nothing), the attempt
-history's columns beyond the result.
+compares every row. Not modelled: several replicas' row locks (each statement is applied whole, one
+at a time), pauses and holds beyond ``keep`` (no scope but a namespace or a pod, no ``until``), the
+replication guard's standbys (``guard_mark`` marks nothing), the attempt history's columns beyond the
+result.
 
 What a test may look at or arrange: ``rows`` (by id), ``writes`` (every ``record_results`` call's
 ids, in order), ``activate`` (a generation active again: the re-check finds it), ``fail`` (the next
