@@ -55,7 +55,7 @@ T = TypeVar("T")
 
 NAMESPACES = ("team-a", "team-b")
 # The answers the seed may draw for a DELETE besides the real one, each (kind, weight).
-ANSWER_KINDS = ("real", "429", "500", "503", "410", "none", "none_applied", "slow")
+ANSWER_KINDS = ("real", "429", "500", "503", "410", "401", "403", "none", "none_applied", "slow")
 HORIZON = 40.0  # virtual seconds of scripted events; then the world heals
 SETTLE_LIMIT = 900.0  # virtual seconds the healed world may take to end every row
 
@@ -253,10 +253,12 @@ class World:
 
     def _answer(self, kind: str, namespace: str, name: str, uid: str, timeout: float) -> tuple[Answer, bool]:
         loop = self.loop
-        if kind in ("429", "500", "503", "410"):
+        if kind in ("429", "500", "503", "410", "401", "403"):
             loop.charge(self.rng.uniform(0.001, 0.05))
             status = int(kind)
-            return Answer.of(status, message=f"scripted {status}", retry_after=1.0 if status == 429 else None), False
+            reason = {401: "Unauthorized", 403: "Forbidden", 410: "Gone", 429: "TooManyRequests"}.get(status)
+            retry_after = 1.0 if status == 429 else None
+            return Answer.of(status, reason, f"scripted {status}", retry_after=retry_after), False
         if kind in ("none", "none_applied"):
             applied = kind == "none_applied" and self._apply(namespace, name, uid)[1]
             loop.charge(timeout)
