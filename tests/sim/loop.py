@@ -7,7 +7,9 @@ the loop the daemon runs on:
 - ``time()`` is virtual: it stands still while callbacks run and, when nothing is ready, jumps to the
   next timer. A minute of the daemon's sleeps costs nothing; no wall-clock read decides anything.
 - Each step runs one ready callback, chosen by the seeded ``random.Random`` among all that are ready:
-  every interleaving of the tasks' awaits that asyncio could produce is one the seed may draw.
+  every interleaving of the tasks' awaits that asyncio could produce is one the seed may draw. Each
+  choice among several is kept (``choices``); a run given ``forced`` choices takes those instead, and
+  the first ready (asyncio's own order) once they run out: what the shrinker (tests/sim/runner.py) uses.
 - ``run_in_executor`` (and so ``asyncio.to_thread``) runs the function inline, at the virtual instant
   of the hand-off, and delivers its result after the latency the scripted world asked for
   (``charge``) plus a seeded jitter: the thread's work is one atomic step, its answer a timer.
@@ -53,9 +55,18 @@ class _Future(asyncio.Future[Any]):
 
 
 class SimLoop(asyncio.BaseEventLoop):
-    def __init__(self, rng: random.Random, *, start: float = 1000.0, handoff_jitter: float = 0.002) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        *,
+        start: float = 1000.0,
+        handoff_jitter: float = 0.002,
+        forced: list[int] | None = None,
+    ) -> None:
         super().__init__()
         self.rng = rng
+        self.choices: list[int] = []  # the index taken at each step with more than one ready
+        self._forced = forced
         self._now = start
         self._handoff_jitter = handoff_jitter
         self._charged = 0.0  # latency the function run inline asked for (``charge``)
@@ -126,7 +137,13 @@ class SimLoop(asyncio.BaseEventLoop):
                 ready.append(handle)
         if not ready:
             return
-        index = self.rng.randrange(len(ready)) if len(ready) > 1 else 0
+        index = 0
+        if len(ready) > 1:
+            index = self.rng.randrange(len(ready))  # drawn when forced too: the jitter's draws stay in step
+            if self._forced is not None:
+                taken = len(self.choices)
+                index = self._forced[taken] % len(ready) if taken < len(self._forced) else 0
+            self.choices.append(index)
         ready.rotate(-index)
         handle = ready.popleft()
         ready.rotate(index)

@@ -13,7 +13,7 @@ import pytest
 
 from sim import invariants as inv
 from sim.mutants import MUTANTS
-from sim.runner import replay, run_many
+from sim.runner import replay, run_many, shrink
 
 # At least 10,000 schedules on two processes; SIM_SEEDS runs more (or fewer, locally).
 BUDGET = int(os.environ.get("SIM_SEEDS", "10000"))
@@ -57,6 +57,15 @@ def test_a_failure_replays_from_its_seed_to_the_same_violation() -> None:
     assert again == failure
     assert any(line.split(" ", 1)[1].startswith(f"BROKEN {failure.invariant}") for line in world.trace)
     assert replay(failure.seed)[1] is None  # the real fence holds on the same schedule
+
+
+def test_a_failure_shrinks_to_a_shorter_schedule_that_breaks_the_same_invariant() -> None:
+    failure = run_many(0, BUDGET, mutant="claim_cancelled_at_stop", first_only=True).failures[0]
+    shrunk = shrink(failure)
+    print(f"\nseed {failure.seed}: {shrunk}")
+    assert shrunk.off_first < shrunk.original
+    again = replay(failure.seed, "claim_cancelled_at_stop", shrunk.choices)[1]
+    assert again is not None and again.invariant == failure.invariant == "a_stop_hands_back_its_claims"
 
 
 def test_the_design_names_every_invariant_checked_and_checks_every_invariant_it_names() -> None:

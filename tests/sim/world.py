@@ -166,10 +166,10 @@ class _NoPool:
 
 
 class World:
-    def __init__(self, seed: int, *, replicas: int | None = None) -> None:
+    def __init__(self, seed: int, *, replicas: int | None = None, forced: list[int] | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
-        self.loop = SimLoop(random.Random(self.rng.getrandbits(64)))
+        self.loop = SimLoop(random.Random(self.rng.getrandbits(64)), forced=forced)
         self.faults = draw_faults(self.rng)
         self.memory = MemoryStore(_LoopClock(self.loop), replica="nobody")
         self.settings = _BASE
