@@ -19,6 +19,7 @@ NO_RECORD_OVER_NEWER = "no_record_over_a_newer_claim"
 KEPT_NEVER_SENT = "paused_and_held_rows_never_sent"
 STOP_HANDS_BACK = "a_stop_hands_back_its_claims"
 OUTAGE_CHARGES_NOTHING = "an_outage_charges_nothing"
+BREAKER_BOUND = "the_breakers_bound"
 NO_TASK_DIES = "no_task_dies"
 DEAD_STAY_DEAD = "a_stopped_replica_sends_nothing"
 
@@ -31,6 +32,7 @@ NAMES: dict[str, str] = {
     KEPT_NEVER_SENT: "a row held or paused before its claim is never sent",
     STOP_HANDS_BACK: "a replica whose database answered throughout leaves no row claimed once its stop is done",
     OUTAGE_CHARGES_NOTHING: "no attempt is charged for a request sent in an outage before the server answers again",
+    BREAKER_BOUND: "no more recorded deletes sent within a minute (since the last reset) than the ceiling",
     NO_TASK_DIES: "no task of a replica dies of an error",
     DEAD_STAY_DEAD: "a killed or stopped replica sends no request",
 }

@@ -3,9 +3,9 @@ wrapper of it) in the test tree, applied over the real one for one test (``monke
 command (``python -m tests.sim --mutant NAME``); nothing in the shipped code knows of them.
 
 Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelled_at_stop``,
-``handed_back_charged`` and ``outage_ignored`` patch the daemon's own code; ``fence_dropped`` and
-``keeping_ignored`` patch the memory store, which stands for the SQL where the claim-epoch fence
-(sql/record_results.sql) and the holds and pauses (``pod_sweeper.keeping``) live.
+``handed_back_charged``, ``outage_ignored`` and ``budget_ignores_claimed`` patch the daemon's own code;
+``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
+claim-epoch fence (sql/record_results.sql) and the holds and pauses (``pod_sweeper.keeping``) live.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from typing import Any
 from harness.memstore import MemorySession, MemoryStore, Row
 from pod_sweeper.core.states import Result, Status
 from pod_sweeper.kube.answer import Said
-from pod_sweeper.store.rows import Attempt, Claim, Verdict
+from pod_sweeper.store.rows import Attempt, BreakerWindow, Claim, Verdict
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.rules.verdicts import Sent
+from pod_sweeper.tasks.sweep import claimer
 from pod_sweeper.tasks.sweep.pipeline import Work
 from pod_sweeper.tasks.sweep.sender import Sender
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
@@ -128,6 +129,15 @@ async def server_never_down(self: OutageWatch, sent_at: float) -> bool:
     return False  # MUTANT: was a probe unless the server answered after sent_at
 
 
+def budget_without_claimed(limit: int, window: BreakerWindow, want: int) -> int:
+    """``gates.breaker_budget`` forgetting the rows claimed right now (deletes that may still happen)."""
+    if window.tripped_reason is not None:
+        return 0
+    if not limit:
+        return want
+    return max(0, min(want, limit - window.total))  # MUTANT: was `limit - window.total - window.claimed`
+
+
 def never_kept(self: MemoryStore, row: Row) -> bool:
     """``MemoryStore.is_kept`` reading no hold or pause (as a pause read once a minute would, for a minute)."""
     return False  # MUTANT
@@ -148,6 +158,7 @@ MUTANTS: dict[str, Mutant] = {
     "handed_back_charged": Mutant(verdicts, "handed_back", handed_back_charged, inv.NO_CHARGE_UNSENT),
     "outage_ignored": Mutant(OutageWatch, "server_down", server_never_down, inv.OUTAGE_CHARGES_NOTHING),
     "keeping_ignored": Mutant(MemoryStore, "is_kept", never_kept, inv.KEPT_NEVER_SENT),
+    "budget_ignores_claimed": Mutant(claimer, "breaker_budget", budget_without_claimed, inv.BREAKER_BOUND),
 }
 
 

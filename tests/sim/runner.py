@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from sim.invariants import Broken
 from sim.mutants import applied
-from sim.world import World
+from sim.world import BREAKER_AS_SQL, World
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,8 @@ class Failure:
     @property
     def replay(self) -> str:
         mutant = f" --mutant {self.mutant}" if self.mutant else ""
-        return f".venv/bin/python -m tests.sim --seed {self.seed}{mutant}"
+        env = "SIM_BREAKER_AS_SQL=1 " if BREAKER_AS_SQL else ""
+        return f"{env}.venv/bin/python -m tests.sim --seed {self.seed}{mutant}"
 
     def __str__(self) -> str:
         return f"seed {self.seed} broke {self.invariant}: {self.detail}\n  replay: {self.replay}"
