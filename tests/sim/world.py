@@ -8,12 +8,14 @@ the jitter. What stands in: the database is ``harness.memstore.MemoryStore`` (he
 PostgreSQL by tests/integration/test_store_contract.py), one view per replica, behind ``SimStore``,
 which adds a round trip to every statement and the faults; the API server is ``Cluster``, which keeps
 the pods and answers each DELETE as the real one does (the UID precondition, a 409's GET) unless the
-seed draws a fault. The outage watch's database row goes nowhere (``_NoPool``).
+seed draws a fault. The outage watch's database row goes nowhere (``_NoPool``). The breaker's row is
+the world's (its reason, its lock held for a claim's transaction, its reset), read through the memory
+store's window (see ``BREAKER_AS_SQL``).
 
 The seed draws the world (replicas, rows, namespaces, the fault rates) and then every choice in it:
 which ready callback runs next, each round trip's latency, each answer, and the script of events (a
 retire arriving, a replacement pod, a generation active again, a hold or a pause, an API outage, a
-replica killed at a step or stopped with its deadline). After the script the world heals (no more
+breaker reset, a replica killed at a step or stopped with its deadline). After the script the world heals (no more
 faults, a fresh replica), runs until every row has ended, stops every replica and checks the end.
 """
 
