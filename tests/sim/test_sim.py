@@ -60,12 +60,12 @@ def test_a_failure_replays_from_its_seed_to_the_same_violation() -> None:
 
 
 def test_a_failure_shrinks_to_a_shorter_schedule_that_breaks_the_same_invariant() -> None:
-    failure = run_many(0, BUDGET, mutant="claim_cancelled_at_stop", first_only=True).failures[0]
+    failure = run_many(0, BUDGET, mutant="fence_dropped", first_only=True).failures[0]
     shrunk = shrink(failure)
     print(f"\nseed {failure.seed}: {shrunk}")
     assert shrunk.off_first < shrunk.original
-    again = replay(failure.seed, "claim_cancelled_at_stop", shrunk.choices)[1]
-    assert again is not None and again.invariant == failure.invariant == "a_stop_hands_back_its_claims"
+    again = replay(failure.seed, "fence_dropped", shrunk.choices)[1]
+    assert again is not None and again.invariant == failure.invariant == "no_record_over_a_newer_claim"
 
 
 def test_the_design_names_every_invariant_checked_and_checks_every_invariant_it_names() -> None:

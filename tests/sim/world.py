@@ -85,7 +85,7 @@ def base_settings() -> Settings:
         breaker_transaction_rows=0,
         events=False,
         listen=False,
-        poll_interval=1.0,
+        poll_interval=2.0,
         lease_seconds=6.0,
         request_timeout=2.0,
         backoff_base=0.2,
@@ -99,6 +99,9 @@ def base_settings() -> Settings:
 
 
 _BASE = base_settings()
+# One set of metrics for every replica of every run in a process: nothing the sweep decides reads them
+# back, and a registry a replica costs a tenth of a run.
+_METRICS = Metrics()
 
 
 @dataclass(frozen=True)
@@ -772,7 +775,7 @@ class Replica:
         self.db_trouble = False  # a statement of its failed, stalled or lost its answer
         loop = world.loop
         settings = world.settings.model_copy(update={"replica_id": name})
-        metrics = Metrics()
+        metrics = _METRICS
         self.kube = SimKube(world, self)
         self.store = SimStore(world, self, world.memory.view(name))
         pool = cast(AsyncConnectionPool[Connection], _NoPool())
