@@ -64,9 +64,9 @@ ANSWER_KINDS = ("real", "429", "500", "503", "410", "401", "403", "none", "none_
 # too; rows left claimed by a crash or a lost commit, as many as the ceiling, then hold the breaker
 # tripped for ever: their leases can be taken over only by a claim, which the budget no longer allows,
 # and a reset trips it again at the next claim (issue 53's simulator found it: SIM_BREAKER_AS_SQL=1
-# python -m tests.sim --seed 39). Counting only the leases still running is no fix: a replica whose
+# python -m tests.sim --seed 47). Counting only the leases still running is no fix: a replica whose
 # lease ran out behind a stall still holds its rows and records their deletes late, past the ceiling
-# (seed 20190 did). The memory store counts as the SQL does; unless SIM_BREAKER_AS_SQL is set, the
+# (the simulator showed it). The memory store counts as the SQL does; unless SIM_BREAKER_AS_SQL is set, the
 # simulator counts what the SQL means to, the claims that may still end in a delete (a lease still
 # running, or a row a live replica still holds), so that the other invariants stay in reach.
 BREAKER_AS_SQL = os.environ.get("SIM_BREAKER_AS_SQL") == "1"
