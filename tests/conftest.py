@@ -73,6 +73,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "operator_tier": ("acceptance",),  # promtool, Prometheus and the manifests, as an operator meets them
     "migration": ("migration",),  # the migration chain against the committed schema (docs/schema.sql)
     "chaos": ("chaos",),
+    "sim": ("sim",),  # the seeded simulation of the sweep: replicas, a scripted Kubernetes, virtual time
     "pooler": ("pooler", "versions"),  # through a real PgBouncer; on every PostgreSQL major
     "failover": ("failover", "slow"),  # clusters of its own: a primary and a streaming standby
     "tls": ("tls", "slow"),  # a PostgreSQL of its own that accepts TLS only

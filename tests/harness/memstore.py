@@ -6,15 +6,22 @@ takes due rows in due order, bumps each one's epoch and charges its attempt, tak
 (saying whose it was) and records at once what ``at_claim`` ends; a record is fenced on the epoch and
 the claimed status, gives an uncharged attempt back, and sets the due time of a row pending again.
 ``tests/integration/test_store_contract.py`` runs the same scenarios on it and on the real store and
-compares every row. Not modelled: several replicas' row locks (one store, one replica at a time),
-pauses and holds, the replication guard's standbys (``guard_mark`` marks nothing), the attempt
-history's columns beyond the result.
+compares every row. Not modelled: several replicas' row locks (each statement is applied whole, one
+at a time), pauses and holds beyond ``keep`` (no scope but a namespace or a pod, no ``until``), the
+replication guard's standbys (``guard_mark`` marks nothing), the attempt history's columns beyond the
+result.
 
 What a test may look at or arrange: ``rows`` (by id), ``writes`` (every ``record_results`` call's
 ids, in order), ``activate`` (a generation active again: the re-check finds it), ``fail`` (the next
 calls of a method raise a database error), ``arm_refusals``, ``claim_returns`` (a claim's rows are
 taken, and its answer comes back only once the event is set: a commit whose answer is still on its way),
 ``record_waits`` (a write begins, and goes on only once the event is set: a writer inside its write).
+
+For the simulator (tests/sim), additions only, none of which a unit test's store uses unless asked:
+``view`` (another replica's statements on the same rows, each statement still applied whole: what
+``FOR UPDATE SKIP LOCKED`` and the lease give PostgreSQL's replicas, one statement at a time), ``keep``
+(a hold of one pod's rows or a pause of a namespace: kept rows are neither claimed nor due, as
+``pod_sweeper.keeping`` keeps them; rows claimed before are not recalled), and ``retire``'s ``uid``.
 """
 
 from __future__ import annotations
@@ -74,18 +81,28 @@ class MemoryStore:
         self._active: set[tuple[str, int]] = set()
         self._failing: dict[str, int] = {}
         self._deleted_at: list[tuple[float, str]] = []  # (when, namespace): the breaker's window
+        self._kept: set[str] = set()  # held pod UIDs ("uid:<uid>") and paused namespaces ("ns:<name>")
 
     # --- arranging and reading, for the tests -------------------------------------------------------
 
-    def retire(self, sandbox_id: str, *, generation: int = 1, namespace: str = "sandboxes", name: str = "") -> Row:
-        """What the trigger enqueues when a generation is retired: a row due now."""
+    def retire(
+        self,
+        sandbox_id: str,
+        *,
+        generation: int = 1,
+        namespace: str = "sandboxes",
+        name: str = "",
+        uid: uuid.UUID | None = None,
+    ) -> Row:
+        """What the trigger enqueues when a generation is retired: a row due now (its pod's UID drawn
+        unless given)."""
         row = Row(
             len(self.rows) + 1,
             sandbox_id,
             generation,
             namespace,
             name or f"pod-{sandbox_id}",
-            uuid.uuid4(),
+            uid or uuid.uuid4(),
             self.clock(),
         )
         self.rows[row.id] = row
@@ -94,6 +111,32 @@ class MemoryStore:
     def activate(self, sandbox_id: str, generation: int = 1) -> None:
         """The generation is active again: the claim's re-check finds it so."""
         self._active.add((sandbox_id, generation))
+
+    def view(self, replica: str) -> MemoryStore:
+        """Another replica's store on this outbox: the rows, the generations active again, the breaker's
+        window and the holds and pauses are shared; the counts, the failures asked for, the wakeup flag
+        and the breaker's reason are the view's own."""
+        other = MemoryStore(self.clock, replica=replica)
+        other.rows, other._active, other._deleted_at, other._kept = (
+            self.rows,
+            self._active,
+            self._deleted_at,
+            self._kept,
+        )
+        return other
+
+    def keep(self, *, pod_uid: uuid.UUID | None = None, namespace: str | None = None, kept: bool = True) -> None:
+        """Hold one pod's rows (``pod_uid``) or pause a namespace; ``kept=False`` ends it."""
+        key = f"uid:{pod_uid}" if pod_uid is not None else f"ns:{namespace}"
+        if kept:
+            self._kept.add(key)
+        else:
+            self._kept.discard(key)
+
+    def is_kept(self, row: Row) -> bool:
+        """Whether a hold or a pause keeps the row back now."""
+        kept = self._kept
+        return bool(kept) and (f"uid:{row.pod_uid}" in kept or f"ns:{row.pod_namespace}" in kept)
 
     def fail(self, method: str, times: int = 1) -> None:
         """The next ``times`` calls of ``method`` raise a database error, as a lost connection would."""
@@ -148,7 +191,7 @@ class MemorySession:
             (
                 r
                 for r in store.rows.values()
-                if r.status in (Status.PENDING, Status.CLAIMED) and r.next_attempt_at <= now
+                if r.status in (Status.PENDING, Status.CLAIMED) and r.next_attempt_at <= now and not store.is_kept(r)
             ),
             key=lambda r: (r.next_attempt_at, r.id),
         )[:batch]
@@ -225,7 +268,11 @@ class MemorySession:
     async def next_due(self) -> float | None:
         store = self._store
         store._maybe_fail("next_due")
-        open_rows = [r.next_attempt_at for r in store.rows.values() if r.status in (Status.PENDING, Status.CLAIMED)]
+        open_rows = [
+            r.next_attempt_at
+            for r in store.rows.values()
+            if r.status in (Status.PENDING, Status.CLAIMED) and not store.is_kept(r)
+        ]
         return min(open_rows) - store.clock() if open_rows else None
 
     async def arm(self, *, take_over: bool = False) -> Arming:

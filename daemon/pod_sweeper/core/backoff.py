@@ -29,10 +29,10 @@ class Backoff:
         self._rng = rng or random.Random()
 
     @classmethod
-    def for_reconnects(cls, base: float, cap: float) -> Backoff:
+    def for_reconnects(cls, base: float, cap: float, *, rng: random.Random | None = None) -> Backoff:
         """The backoff between reconnects and probes: the settings' own, capped at
         ``RECONNECT_MAX_SECONDS`` so that what comes back is noticed soon."""
-        return cls(base, min(cap, RECONNECT_MAX_SECONDS))
+        return cls(base, min(cap, RECONNECT_MAX_SECONDS), rng=rng)
 
     def ceiling(self, attempt: int) -> float:
         """The longest delay after the ``attempt``-th failure; the shortest is half of it."""

@@ -20,6 +20,7 @@ replica also probes once at start, so a kubeconfig that points at nothing is not
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable
 
@@ -51,10 +52,12 @@ class OutageWatch:
         metrics: Metrics,
         *,
         clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
         self.settings, self.pool, self.kube, self.metrics = settings, pool, kube, metrics
         self._clock = clock
-        probes = Backoff.for_reconnects(settings.backoff_base, settings.backoff_max)
+        # The probes' jitter; its own unseeded generator unless given one (the simulator, tests/sim, seeds it).
+        probes = Backoff.for_reconnects(settings.backoff_base, settings.backoff_max, rng=rng)
         self.gate = OutageGate(probes, clock=clock)
         self.opened = asyncio.Event()  # set while the gate is open (what the claimer and Events wait on)
         self.opened.set()

@@ -75,11 +75,13 @@ class Sender:
         stopping: asyncio.Event,
         events: EventSender | None,
         clock: Callable[[], float] = time.monotonic,
+        timer: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings, self.kube, self.pipeline, self.metrics, self.policy = settings, kube, pipeline, metrics, policy
         self.auth, self.namespaces, self.breaker, self.outage = auth, namespaces, breaker, outage
         self.stopping, self.events = stopping, events
         self._clock = clock  # the claimer's: the leases' deadlines are on it
+        self._timer = timer  # the requests' timings, on the outage watch's clock (time.monotonic in the daemon)
         self.scope = NamespaceScope(settings.namespaces)
         # The one owner of "is this DELETE a dry run": everywhere (POD_SWEEPER_DRY_RUN), or in the
         # namespaces of a staged rollout (POD_SWEEPER_DRY_RUN_NAMESPACES).
@@ -177,7 +179,7 @@ class Sender:
                 continue
             # delete_pod() may send a DELETE and then a GET: both must end before the lease does.
             timeout = min(self.settings.request_timeout, self._lease_left(work) / 2)
-            started_at, sent = datetime.now(UTC), time.monotonic()
+            started_at, sent = datetime.now(UTC), self._timer()
             # Never raises (kube/interface.py): a failure nobody foresaw comes back as `unforeseen`, and
             # the answer table keeps the row through it.
             answer = self.kube.delete_pod(
@@ -191,7 +193,7 @@ class Sender:
             if answer.said is Said.FORBIDDEN:
                 forbidden.add(claim.pod_namespace)
             unanswered = answer.said is Said.NO_ANSWER
-            out.append(Sent(started_at, sent, time.monotonic() - sent, answer))
+            out.append(Sent(started_at, sent, self._timer() - sent, answer))
         return out
 
     async def _settle(self, claim: Claim, sent: Sent) -> None:

@@ -16,6 +16,7 @@ them gracefully: no new claims, in-flight deletes get until a deadline, the rest
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable
 
@@ -95,14 +96,21 @@ class Sweeper:
         schema: SchemaGate | None = None,
         breaker: BreakerGate | None = None,
         clock: Callable[[], float] = time.monotonic,
+        timer: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
         self.settings = settings
         self.store = store  # the pipeline's one way to the database (store.sweep.pgstore.OutboxStore in the daemon)
-        backoff = Backoff(settings.backoff_base, settings.backoff_max)
+        # Three seams, each time.monotonic or unseeded in the daemon, which the simulator (tests/sim)
+        # drives from its virtual time and its seed: ``clock``, the leases' and the gates' (the unit tests
+        # move it by hand); ``timer``, the drain's deadline and the requests' timings, the outage watch's
+        # clock; ``rng``, the retries' jitter.
+        self._timer = timer
+        backoff = Backoff(settings.backoff_base, settings.backoff_max, rng=rng)
         policy = Policy(settings.max_attempts, backoff)
-        auth = AuthGate(backoff, floor=settings.backoff_base, gauge=metrics.kube_refusing)  # 401: every row
+        auth = AuthGate(backoff, floor=settings.backoff_base, clock=clock, gauge=metrics.kube_refusing)  # 401
         namespaces = NamespaceGates(  # 403: one namespace's rows
-            backoff, floor=settings.backoff_base, gauge=metrics.namespace_refused
+            backoff, floor=settings.backoff_base, clock=clock, gauge=metrics.namespace_refused
         )
         # Shared with the surge watch (tasks/loops/surge.py), which trips it between claims.
         breaker = breaker or BreakerGate(metrics.breaker_tripped.labels(settings.cluster))
@@ -140,6 +148,7 @@ class Sweeper:
             stopping=stopping,
             events=self.events,
             clock=clock,
+            timer=timer,
         )
         self.recorder = Recorder(
             store,
@@ -174,7 +183,8 @@ class Sweeper:
                 self._tasks.append(group.create_task(self.events.run(), name="events"))
 
     async def drain(self, deadline: float) -> None:
-        """Stop claiming, let in-flight deletes finish until ``deadline`` (time.monotonic), hand back the
+        """Stop claiming, let in-flight deletes finish until ``deadline`` (on the sweeper's ``timer``:
+        time.monotonic in the daemon), hand back the
         rest without charging an attempt, record everything, send the queued Events in the time left
         (counting what cannot be sent), and stop the tasks."""
         pipeline = self.pipeline
@@ -190,10 +200,10 @@ class Sweeper:
         # charged) until their lease ends. A claim answered after the stop hands its rows straight back
         # (Claimer.run); one still unanswered at the deadline is cancelled below with the rest.
         if (claimer := self._task("claimer")) is not None:
-            await asyncio.wait([claimer], timeout=max(0.0, deadline - time.monotonic()))
+            await asyncio.wait([claimer], timeout=max(0.0, deadline - self._timer()))
         # Each verdict settles a row; wait until every row in flight has one, or the deadline.
-        while pipeline.awaiting_answers() and time.monotonic() < deadline:
-            await pipeline.wait_settled(deadline - time.monotonic())
+        while pipeline.awaiting_answers() and self._timer() < deadline:
+            await pipeline.wait_settled(deadline - self._timer())
         others = [task for task in self._tasks if task.get_name() not in ("recorder", "events")]
         for task in others:
             task.cancel()
@@ -204,7 +214,7 @@ class Sweeper:
         for claim in pipeline.awaiting_answers():  # still at the API after the deadline
             pipeline.conclude(verdicts.handed_back(claim))
         try:
-            await asyncio.wait_for(self.recorder.flush(), max(1.0, deadline - time.monotonic()))
+            await asyncio.wait_for(self.recorder.flush(), max(1.0, deadline - self._timer()))
         except (StoreError, TimeoutError) as exc:
             logger.error(
                 "could not record {n} result(s) at shutdown; their leases will expire: {error}",

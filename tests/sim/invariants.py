@@ -1,0 +1,57 @@
+"""The invariants the simulator checks, each by name, after every step of a run and at its end.
+
+Each is a rule of docs/design.md ("Safety invariants", "The life of an outbox row"), read from what
+the simulated world saw happen, never from the daemon's own counts: the scripted Kubernetes logs every
+request and what it did to which pod, the store's wrapper sees every statement before and after it
+applies. A check that fails records a ``Violation``; the loop stops the run at the end of that step.
+``NAMES`` is the list a test holds to ``docs/design.md``'s simulator section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+UID_PRECONDITION = "uid_precondition"
+NO_ACTIVE_DELETED = "no_active_generation_deleted"
+DONE_ONCE = "every_retire_ends_done_once"
+NO_CHARGE_UNSENT = "no_charge_without_a_request"
+NO_RECORD_OVER_NEWER = "no_record_over_a_newer_claim"
+KEPT_NEVER_SENT = "paused_and_held_rows_never_sent"
+STOP_HANDS_BACK = "a_stop_hands_back_its_claims"
+OUTAGE_CHARGES_NOTHING = "an_outage_charges_nothing"
+BREAKER_BOUND = "the_breakers_bound"
+NO_TASK_DIES = "no_task_dies"
+DEAD_STAY_DEAD = "a_stopped_replica_sends_nothing"
+
+NAMES: dict[str, str] = {
+    UID_PRECONDITION: "every DELETE carries the UID of the row it was sent for",
+    NO_ACTIVE_DELETED: "no DELETE removes the pod of a generation active when it was sent",
+    DONE_ONCE: "every retire ends done exactly once (or dead with its reason), none lost, none done twice",
+    NO_CHARGE_UNSENT: "no attempt is charged by a result whose request was never sent",
+    NO_RECORD_OVER_NEWER: "no result is recorded over a claim newer than its own",
+    KEPT_NEVER_SENT: "a row held or paused before its claim is never sent",
+    STOP_HANDS_BACK: "a replica whose database answered throughout leaves no row claimed once its stop is done",
+    OUTAGE_CHARGES_NOTHING: "no attempt is charged for a request sent in an outage before the server answers again",
+    BREAKER_BOUND: "no more recorded deletes sent within a minute (since the last reset) than the ceiling",
+    NO_TASK_DIES: "no task of a replica dies of an error",
+    DEAD_STAY_DEAD: "a killed or stopped replica sends no request",
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    name: str
+    at: float  # virtual seconds
+    step: int
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.name} (step {self.step}, t={self.at:.3f}): {self.detail}"
+
+
+class Broken(AssertionError):
+    """A run broke an invariant: the first violation, with the run's seed."""
+
+    def __init__(self, seed: int, violation: Violation) -> None:
+        super().__init__(f"seed {seed}: {violation}")
+        self.seed, self.violation = seed, violation

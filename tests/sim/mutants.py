@@ -1,0 +1,174 @@
+"""Bugs put back, to prove the simulator finds what matters: each a patched copy of one function (or a
+wrapper of it) in the test tree, applied over the real one for one test (``monkeypatch``) or one
+command (``python -m tests.sim --mutant NAME``); nothing in the shipped code knows of them.
+
+Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelled_at_stop``,
+``handed_back_charged``, ``outage_ignored`` and ``budget_ignores_claimed`` patch the daemon's own code;
+``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
+claim-epoch fence (sql/record_results.sql) and the holds and pauses (``pod_sweeper.keeping``) live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from harness.memstore import MemorySession, MemoryStore, Row
+from pod_sweeper.core.states import Result, Status
+from pod_sweeper.kube.answer import Said
+from pod_sweeper.store.rows import Attempt, BreakerWindow, Claim, Verdict
+from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.rules import verdicts
+from pod_sweeper.tasks.rules.verdicts import Sent
+from pod_sweeper.tasks.sweep import claimer
+from pod_sweeper.tasks.sweep.pipeline import Work
+from pod_sweeper.tasks.sweep.sender import Sender
+from pod_sweeper.tasks.sweep.sweeper import Sweeper
+from sim import invariants as inv
+
+
+def send_without_uid(self: Sender, chunk: list[Work]) -> list[Sent | None]:
+    """``Sender._send`` with the UID precondition dropped: the DELETE goes by name alone."""
+    out: list[Sent | None] = []
+    unauthorized = unanswered = False
+    forbidden: set[str] = set()
+    for i, work in enumerate(chunk):
+        claim = work.claim
+        if (
+            unauthorized
+            or unanswered
+            or claim.pod_namespace in forbidden
+            or (i and self.stopping.is_set())
+            or not self._may_send(work)
+        ):
+            out.append(None)
+            continue
+        timeout = min(self.settings.request_timeout, self._lease_left(work) / 2)
+        started_at, sent = datetime.now(UTC), self._timer()
+        answer = self.kube.delete_pod(
+            claim.pod_namespace,
+            claim.pod_name,
+            "",  # MUTANT: was str(claim.pod_uid)
+            timeout=timeout,
+            dry_run=self._dry_everywhere or claim.pod_namespace in self._dry_namespaces,
+        )
+        unauthorized = answer.said is Said.UNAUTHORIZED
+        if answer.said is Said.FORBIDDEN:
+            forbidden.add(claim.pod_namespace)
+        unanswered = answer.said is Said.NO_ANSWER
+        out.append(Sent(started_at, sent, self._timer() - sent, answer))
+    return out
+
+
+def record_without_fence(self: MemorySession, batch: list[Verdict]) -> set[int]:
+    """``MemorySession._record`` with the claim-epoch fence dropped (the claimed status still checked)."""
+    store, now = self._store, self._store.clock()
+    owned = set()
+    for verdict in batch:
+        row = store.rows.get(verdict.id)
+        if row is None:
+            continue
+        if verdict.attempt is not None:
+            row.results.append(verdict.result)
+        if row.status is not Status.CLAIMED:  # MUTANT: was `row.claim_epoch != verdict.epoch or ...`
+            continue
+        owned.add(row.id)
+        row.status, row.outcome = verdict.status, verdict.outcome
+        if not verdict.charged:
+            row.attempts -= 1
+        if verdict.status is Status.PENDING:
+            row.next_attempt_at = now + verdict.delay
+        if verdict.status is Status.DONE:
+            row.last_error, row.last_http_status = None, verdict.http_status
+        else:
+            row.last_error = verdict.error or row.last_error
+            row.last_http_status = verdict.http_status or row.last_http_status
+        if verdict.result is Result.DELETED:
+            store._deleted_at.append((now, row.pod_namespace))
+    return owned
+
+
+_drain = Sweeper.drain
+
+
+async def drain_cancelling_the_claim(self: Sweeper, deadline: float) -> None:
+    """``Sweeper.drain`` as it was before issue 53's first bug was fixed: the claimer cancelled wherever
+    it stands, a claim the server committed and answered too late included."""
+    if (claimer := self._task("claimer")) is not None:
+        claimer.cancel()  # MUTANT: the drain let a claim in flight come back instead
+    await _drain(self, deadline)
+
+
+def handed_back_charged(
+    claim: Claim,
+    *,
+    delay: float = 0.0,
+    error: str | None = None,
+    http_status: int | None = None,
+    attempt: Attempt | None = None,
+) -> Verdict:
+    """``verdicts.handed_back`` charging the attempt it should give back."""
+    return Verdict(
+        claim.id,
+        claim.epoch,
+        Result.HANDED_BACK,
+        charged=True,  # MUTANT: was False
+        delay=delay,
+        error=error,
+        http_status=http_status,
+        attempt=attempt,
+    )
+
+
+async def server_never_down(self: OutageWatch, sent_at: float) -> bool:
+    """``OutageWatch.server_down`` that never finds the server down: no answer or a 5xx is always the
+    row's own trouble, charged (an outage then kills rows)."""
+    return False  # MUTANT: was a probe unless the server answered after sent_at
+
+
+def budget_without_claimed(limit: int, window: BreakerWindow, want: int) -> int:
+    """``gates.breaker_budget`` forgetting the rows claimed right now (deletes that may still happen)."""
+    if window.tripped_reason is not None:
+        return 0
+    if not limit:
+        return want
+    return max(0, min(want, limit - window.total))  # MUTANT: was `limit - window.total - window.claimed`
+
+
+def never_kept(self: MemoryStore, row: Row) -> bool:
+    """``MemoryStore.is_kept`` reading no hold or pause (as a pause read once a minute would, for a minute)."""
+    return False  # MUTANT
+
+
+@dataclass(frozen=True)
+class Mutant:
+    target: Any
+    attribute: str
+    replacement: Any
+    caught_by: str  # the invariant that should catch it
+
+
+MUTANTS: dict[str, Mutant] = {
+    "uid_dropped": Mutant(Sender, "_send", send_without_uid, inv.UID_PRECONDITION),
+    "fence_dropped": Mutant(MemorySession, "_record", record_without_fence, inv.NO_RECORD_OVER_NEWER),
+    "claim_cancelled_at_stop": Mutant(Sweeper, "drain", drain_cancelling_the_claim, inv.STOP_HANDS_BACK),
+    "handed_back_charged": Mutant(verdicts, "handed_back", handed_back_charged, inv.NO_CHARGE_UNSENT),
+    "outage_ignored": Mutant(OutageWatch, "server_down", server_never_down, inv.OUTAGE_CHARGES_NOTHING),
+    "keeping_ignored": Mutant(MemoryStore, "is_kept", never_kept, inv.KEPT_NEVER_SENT),
+    "budget_ignores_claimed": Mutant(claimer, "breaker_budget", budget_without_claimed, inv.BREAKER_BOUND),
+}
+
+
+@contextlib.contextmanager
+def applied(name: str) -> Iterator[Mutant]:
+    """The mutant in place for the block (the command's way; the tests use ``monkeypatch``)."""
+    mutant = MUTANTS[name]
+    original = getattr(mutant.target, mutant.attribute)
+    setattr(mutant.target, mutant.attribute, mutant.replacement)
+    try:
+        yield mutant
+    finally:
+        setattr(mutant.target, mutant.attribute, original)
