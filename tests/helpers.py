@@ -307,6 +307,24 @@ def seed_executions(conn: psycopg.Connection[Any], kube: Any, n: int, *, namespa
     return names
 
 
+def claim_params(**overrides: Any) -> dict[str, Any]:
+    """The parameters of sql/claim.sql for a test's own claim: ten rows of the default cluster from the
+    start of the claim index, owned by ``r``, a minute's lease, the wakeup flag left alone."""
+    from pod_sweeper.store.sweep.cursor import START
+
+    params: dict[str, Any] = {
+        "batch": 10,
+        "owner": "r",
+        "lease_seconds": 60,
+        "disarm": False,
+        "cluster": "default",
+        "guard": None,
+        "floor": START,
+        "disarm_after": 0.0,
+    }
+    return {**params, **overrides}
+
+
 def row_for(conn: psycopg.Connection[Any], sid: str) -> dict[str, Any] | None:
     cur = conn.cursor(row_factory=psycopg.rows.dict_row)
     return cur.execute("SELECT * FROM pod_sweeper.outbox WHERE sandbox_id = %s", (sid,)).fetchone()

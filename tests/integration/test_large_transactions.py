@@ -10,9 +10,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from helpers import cli
+from helpers import claim_params, cli
 from pod_sweeper.store import queries
-from pod_sweeper.store.sweep.cursor import START
 
 
 def _held(pg: psycopg.Connection[Any], rows: int) -> int:
@@ -41,16 +40,7 @@ def _keep(at: Any, rows: int) -> dict[str, Any]:
 
 def _claim(conn: psycopg.Connection[Any]) -> list[str]:
     """What a replica's claim takes now (the real statement), by sandbox id."""
-    params = {
-        "owner": "r1",
-        "batch": 100,
-        "lease_seconds": 60,
-        "disarm": False,
-        "cluster": "default",
-        "guard": None,
-        "floor": START,
-        "disarm_after": 0.0,
-    }
+    params = claim_params(owner="r1", batch=100)
     return sorted(r["sandbox_id"] for r in conn.execute(queries.load("claim"), params).fetchall())
 
 

@@ -19,6 +19,7 @@ from helpers import (
     DaemonThread,
     add_execution,
     attach_table,
+    claim_params,
     clean_env,
     cli,
     create_executions,
@@ -31,7 +32,6 @@ from helpers import (
 from pod_sweeper.store import db
 from pod_sweeper.store.schema import migrations, roles
 from pod_sweeper.store.sweep import presence
-from pod_sweeper.store.sweep.cursor import START
 from pod_sweeper.store.sweep.presence import Beat
 
 pytestmark = pytest.mark.versions
@@ -209,16 +209,7 @@ def test_migrations_0011_0019_and_0020_give_an_upgraded_runtime_role_what_a_repl
         for migration in (m for m in shipped() if m.version > 11):
             for text in [text for _, text in migration.steps] or [migration.text]:
                 conn.execute(text)  # type: ignore[call-overload]
-    params = {
-        "batch": 10,
-        "owner": "r",
-        "lease_seconds": 60,
-        "disarm": False,
-        "cluster": "default",
-        "guard": None,
-        "floor": START,
-        "disarm_after": 0.0,
-    }
+    params = claim_params()
     with psycopg.connect(as_role(empty_db_url, runtime), autocommit=True) as conn:
         conn.execute(queries.load("claim"), params)  # reads pod_sweeper.pauses and pod_sweeper.holds
         trip = {"cluster": "default", "reason": "a burst", "who": "r"}
