@@ -20,6 +20,7 @@ from loguru import logger
 
 from helpers import DaemonThread, add_execution, cli, daemon_settings, retire, row_for, wait_until
 from pod_sweeper.core.waits import RULES, Seen, Wait
+from pod_sweeper.store import queries
 from pod_sweeper.store.schema import migrations
 from pod_sweeper.tasks.loops import presence, refresher, schema_watch
 from pod_sweeper.tasks.process import runner
@@ -178,6 +179,12 @@ def _large_transaction(env: Env) -> str:
     return str(row["id"])
 
 
+def _dba_replicas(db_url: str) -> dict[str, dict[str, str]]:
+    """sql/dba/replicas.sql (`pod-sweeper sql replicas`), run as a DBA's psql would: each replica's waits."""
+    with psycopg.connect(db_url, row_factory=psycopg.rows.dict_row) as conn:
+        return {r["replica"]: dict(r["waits"]) for r in conn.execute(queries.load("dba/replicas")).fetchall()}
+
+
 def _row_waits(db_url: str, daemon: Any) -> dict[str, str] | None:
     """The reasons a replica's row in pod_sweeper.replicas says it sees now (None: no row)."""
     with psycopg.connect(db_url) as conn:
@@ -269,6 +276,8 @@ def test_each_reason_is_seen_on_every_surface_while_it_holds_and_ends(
                 listed = json.loads(cli("status", "--json", url=db_url).stdout)["replicas"]
                 [mine] = [r for r in listed if r["replica"] == settings.replica_id]
                 assert wait.value in mine["waits"] and mine["state"] == "live", mine
+            if wait is not Wait.START_ERROR:  # the DBA's query, as psql runs it, says what the replica says
+                assert wait.value in _dba_replicas(db_url)[settings.replica_id]
         started, ended = case.started or (
             f"[{wait.value}]: {rule.what}",
             f"waiting ended ({'this replica' if rule.seen is not Seen.ROW else 'cluster ' + case.cluster}):"
