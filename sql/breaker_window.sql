@@ -1,7 +1,11 @@
 -- The breaker's view of one cluster, read right after breaker_lock.sql locked its row for the claim's
 -- transaction (so that two replicas of the cluster cannot spend the same budget), in a snapshot taken
--- after that lock was granted: its state, the cluster's rows claimed right now by any
--- replica (deletes that may still happen), and the cluster's deletes recorded (all replicas') since the
+-- after that lock was granted: its state, the cluster's rows claimed right now (deletes that may still
+-- happen: a lease still running, or a row its replica may still hold, the replica live by its heartbeat,
+-- pod_sweeper.replicas; a lease that ran out under a replica gone is no delete to come, and counted, such
+-- rows as many as the ceiling held the breaker tripped for ever: their leases can be taken over only by a
+-- claim, which the spent budget no longer allowed; issue 53's simulator found it), and the cluster's
+-- deletes recorded (all replicas') since the
 -- later of a minute ago and its last resume, per namespace. One row per namespace; namespace NULL when
 -- there were none; no row when the cluster has no breaker row (cluster_rows.sql makes it at start).
 -- Read in one snapshot, each row counts once: the record of its result moves it from claimed to the attempt
@@ -19,5 +23,10 @@ recent AS (
     GROUP BY o.pod_namespace
 )
 SELECT b.tripped_at, b.reason, recent.pod_namespace, coalesce(recent.deletes, 0) AS deletes,
-       (SELECT count(*) FROM pod_sweeper.outbox WHERE status = 'claimed' AND cluster = %(cluster)s) AS claimed
+       (SELECT count(*)
+        FROM pod_sweeper.outbox AS o
+        WHERE o.status = 'claimed' AND o.cluster = %(cluster)s
+          AND (o.next_attempt_at > now()
+               OR EXISTS (SELECT 1 FROM pod_sweeper.replicas AS r
+                          WHERE r.replica = o.claimed_by AND pod_sweeper.replica_state(r) = 'live'))) AS claimed
 FROM b LEFT JOIN recent ON true

@@ -133,3 +133,33 @@ def test_a_breaker_tripped_before_clusters_had_their_own_stays_tripped_for_each_
         assert left["east"] is None and left["default"] is not None
         shown = cli("status", url=empty_db_url)
         assert "BREAKER TRIPPED (cluster default)" in shown.stdout and "(cluster east)" not in shown.stdout
+
+
+def test_the_ceilings_window_counts_claims_that_may_still_delete_not_leases_a_gone_replica_left(
+    pg: psycopg.Connection[Any], db_url: str
+) -> None:
+    """sql/breaker_window.sql's rows claimed right now: a lease still running, or a row whose replica is
+    live by its heartbeat (pod_sweeper.replicas) though its lease ran out (it may still record a delete);
+    not a lease that ran out under a replica gone (crashed, stale): counted, such rows as many as the
+    ceiling held the breaker tripped for ever (issue 53's simulator, seed 47)."""
+    pg.execute("INSERT INTO pod_sweeper.breaker (cluster) VALUES ('default') ON CONFLICT DO NOTHING")
+    pg.execute(
+        "INSERT INTO pod_sweeper.replicas (replica, host, release, schema_version, cluster, dry_run, rate_limit,"
+        " concurrency, ready, heartbeat_seconds, started_at, seen_at) VALUES"
+        " ('live', 'h', '0', 20, 'default', false, 100, 8, true, 10, now(), now()),"
+        " ('stale', 'h', '0', 20, 'default', false, 100, 8, true, 10, now(), now() - interval '5 minutes')"
+    )
+    pg.execute(
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
+        " reason, status, claimed_by, claimed_at, claim_epoch, next_attempt_at)"
+        " SELECT 1, s, 1, 'ns', s, gen_random_uuid(), 'retired', 'claimed', owner, now(), 1, now() + lease"
+        " FROM (VALUES ('running', 'gone', interval '1 minute'), ('live-expired', 'live', interval '-1 minute'),"
+        "             ('stale-expired', 'stale', interval '-1 minute'), ('gone-expired', 'gone', interval '-1 minute'))"
+        " AS v(s, owner, lease)"
+    )
+
+    async def window() -> int:
+        async with db.connection(settings_for(db_url)) as conn, conn.transaction():
+            return (await breaker.breaker_window(conn, "default")).claimed
+
+    assert run(window()) == 2  # the running lease, and the live replica's row whose lease ran out

@@ -61,15 +61,16 @@ T = TypeVar("T")
 NAMESPACES = ("team-a", "team-b")
 # The answers the seed may draw for a DELETE besides the real one, each (kind, weight).
 ANSWER_KINDS = ("real", "429", "500", "503", "410", "401", "403", "none", "none_applied", "slow")
-# sql/breaker_window.sql counts every claimed row as a delete that may still happen, an expired lease's
-# too; rows left claimed by a crash or a lost commit, as many as the ceiling, then hold the breaker
+# sql/breaker_window.sql counted every claimed row as a delete that may still happen, an expired lease's
+# too; rows left claimed by a crash or a lost commit, as many as the ceiling, then held the breaker
 # tripped for ever: their leases can be taken over only by a claim, which the budget no longer allows,
-# and a reset trips it again at the next claim (issue 53's simulator found it: SIM_BREAKER_AS_SQL=1
-# python -m tests.sim --seed 47). Counting only the leases still running is no fix: a replica whose
-# lease ran out behind a stall still holds its rows and records their deletes late, past the ceiling
-# (the simulator showed it). The memory store counts as the SQL does; unless SIM_BREAKER_AS_SQL is set, the
-# simulator counts what the SQL means to, the claims that may still end in a delete (a lease still
-# running, or a row a live replica still holds), so that the other invariants stay in reach.
+# and a reset tripped it again at the next claim (issue 53's simulator found it; SIM_BREAKER_AS_SQL=1
+# python -m tests.sim --seed 47 replays that count). Counting only the leases still running is no fix:
+# a replica whose lease ran out behind a stall still holds its rows and records their deletes late, past
+# the ceiling (the simulator showed it). The statement now counts the claims that may still end in a
+# delete, a lease still running or a row a live replica may still hold (live by its heartbeat,
+# pod_sweeper.replicas; tests/integration/test_breaker.py holds it on PostgreSQL), and so does the
+# simulator, from the replicas alive in its world; the memory store alone still counts every claimed row.
 BREAKER_AS_SQL = os.environ.get("SIM_BREAKER_AS_SQL") == "1"
 HORIZON = 40.0  # virtual seconds of scripted events; then the world heals
 SETTLE_LIMIT = 900.0  # virtual seconds the healed world may take to end every row
