@@ -379,7 +379,12 @@ def sleeping(daemon: DaemonThread) -> bool:
     more after that; ready alone is not enough: it comes after the catch-up claim, which can run before
     the LISTEN has.)"""
     d = daemon.daemon
-    return d.sweeper is not None and d.sweeper.status.asleep and d.listener is not None and d.listener.healthy
+    if d.sweeper is None or d.listener is None or not d.listener.healthy:
+        return False
+    # Asleep, and no wakeup waiting: the listener's first LISTEN wakes the claimer to catch up ("listen"),
+    # and a claimer that has not taken that wakeup yet is about to claim again, with a poll's right to
+    # take the wakeup flag over (a retire meanwhile would then wake it, not the one the flag named).
+    return d.sweeper.status.asleep and not d.sweeper.claimer.wake.is_set()
 
 
 def retire(conn: psycopg.Connection[Any], sid: str) -> None:

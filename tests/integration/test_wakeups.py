@@ -13,7 +13,18 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import DaemonThread, add_execution, claim, daemon_settings, retire, row_for, run, settings_for, wait_until
+from helpers import (
+    DaemonThread,
+    add_execution,
+    claim,
+    daemon_settings,
+    retire,
+    row_for,
+    run,
+    settings_for,
+    sleeping,
+    wait_until,
+)
 from pod_sweeper.cli import status_text
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.store import db, queries
@@ -245,6 +256,9 @@ def test_a_retire_wakes_the_one_replica_the_flag_names_and_not_the_others(
         DaemonThread(daemon_settings(db_url, kube, replica_id="second")) as second,
     ):
         wait_until(lambda: flag_names(execs) in ("first", "second"), what="a replica to arm the flag")
+        # Both asleep with no wakeup waiting: a catch-up claim still to come would find the retires below
+        # and take the flag over, as a poll that finds rows nobody claimed does (by design).
+        wait_until(lambda: sleeping(first) and sleeping(second), what="both replicas asleep")
         named, other = (first, second) if flag_names(execs) == "first" else (second, first)
         woken, passed_over = notify_wakeups(named), notify_wakeups(other)
         for sid in "abcd":
