@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 from rig import Rig
 
-from pod_sweeper.testing.postgres import find_bindir
+from harness.postgres import find_bindir
 
 RETIRE_ROWS = 100_000
 
