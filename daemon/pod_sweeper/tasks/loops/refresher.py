@@ -36,7 +36,7 @@ PINNED_REFRESH_SECONDS = 60.0
 
 def open_rows_due(pinned_seconds: float, since_last: float | None) -> bool:
     """Whether this refresh reads the gauges of every open row: always, unless the xmin horizon has
-    been held ``PINNED_AFTER_SECONDS`` or more and they were read less than ``PINNED_REFRESH_SECONDS`` ago
+    been pinned ``PINNED_AFTER_SECONDS`` or more and they were read less than ``PINNED_REFRESH_SECONDS`` ago
     (``since_last`` None: never read)."""
     if since_last is None or pinned_seconds < PINNED_AFTER_SECONDS:
         return True

@@ -4,7 +4,7 @@ Why one object: the stop's order (no claim begins, the wakeups go to the others,
 back, the claim in flight comes back, the deletes at the API settle by the deadline, what is left goes
 back, everything is recorded, the Events are sent, the replica's row says it stopped) was the sum of
 events of the sweeper, the claimer and the pipeline, and of the order of the lines that set them; no
-one place said it and nothing held it. Here each step is a ``Phase``, in the order docs/design.md
+one place said it and nothing checked it. Here each step is a ``Phase``, in the order docs/design.md
 ("The stop, in order") gives, and ``StopOrder.reach`` refuses a phase out of turn: whoever moves the
 stop on (the runner, ``Sweeper.drain``) names each phase as it reaches it, so a step moved or dropped
 fails loudly rather than stranding a claim. The tasks ask it one question, ``stopping`` (no claim may

@@ -119,7 +119,7 @@ class Sweeper:
         # Where the stop is (stop.py): the runner and ``drain`` move it on, phase by phase; the claimer,
         # the workers and the recorder obey it.
         stop = self.stop = StopOrder()
-        # Rows held at once: one batch queued behind the deletes in flight, so the workers never wait
+        # Rows in hand at once: one batch queued behind the deletes in flight, so the workers never wait
         # for a claim round trip. (Capping the queue at `concurrency` made claims small and frequent:
         # the drain ran at 0.54 of the client's ceiling, 0.76 with this; bench/README.md.) A queued
         # row whose lease runs short before a worker reaches it is handed back, not sent.
