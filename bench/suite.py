@@ -36,9 +36,9 @@ from steps import (
     whole_cluster,
 )
 
+from harness.postgres import ThrowawayCluster, find_bindir
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
-from pod_sweeper.testing.postgres import ThrowawayCluster, find_bindir
 
 
 def main() -> int:

@@ -4,7 +4,7 @@
 -- hold ends: their ends count as due times too (one needless claim at most, when nothing was behind them).
 -- Read from %(floor)s on, as the claim reads (store/sweep/cursor.py), and no further than %(horizon)s seconds
 -- ahead (the longest the caller sleeps anyway): the claims in hand are due at their leases' ends, and
--- while the xmin horizon is held the versions of every claim of the last lease lie between. low (the
+-- while the xmin horizon is pinned the versions of every claim of the last lease lie between. low (the
 -- next due time of a row in that range, NULL: none) and now are what the cursor moves its floor up to.
 -- With the replication guard (%(guard)s, migration 0014), a row the guard holds (its mark current, not
 -- yet flushed on every named standby, or a named standby missing) is not due either: what ends its wait

@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 from rig import Rig
 
-from pod_sweeper.testing.postgres import find_bindir
+from harness.postgres import find_bindir
 
 RETIRE_ROWS = 100_000
 

@@ -16,9 +16,9 @@ import pytest
 
 from helpers import DaemonThread, cli, daemon_settings, run, settings_for, sleeping, wait_until
 from pod_sweeper.core.metrics import Metrics
+from pod_sweeper.demo.fakekube import FakeKube
 from pod_sweeper.store import db, queries
 from pod_sweeper.store.schema import migrations
-from pod_sweeper.testing.fakekube import FakeKube
 
 pytestmark = pytest.mark.versions
 

@@ -12,7 +12,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from pod_sweeper.testing.fakekube import selector_matches
+from pod_sweeper.demo.fakekube import selector_matches
 
 
 @pytest.fixture
@@ -129,7 +129,7 @@ def test_served_in_its_own_process_with_a_control_api(tmp_path: Any) -> None:
 
     kubeconfig = tmp_path / "kubeconfig"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pod_sweeper.testing.fakekube", "--kubeconfig", str(kubeconfig)],
+        [sys.executable, "-m", "pod_sweeper.demo.fakekube", "--kubeconfig", str(kubeconfig)],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -238,7 +238,7 @@ def test_the_flag_row_is_written_at_most_twice_in_the_disarm_interval(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
     """Every write of the flag's one row is a version that each retire and claim reads past while the
-    xmin horizon is held (docs/design.md, "A held xmin horizon"): arming a flag already armed writes
+    xmin horizon is pinned (docs/design.md, "A pinned xmin horizon"): arming a flag already armed writes
     nothing, and the daemon's claims leave a flag armed less than DISARM_AFTER_SECONDS ago as it is, and
     one that does not fill its batch too."""
     _clear(execs)

@@ -117,6 +117,6 @@ class Pipeline:
             await asyncio.wait_for(self._settled.wait(), timeout)
 
     def awaiting_answers(self) -> list[Claim]:
-        """The rows held whose request has no verdict yet (queued, or still at the API)."""
+        """The rows in hand whose request has no verdict yet (queued, or still at the API)."""
         concluded = {verdict.id for verdict in self._results}
         return [claim for claim in self._inflight.values() if claim.id not in concluded]

@@ -23,15 +23,15 @@ call can never block it. What it does, per the project's reference notes on the 
 
 
 The package: ``wording`` (how a real server words its answers), ``faults`` (injected misbehaviour and
-the request log), ``server`` (``FakeKube`` and its HTTP handler); ``python -m pod_sweeper.testing.fakekube
+the request log), ``server`` (``FakeKube`` and its HTTP handler); ``python -m pod_sweeper.demo.fakekube
 --kubeconfig PATH`` runs one in a process of its own.
 """
 
 from __future__ import annotations
 
-from pod_sweeper.testing.fakekube.faults import Fault, RequestRecord
-from pod_sweeper.testing.fakekube.server import FakeKube, serve
-from pod_sweeper.testing.fakekube.wording import GRANTED, Pod, not_found, selector_matches, status_body
+from pod_sweeper.demo.fakekube.faults import Fault, RequestRecord
+from pod_sweeper.demo.fakekube.server import FakeKube, serve
+from pod_sweeper.demo.fakekube.wording import GRANTED, Pod, not_found, selector_matches, status_body
 
 __all__ = [
     "GRANTED",

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from pod_sweeper.testing.fakekube.faults import DEFAULT_REASONS, Fault, RequestRecord
-from pod_sweeper.testing.fakekube.wording import (
+from pod_sweeper.demo.fakekube.faults import DEFAULT_REASONS, Fault, RequestRecord
+from pod_sweeper.demo.fakekube.wording import (
     GRANTED,
     Pod,
     not_found,
@@ -590,11 +590,11 @@ def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
 
 
 def serve(argv: list[str] | None = None) -> None:
-    """``python -m pod_sweeper.testing.fakekube --kubeconfig PATH``: run the server in a process of its
+    """``python -m pod_sweeper.demo.fakekube --kubeconfig PATH``: run the server in a process of its
     own (so a benchmark's client does not share its interpreter); prints its URL, serves until killed."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m pod_sweeper.testing.fakekube")
+    parser = argparse.ArgumentParser(prog="python -m pod_sweeper.demo.fakekube")
     parser.add_argument("--kubeconfig", required=True, type=Path, help="where to write the kubeconfig")
     args = parser.parse_args(argv)
     kube = FakeKube().start()
