@@ -245,7 +245,7 @@ async def next_due(
     if cursor is not None:
         cursor.looked(row["low"], row["now"])
     seconds = None if row["seconds"] is None else float(row["seconds"])
-    return Due(seconds, bool(row["held"]), row["flag_armed"], row["flag_by"])
+    return Due(seconds, bool(row["kept_back"]), row["flag_armed"], row["flag_by"])
 
 
 async def arm(conn: Connection, owner: str, *, cluster: str, take_over: bool = False) -> Arming:
