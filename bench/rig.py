@@ -44,7 +44,8 @@ class RemoteFake:
 
     def __init__(self, kubeconfig: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pod_sweeper.demo.fakekube", "--kubeconfig", str(kubeconfig)],
+            [sys.executable, "-m", "harness.fakekube", "--kubeconfig", str(kubeconfig)],
+            cwd=ROOT / "tests",  # where the harness package is (tests/harness)
             stdout=subprocess.PIPE,
             text=True,
         )

