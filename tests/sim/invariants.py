@@ -22,6 +22,7 @@ OUTAGE_CHARGES_NOTHING = "an_outage_charges_nothing"
 BREAKER_BOUND = "the_breakers_bound"
 NO_TASK_DIES = "no_task_dies"
 DEAD_STAY_DEAD = "a_stopped_replica_sends_nothing"
+CREDENTIAL_RENEWED = "an_expired_credential_is_renewed"
 
 NAMES: dict[str, str] = {
     UID_PRECONDITION: "every DELETE carries the UID of the row it was sent for",
@@ -35,6 +36,7 @@ NAMES: dict[str, str] = {
     BREAKER_BOUND: "no more recorded deletes sent within a minute (since the last reset) than the ceiling",
     NO_TASK_DIES: "no task of a replica dies of an error",
     DEAD_STAY_DEAD: "a killed or stopped replica sends no request",
+    CREDENTIAL_RENEWED: "a request whose credential hook ran beside no other of its replica's sends no expired token",
 }
 
 
