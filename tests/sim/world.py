@@ -249,6 +249,9 @@ class World:
                 return
 
     def _after_step(self) -> None:
+        for replica in self.replicas:
+            if replica.alive:
+                replica.check_hand()
         if self._kill_steps and self.loop.steps >= self._kill_steps[0]:
             self._kill_steps.pop(0)
             self._kill_now()
@@ -747,6 +750,7 @@ class SimSession:
                     world.done[verdict.id] = world.done.get(verdict.id, 0) + 1
                     if world.done[verdict.id] > 1:
                         world.broke(inv.DONE_ONCE, f"row {verdict.id} done a second time by {name}")
+            self.store.replica.written.update((v.id, v.epoch) for v in verdicts)
             world.note(f"{name} record " + " ".join(f"{v.id}@{v.epoch}:{v.result}:{v.id in owned}" for v in verdicts))
             return owned
 
@@ -828,6 +832,8 @@ class Replica:
         self.world, self.name = world, name
         self.alive, self.stopping = True, False
         self.db_trouble = False  # a statement of its failed, stalled or lost its answer
+        self.in_hand: set[tuple[int, int]] = set()  # (row, epoch) of the claims its pipeline held at the last step
+        self.written: set[tuple[int, int]] = set()  # (row, epoch) of every verdict a record statement of its carried
         loop = world.loop
         settings = world.settings.model_copy(update={"replica_id": name})
         metrics = _METRICS
@@ -859,6 +865,17 @@ class Replica:
     @property
     def sends(self) -> bool:
         return self.alive
+
+    def check_hand(self) -> None:
+        """``no_claim_in_hand_is_dropped``: a claim leaves the sweeper's pipeline only once a record
+        statement carried its verdict (its row written, or handed back); else a drain would neither wait
+        for its request nor hand it back."""
+        held = {(claim.id, claim.epoch) for claim in self.sweeper.pipeline._inflight.values()}
+        if dropped := sorted(self.in_hand - held - self.written):
+            self.world.broke(
+                inv.NO_CLAIM_DROPPED, f"{self.name} let {dropped} (row, epoch) out of hand with no verdict written"
+            )
+        self.in_hand = held
 
     def _ended(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
