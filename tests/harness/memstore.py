@@ -133,6 +133,18 @@ class MemoryStore:
         else:
             self._kept.discard(key)
 
+    def discard(self, ids: list[int]) -> list[int]:
+        """``pod-sweeper discard`` (sql/discard.sql): these rows, if still pending or dead, end done with
+        outcome discarded (a claimed row is left to its replica); the ids discarded."""
+        discarded = []
+        for row_id in ids:
+            row = self.rows.get(row_id)
+            if row is not None and row.status in (Status.PENDING, Status.DEAD):
+                row.status, row.outcome = Status.DONE, Outcome.DISCARDED
+                row.next_attempt_at, row.last_error = self.clock(), None
+                discarded.append(row_id)
+        return discarded
+
     def is_kept(self, row: Row) -> bool:
         """Whether a hold or a pause keeps the row back now."""
         kept = self._kept

@@ -19,7 +19,7 @@ from helpers import settings_for
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Result
 from pod_sweeper.store import db
-from pod_sweeper.store.admin import controls
+from pod_sweeper.store.admin import bulk, controls
 from pod_sweeper.store.interface import SweepStore
 from pod_sweeper.store.rows import Claim, ClaimedBatch, Verdict
 from pod_sweeper.store.sweep.pgstore import OutboxStore
@@ -214,6 +214,7 @@ class Keeping(World, Protocol):
 
     async def hold(self, sandbox: str, kept: bool = True) -> None: ...
     async def pause(self, kept: bool = True) -> None: ...
+    async def discard(self, sandboxes: list[str]) -> list[str]: ...
 
 
 class PostgresKeeping(Postgres):
@@ -245,6 +246,12 @@ class PostgresKeeping(Postgres):
             else:
                 await controls.release(conn, cluster=self.cluster, namespace="sandboxes", name=f"pod-{sandbox}")
 
+    async def discard(self, sandboxes: list[str]) -> list[str]:
+        by_id = {row_id: sandbox for sandbox, row_id in ids(self).items()}
+        async with self.store.pool.connection() as conn:
+            discarded = await bulk.discard(conn, [row_id for row_id, s in by_id.items() if s in sandboxes])
+        return sorted(by_id[row_id] for row_id in discarded)
+
     async def pause(self, kept: bool = True) -> None:
         async with self.store.pool.connection() as conn:
             if kept:
@@ -270,6 +277,10 @@ class MemoryKeeping(Memory):
     async def pause(self, kept: bool = True) -> None:
         self.memory.keep(namespace="sandboxes", kept=kept)
 
+    async def discard(self, sandboxes: list[str]) -> list[str]:
+        by_id = {r.id: r.sandbox_id for r in self.memory.rows.values()}
+        return sorted(by_id[i] for i in self.memory.discard([i for i, s in by_id.items() if s in sandboxes]))
+
 
 async def claim_on(store: SweepStore, batch: int) -> list[str]:
     async with store.session() as session:
@@ -291,12 +302,14 @@ async def not_due_now(world: World) -> bool:
 
 
 async def keeping_scenario(world: Keeping) -> list[Any]:
-    """A hold, a pause, their ends, and two replicas claiming beside each other."""
+    """A discard, a hold, a pause, their ends, and two replicas claiming beside each other."""
     seen: list[Any] = []
     for sandbox in SANDBOXES:
         world.retire(sandbox)
+    seen.append(("the on-call discards a pending row", await world.discard(["s4"]), world.rows()))
     await world.hold("s1")
     seen.append(("the second replica claims past the hold", await claim_on(world.second, 2), world.rows()))
+    seen.append(("a discard leaves a claimed row alone", await world.discard(["s0"]), world.rows()))
     seen.append(("the first takes the rest but the held", await claim_on(world.store, 10), world.rows()))
     seen.append(("the held row is not due", await not_due_now(world)))
     await world.hold("s1", kept=False)
@@ -308,9 +321,9 @@ async def keeping_scenario(world: Keeping) -> list[Any]:
 
 
 def test_holds_pauses_and_a_second_replica_answer_as_the_real_ones(execs: psycopg.Connection[Any], db_url: str) -> None:
-    """``MemoryStore.keep`` (holds and pauses) and ``MemoryStore.view`` (another replica on the same
-    outbox), which the simulator (tests/sim) leans on, held to pod_sweeper.keeping and a second
-    ``OutboxStore``."""
+    """``MemoryStore.keep`` (holds and pauses), ``MemoryStore.discard`` and ``MemoryStore.view`` (another
+    replica on the same outbox), which the simulator (tests/sim) leans on, held to pod_sweeper.keeping,
+    sql/discard.sql and a second ``OutboxStore``."""
     settings = settings_for(db_url, replica_id="contract")
 
     async def on_postgres() -> list[Any]:
@@ -330,5 +343,6 @@ def test_holds_pauses_and_a_second_replica_answer_as_the_real_ones(execs: psycop
     for step_real, step_memory in zip(real, memory, strict=True):
         assert step_memory == step_real, step_real[0]
     # It reached what it meant to: each replica claimed, the hold and the pause each kept a row back.
-    assert real[0][1] == ["s0", "s2"] and real[1][1] == ["s3", "s4"] and real[3][1] == []
-    assert real[4][1] == ["s1"] and real[4][2]["s1"][4] == "contract-b"
+    assert real[0][1] == ["s4"] and real[0][2]["s4"][:2] == ("done", "discarded")
+    assert real[1][1] == ["s0", "s2"] and real[2][1] == [] and real[3][1] == ["s3"] and real[5][1] == []
+    assert real[6][1] == ["s1"] and real[6][2]["s1"][4] == "contract-b"

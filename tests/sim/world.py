@@ -44,7 +44,7 @@ from harness.clock import FakeClock
 from harness.memstore import MemorySession, MemoryStore, Row
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.core.states import Result, Status
+from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.kube.answer import Answer
 from pod_sweeper.kube.interface import PodEvent
 from pod_sweeper.store.db import Connection
@@ -201,6 +201,10 @@ class World:
         self.rng = random.Random(seed)
         self.loop = SimLoop(random.Random(self.rng.getrandbits(64)), forced=forced)
         self.faults = draw_faults(self.rng)
+        # Faults added later draw from a stream of their own, so that every seed drawn before them that
+        # draws none of them runs as it did (the mutants' first seeds, a replay command kept in a note).
+        self.later = random.Random(f"{seed}:later faults")
+        self.discards = self.later.choice((0, 0, 1, 2))  # the on-call's `pod-sweeper discard` of a row
         self.memory = MemoryStore(_LoopClock(self.loop), replica="nobody")
         self.settings = _BASE.model_copy(update={"max_deletes_per_minute": self.faults.breaker})
         # The cluster's breaker row: its reason, the lock a claim holds it by, when it was last reset,
@@ -479,7 +483,20 @@ class World:
         if faults.breaker:
             for _ in range(2):
                 at(self._reset_breaker)
+        for _ in range(self.discards):
+            events.append((self.later.uniform(0.0, HORIZON), len(events), self._discard))
         return events
+
+    def _discard(self) -> None:
+        """The on-call's ``pod-sweeper discard`` of one row, pending or dead (a claimed row is left alone):
+        done, outcome discarded, its pod left where it is."""
+        rows = [r for r in self.memory.rows.values() if r.status in (Status.PENDING, Status.DEAD)]
+        if not rows:
+            return
+        row = self.later.choice(rows)
+        for row_id in self.memory.discard([row.id]):
+            self.done[row_id] = self.done.get(row_id, 0) + 1
+            self.note(f"discard row {row_id}")
 
     def _reset_breaker(self) -> None:
         """The on-call's ``reset-breaker``: closed, and the minute counted from now (``resumed_at``)."""
@@ -602,7 +619,8 @@ class World:
             elif row.status is Status.DONE and self.done.get(row.id, 0) != 1:
                 self.broke(inv.DONE_ONCE, f"row {row.id} became done {self.done.get(row.id, 0)} times")
             pod = self.pods.get((row.pod_namespace, row.pod_name))
-            if row.status is Status.DONE and pod is not None and pod.uid == str(row.pod_uid) and not pod.active:
+            kept = pod is not None and pod.uid == str(row.pod_uid) and not pod.active
+            if row.status is Status.DONE and kept and row.outcome is not Outcome.DISCARDED:  # a discard leaves it
                 self.broke(inv.DONE_ONCE, f"row {row.id} done ({row.outcome}) but its pod is still there")
         self.note("end " + " ".join(f"{r.id}:{r.status}:{r.outcome}:{r.attempts}" for r in self.memory.rows.values()))
 
