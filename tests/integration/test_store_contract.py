@@ -21,6 +21,7 @@ from pod_sweeper.core.states import Result
 from pod_sweeper.store import db
 from pod_sweeper.store.admin import bulk, controls
 from pod_sweeper.store.interface import SweepStore
+from pod_sweeper.store.reads import waits
 from pod_sweeper.store.rows import Claim, ClaimedBatch, Verdict
 from pod_sweeper.store.sweep.pgstore import OutboxStore
 from pod_sweeper.store.sweep.recheck import load_attachments
@@ -346,3 +347,74 @@ def test_holds_pauses_and_a_second_replica_answer_as_the_real_ones(execs: psycop
     assert real[0][1] == ["s4"] and real[0][2]["s4"][:2] == ("done", "discarded")
     assert real[1][1] == ["s0", "s2"] and real[2][1] == [] and real[3][1] == ["s3"] and real[5][1] == []
     assert real[6][1] == ["s1"] and real[6][2]["s1"][4] == "contract-b"
+
+
+async def reasons(world: Keeping) -> dict[str, str]:
+    """Each open row's reason, by sandbox: sql/row_waits.sql on PostgreSQL, ``row_reasons`` in memory."""
+    by_id = {row_id: sandbox for sandbox, row_id in ids(world).items()}
+    if isinstance(world, MemoryKeeping):
+        found = world.memory.row_reasons()
+    else:
+        assert isinstance(world, PostgresKeeping)
+        async with world.store.pool.connection() as conn:
+            found = await waits.row_reasons(conn, list(by_id))
+    return {by_id[row_id]: reason for row_id, reason in sorted(found.items())}
+
+
+async def reasons_scenario(world: Keeping) -> list[Any]:
+    """A row claimed, rows backing off after a 401, a 403 and a 503, a held row; then a pause over them,
+    its end, and the breaker tripped: each open row's one reason after each."""
+    seen: list[Any] = []
+    for sandbox in SANDBOXES:
+        world.retire(sandbox)
+    seen.append(("due", await reasons(world)))
+    claimed = by_sandbox((await claim(world, 4)).to_send)
+    await record(
+        world,
+        [
+            Verdict(claimed[s].id, claimed[s].epoch, Result.RETRY, delay=600, error=f"{status}", http_status=status)
+            for s, status in (("s1", 401), ("s2", 403), ("s3", 503))
+        ],
+    )
+    await world.hold("s4")
+    seen.append(("claimed, backing off by the answer, held", await reasons(world)))
+    await world.pause()
+    seen.append(("a pause outranks all but the claim and the hold", await reasons(world)))
+    await world.pause(kept=False)
+    async with world.store.session() as session, session.transaction():
+        await session.trip_breaker("the contract")
+    seen.append(("the breaker outranks the backoffs", await reasons(world)))
+    return seen
+
+
+def test_each_open_rows_reason_answers_as_sql_row_waits(execs: psycopg.Connection[Any], db_url: str) -> None:
+    """``MemoryStore.row_reasons``, what the simulator checks the rows' reasons by, held to
+    sql/row_waits.sql (``explain``'s and ``status``'s) for the reasons the memory store keeps."""
+    settings = settings_for(db_url, replica_id="contract")
+
+    async def on_postgres() -> list[Any]:
+        pool = db.make_pool(settings, max_size=3)
+        await pool.open(wait=True, timeout=10)
+        try:
+            async with pool.connection() as conn:
+                attachments = await load_attachments(conn)
+            first = OutboxStore(pool, cluster=settings.cluster, replica="contract", attachments=attachments)
+            second = OutboxStore(pool, cluster=settings.cluster, replica="contract-b", attachments=attachments)
+            return await reasons_scenario(PostgresKeeping(execs, first, second, settings.cluster))
+        finally:
+            await pool.close()
+
+    real = asyncio.run(on_postgres())
+    memory = asyncio.run(reasons_scenario(MemoryKeeping()))
+    for step_real, step_memory in zip(real, memory, strict=True):
+        assert step_memory == step_real, step_real[0]
+    # Each reason the memory store keeps was reached, in the order core.waits.ROW_ORDER states.
+    assert real[1][1] == {
+        "s0": "claimed",
+        "s1": "kube_unauthorized",
+        "s2": "namespace_refused",
+        "s3": "backoff",
+        "s4": "held",
+    }
+    assert real[2][1] == {"s0": "claimed", "s1": "paused", "s2": "paused", "s3": "paused", "s4": "held"}
+    assert real[3][1] == {"s0": "claimed", "s1": "breaker", "s2": "breaker", "s3": "breaker", "s4": "held"}
