@@ -24,6 +24,7 @@ NO_TASK_DIES = "no_task_dies"
 DEAD_STAY_DEAD = "a_stopped_replica_sends_nothing"
 CREDENTIAL_RENEWED = "an_expired_credential_is_renewed"
 NO_CLAIM_DROPPED = "no_claim_in_hand_is_dropped"
+REASON_AGREES = "a_waiting_rows_reason_agrees_with_its_state"
 
 NAMES: dict[str, str] = {
     UID_PRECONDITION: "every DELETE carries the UID of the row it was sent for",
@@ -39,6 +40,7 @@ NAMES: dict[str, str] = {
     DEAD_STAY_DEAD: "a killed or stopped replica sends no request",
     CREDENTIAL_RENEWED: "a request whose credential hook ran beside no other of its replica's sends no expired token",
     NO_CLAIM_DROPPED: "a claim leaves a replica's hand only once a record statement carried its verdict",
+    REASON_AGREES: "each open row's reason (core.waits, sql/row_waits.sql) is what the world knows keeps it",
 }
 
 

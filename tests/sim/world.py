@@ -45,6 +45,7 @@ from harness.memstore import MemorySession, MemoryStore, Row
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.states import Outcome, Result, Status
+from pod_sweeper.core.waits import DUE, ROW_ORDER, UNSWEPT_AFTER_SECONDS, Wait
 from pod_sweeper.kube.answer import Answer
 from pod_sweeper.kube.interface import PodEvent
 from pod_sweeper.store.db import Connection
@@ -229,6 +230,7 @@ class World:
         self.n_replicas = replicas if replicas is not None else self.rng.choice((1, 2, 2, 3))
         self._names = 0
         self._kill_steps: list[int] = []  # steps at which a replica is killed, soonest first
+        self._reasons_checked: tuple[float, int] = (0.0, 0)  # when the rows' reasons were last checked
         self.loop.on_step = self._after_step
 
     # --- the record and the checks ------------------------------------------------------------------
@@ -252,7 +254,44 @@ class World:
                 self.broke(inv.BREAKER_BOUND, f"{limit + 1} deletes sent within a minute: {since[i : i + limit + 1]}")
                 return
 
+    def _check_reasons(self) -> None:
+        """``a_waiting_rows_reason_agrees_with_its_state``: each open row's reason, as ``explain`` and
+        ``status`` would give it (sql/row_waits.sql, whose memory form the store contract test holds to
+        it), is the first in ``core.waits.ROW_ORDER`` of what the world knows keeps the row: a claim whose
+        lease runs, a hold or a pause the on-call put in force, the breaker tripped; else a backoff by
+        the row's last answer while it is not due, or nothing while it is."""
+        now, tripped = self.loop.time(), self.tripped is not None
+        # A row's reason changes only with time or with what the trace records (a statement that wrote,
+        # an on-call's act, the breaker): a step that moved neither is not checked again.
+        moment = (now, len(self.trace))
+        if moment == self._reasons_checked:
+            return
+        self._reasons_checked = moment
+        for row_id, reason in self.memory.row_reasons(tripped=tripped).items():
+            row = self.memory.rows[row_id]
+            waiting = row.next_attempt_at > now
+            truth = {
+                Wait.CLAIMED: row.status is Status.CLAIMED and waiting,
+                Wait.HELD: f"uid:{row.pod_uid}" in self.kept_since,
+                Wait.PAUSED: f"ns:{row.pod_namespace}" in self.kept_since,
+                Wait.BREAKER: tripped,
+            }
+            expected = next((wait.value for wait in ROW_ORDER if truth.get(wait)), None)
+            if expected is None:
+                after = {401: Wait.KUBE_UNAUTHORIZED, 403: Wait.NAMESPACE_REFUSED}.get(row.last_http_status or 0)
+                expected = (after or Wait.BACKOFF).value if waiting else DUE
+                if not waiting and now - row.next_attempt_at >= UNSWEPT_AFTER_SECONDS:
+                    expected = Wait.UNSWEPT.value
+            if reason != expected:
+                self.broke(
+                    inv.REASON_AGREES,
+                    f"row {row_id} ({row.status}, due in {row.next_attempt_at - now:.3f} s) waits [{reason}], "
+                    f"the world says [{expected}]",
+                )
+                return
+
     def _after_step(self) -> None:
+        self._check_reasons()
         for replica in self.replicas:
             if replica.alive:
                 replica.check_hand()
