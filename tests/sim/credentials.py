@@ -57,8 +57,8 @@ class _Configuration:
 
 
 class _Lock:
-    """The throttle's lock, for threads that run one at a time: taken without waiting, each taking and
-    release a yield point."""
+    """The throttle's lock, for threads that run one at a time: taken without waiting; each taking and
+    each release is a yield point."""
 
     def __init__(self, pause: Callable[[], None]) -> None:
         self._pause = pause
