@@ -25,15 +25,15 @@ from kubernetes import client
 
 from harness.kubeapiserver import KubeApiServer
 from harness.kubecluster import KubeCluster
+from harness.postgres import ThrowawayCluster
 from pod_sweeper.core.settings import Settings
+from pod_sweeper.demo.reference import executions_ddl
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
 from pod_sweeper.store import db
 from pod_sweeper.store.admin import attach
 from pod_sweeper.store.schema import migrations
 from pod_sweeper.tasks.process.runner import Daemon
-from pod_sweeper.testing.postgres import ThrowawayCluster
-from pod_sweeper.testing.reference import executions_ddl
 
 NS = "sandboxes"
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +44,8 @@ class RemoteFake:
 
     def __init__(self, kubeconfig: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pod_sweeper.testing.fakekube", "--kubeconfig", str(kubeconfig)],
+            [sys.executable, "-m", "harness.fakekube", "--kubeconfig", str(kubeconfig)],
+            cwd=ROOT / "tests",  # where the harness package is (tests/harness)
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -36,9 +36,9 @@ from steps import (
     whole_cluster,
 )
 
+from harness.postgres import ThrowawayCluster, find_bindir
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import load_configuration
-from pod_sweeper.testing.postgres import ThrowawayCluster, find_bindir
 
 
 def main() -> int:
@@ -81,6 +81,7 @@ def main() -> int:
         KubeClient(load_configuration(kubeconfig, None, pool_size=1)).close()
         steps = [
             ("trigger cost", lambda: trigger.trigger_ratio(rig)),
+            ("trigger cpu", lambda: trigger.trigger_cpu(rig)),
             ("client ceiling", lambda: ceilings.client_ceiling(rig, 3_000 if quick else 20_000)),
             ("SQL ceiling", lambda: ceilings.sql_ceiling(rig, 10_000 if quick else 20_000)),
             ("drain", lambda: ceilings.drain(rig, 5_000 if quick else 20_000)),

@@ -18,12 +18,12 @@ import psycopg
 from loguru import logger
 from suite import retire_tps, seed_retire_tables  # bench/ is this script's own folder
 
+from harness.postgres import ThrowawayCluster
 from pod_sweeper.core.settings import Settings
+from pod_sweeper.demo.reference import executions_ddl
 from pod_sweeper.store import db
 from pod_sweeper.store.admin import attach
 from pod_sweeper.store.schema import migrations
-from pod_sweeper.testing.postgres import ThrowawayCluster
-from pod_sweeper.testing.reference import executions_ddl
 
 _SIGNATURE = (
     "pod_sweeper.enqueue(p_attachment_id integer, p_sandbox_id text, p_generation bigint, p_namespace text,"

@@ -269,9 +269,9 @@ ALTER TABLE pod_sweeper.suspects ADD CONSTRAINT suspects_attachment_id_fkey FORE
 CREATE OR REPLACE FUNCTION pod_sweeper.channel(p_cluster text)
  RETURNS text
  LANGUAGE sql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ SELECT CASE WHEN p_cluster = 'default' THEN 'pod_sweeper' ELSE 'pod_sweeper/' || p_cluster END $function$;
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT CASE WHEN p_cluster OPERATOR(pg_catalog.=) 'default' THEN 'pod_sweeper'
+                  ELSE 'pod_sweeper/' OPERATOR(pg_catalog.||) p_cluster END $function$;
 
 CREATE OR REPLACE FUNCTION pod_sweeper.enqueue(p_attachment_id integer, p_sandbox_id text, p_generation bigint, p_namespace text, p_pod_name text, p_pod_uid uuid, p_reason text)
  RETURNS void

@@ -13,7 +13,7 @@
 -- as clear or naming nobody: store/sweep/pgstore.py arming_needed).
 -- A flag already armed is left as it is, and so is the replica it names (the one retires wake,
 -- migration 0018): every write of this one row is a version that each retire and claim reads past
--- while the xmin horizon is held (docs/design.md, "A held xmin horizon"). With %(take_over)s, a flag
+-- while the xmin horizon is pinned (docs/design.md, "A pinned xmin horizon"). With %(take_over)s, a flag
 -- armed by another replica is made this one's: that replica did not claim what its wakeups announced
 -- (it stopped, crashed or lost its listener), as this sweeper's claim just found; and a flag that
 -- names nobody (its replica handed it on: sql/wakeup_hand_on.sql) is made this one's. Cleared by another

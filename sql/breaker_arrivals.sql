@@ -12,7 +12,7 @@
 -- (0: the rule is off, and the surge counts them).
 -- The open ones through the claim index from the window's start up (a row is never due before its
 -- enqueue), those already done through the done_at index (rows done in the window): the cost is the
--- window's rows (and, while the xmin horizon is held, the versions of the last lease's claims), never
+-- window's rows (and, while the xmin horizon is pinned, the versions of the last lease's claims), never
 -- every open row's nor the history's.
 WITH b AS (
     SELECT reason,

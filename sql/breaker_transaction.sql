@@ -5,7 +5,7 @@
 -- rows, never the open rows' or the history's. The rows the claim just took are claimed by now: the
 -- caller adds its own share. A transaction that began before the cluster's last reset-breaker is not
 -- judged again: the reset let its rows go (no row comes back for it); nor one found already
--- (pod_sweeper.large_transactions, migration 0020): a released one's rows go, a held one's are not
+-- (pod_sweeper.large_transactions, migration 0020): a released one's rows go, a kept-back one's are not
 -- claimed.
 SELECT k.at,
        (SELECT count(*)

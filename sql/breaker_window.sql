@@ -3,7 +3,7 @@
 -- after that lock was granted: its state, the cluster's rows claimed right now (deletes that may still
 -- happen: a lease still running, or a row its replica may still hold, the replica live by its heartbeat,
 -- pod_sweeper.replicas; a lease that ran out under a replica gone is no delete to come, and counted, such
--- rows as many as the ceiling held the breaker tripped for ever: their leases can be taken over only by a
+-- rows as many as the ceiling kept the breaker tripped for ever: their leases can be taken over only by a
 -- claim, which the spent budget no longer allowed; issue 53's simulator found it), and the cluster's
 -- deletes recorded (all replicas') since the
 -- later of a minute ago and its last resume, per namespace. One row per namespace; namespace NULL when

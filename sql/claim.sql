@@ -9,7 +9,7 @@
 -- decides that, in tasks/rules/verdicts.py, never here).
 -- %(floor)s is where the claim starts reading the claim index (store/sweep/cursor.py): '-infinity' for a
 -- discovery claim, else a position below which no open row was due when the process last looked. While
--- the xmin horizon is held, every version the claims and records left behind stays in the index below
+-- the xmin horizon is pinned, every version the claims and records left behind stays in the index below
 -- the open rows, and a claim from the start would walk them all (bench held snapshot).
 -- With the replication guard (%(guard)s: the standbys it names; NULL: off, migration 0014), a row is
 -- claimed only when its mark vouches for its current enqueue and every named standby has flushed the
@@ -46,7 +46,7 @@ disarm AS (
     -- Clearing is only a saving, never needed for safety: a row another sweeper holds is skipped.
     -- A flag armed less than %(disarm_after)s seconds ago is left armed: under steady churn the
     -- sweepers sleep between retires, and clearing and arming again at every one made two versions of
-    -- this one row per retire, which every retire and claim reads past while the xmin horizon is held.
+    -- this one row per retire, which every retire and claim reads past while the xmin horizon is pinned.
     -- Only a claim that fills its batch clears it: one that takes fewer arms the flag again in its own
     -- transaction (store/sweep/outbox.py), so clearing it there was two writes of this row for nothing,
     -- on every poll of an idle replica too (bench cost).

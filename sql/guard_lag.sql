@@ -12,7 +12,7 @@ WITH standbys AS (
     FROM pg_stat_replication
     WHERE application_name = ANY(%(standbys)s::text[])
 ),
-held AS (
+kept_back AS (
     SELECT count(*) AS rows, coalesce(extract(epoch FROM now() - min(o.enqueued_at)), 0)::float8 AS oldest_seconds
     FROM pod_sweeper.outbox AS o, standbys AS s
     WHERE o.status IN ('pending', 'claimed') AND o.cluster = %(cluster)s
@@ -26,4 +26,4 @@ SELECT s.connected,
        s.lag_seconds,
        h.rows AS kept_back_rows,
        h.oldest_seconds AS oldest_kept_back_seconds
-FROM standbys AS s, held AS h
+FROM standbys AS s, kept_back AS h

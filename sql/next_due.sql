@@ -4,7 +4,7 @@
 -- hold ends: their ends count as due times too (one needless claim at most, when nothing was behind them).
 -- Read from %(floor)s on, as the claim reads (store/sweep/cursor.py), and no further than %(horizon)s seconds
 -- ahead (the longest the caller sleeps anyway): the claims in hand are due at their leases' ends, and
--- while the xmin horizon is held the versions of every claim of the last lease lie between. low (the
+-- while the xmin horizon is pinned the versions of every claim of the last lease lie between. low (the
 -- next due time of a row in that range, NULL: none) and now are what the cursor moves its floor up to.
 -- With the replication guard (%(guard)s, migration 0014), a row the guard holds (its mark current, not
 -- yet flushed on every named standby, or a named standby missing) is not due either: what ends its wait
@@ -26,7 +26,7 @@ low AS (
       AND NOT (%(guard)s::text[] IS NOT NULL AND o.guard_enqueued_at IS NOT DISTINCT FROM o.enqueued_at
                AND NOT coalesce(o.guard_lsn <= (SELECT flushed FROM standbys), false))
 ),
-held AS (
+kept_back AS (
     SELECT min(o.next_attempt_at) AS at
     FROM pod_sweeper.outbox AS o
     WHERE %(guard)s::text[] IS NOT NULL
@@ -38,17 +38,17 @@ held AS (
 )
 SELECT extract(epoch FROM least(
     low.at,
-    CASE WHEN held.at IS NOT NULL THEN now() + make_interval(secs => %(recheck)s) END,
+    CASE WHEN kept_back.at IS NOT NULL THEN now() + make_interval(secs => %(recheck)s) END,
     (SELECT min(until) FROM pod_sweeper.pauses WHERE cluster = %(cluster)s AND pod_sweeper.in_force(until)),
     (SELECT min(until) FROM pod_sweeper.holds WHERE cluster = %(cluster)s AND pod_sweeper.in_force(until))
 ) - now())::float8 AS seconds,
-       least(low.at, held.at) AS low,
-       held.at IS NOT NULL AS held,
+       least(low.at, kept_back.at) AS low,
+       kept_back.at IS NOT NULL AS kept_back,
        now() AS now,
        -- The wakeup flag as it is (migration 0018): the claimer's turn reads it here, so that arming, the
        -- one write that takes the exclusive lock every retire queues behind, runs only when it is needed,
        -- in a statement of its own after the turn has committed (sql/arm.sql).
        flag.armed AS flag_armed,
        flag.changed_by AS flag_by
-FROM low, held
+FROM low, kept_back
 LEFT JOIN pod_sweeper.wakeup AS flag ON flag.cluster = %(cluster)s

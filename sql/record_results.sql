@@ -43,7 +43,7 @@ updated AS (
       AND o.claim_epoch = f.epoch
       -- Still claimed, said through lease_expires_at (set exactly while status = 'claimed') rather than
       -- status itself: `status = 'claimed'` would let the planner read the claimed rows off the claim
-      -- index, every open row's, and while the xmin horizon is held, every version the claims and
+      -- index, every open row's, and while the xmin horizon is pinned, every version the claims and
       -- records left behind in it (bench held snapshot).
       AND o.lease_expires_at IS NOT NULL
     RETURNING o.id

@@ -15,7 +15,7 @@
 -- says what the next one is likely to run with). The guard holds a row when any of them would: its
 -- mark does not vouch for its enqueue, or a standby that replica's guard names has not flushed it, or
 -- is not connected. With no replica of the cluster known at all, a row whose mark vouches for its
--- enqueue was marked by a guard whose standbys nobody can name: it is held too (never "the next claim
+-- enqueue was marked by a guard whose standbys nobody can name: it is kept back too (never "the next claim
 -- takes it"). (Dry run keeps no row waiting: it is claimed and done as would_delete; `explain` and
 -- `status` name the replicas in dry run from the same rows, store/reads/replicas.py.)
 WITH fleet AS MATERIALIZED (

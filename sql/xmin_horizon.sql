@@ -1,8 +1,8 @@
--- Who holds this database's xmin horizon back, oldest first: a transaction's snapshot (an open report,
+-- Who pins this database's xmin horizon, oldest first: a transaction's snapshot (an open report,
 -- a client idle in transaction), a replication slot, a prepared transaction, or a standby's
--- hot_standby_feedback. While one holds it, vacuum can remove no row version younger than it, and every
--- claim and record of the outbox walks over the versions the sweep leaves behind (docs/dba.md, "A held
--- snapshot"). age_xids is how many transactions old the held xmin is; seconds how long it has been held
+-- hot_standby_feedback. While one pins it, vacuum can remove no row version younger than it, and every
+-- claim and record of the outbox walks over the versions the sweep leaves behind (docs/dba.md, "A snapshot
+-- kept open"). age_xids is how many transactions old the pinned xmin is; seconds how long it has been pinned
 -- where PostgreSQL says (a transaction's start; a slot or a standby has no time). Another role's
 -- sessions show their xmin only to a role with pg_read_all_stats (or pg_monitor).
 WITH holders AS (

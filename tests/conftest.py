@@ -1,4 +1,4 @@
-"""Fixtures shared by every tier: a real PostgreSQL, found by ``pod_sweeper.testing.postgres``.
+"""Fixtures shared by every tier: a real PostgreSQL, found by ``harness.postgres``.
 
 Order: ``POD_SWEEPER_TEST_DATABASE_URL`` (a server you run; the suite creates and drops databases on
 it); else a Docker engine through testcontainers; else a throwaway cluster from the machine's
@@ -25,10 +25,7 @@ from containers import BASE, ROOT, Podman, debian_root, image_context, missing_t
 from harness.kubeapiserver import KubeApiServer, KubeApiServerError
 from harness.kubeapiserver import find_bindir as find_kube_bindir
 from harness.kubecluster import KubeCluster
-from helpers import USED_KUBE, run, settings_for, with_dbname
-from pod_sweeper.store import db
-from pod_sweeper.store.schema import migrations
-from pod_sweeper.testing.postgres import (
+from harness.postgres import (
     PostgresNotFound,
     docker_server,
     find_bindir,
@@ -37,6 +34,9 @@ from pod_sweeper.testing.postgres import (
     server_version,
     usable_bindir,
 )
+from helpers import USED_KUBE, run, settings_for, with_dbname
+from pod_sweeper.store import db
+from pod_sweeper.store.schema import migrations
 
 # Locally hypothesis explores new examples on every run (that is how it found names with '%'); CI
 # replays a fixed sequence so that a run is reproducible, and a new find shows up locally first.
@@ -169,9 +169,9 @@ def pg(db_url: str) -> Iterator[psycopg.Connection[Any]]:
 @pytest.fixture
 def kube(tmp_path: Any) -> Iterator[Any]:
     """The project's fake API server, started, with its ``kubeconfig`` pointing the real client at it."""
-    from pod_sweeper.testing.fakekube import FakeKube
+    from harness.fakekube import InstrumentedKube
 
-    with FakeKube() as server:
+    with InstrumentedKube() as server:
         server.kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
         yield server
 

@@ -15,13 +15,13 @@ from psycopg.conninfo import make_conninfo
 from harness.kubeapiserver import KubeApiServer
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.settings import DEFAULT_CLUSTER, Settings
+from pod_sweeper.demo.reference import executions_ddl
 from pod_sweeper.store import db
 from pod_sweeper.store.admin import attach
 from pod_sweeper.store.rows import ClaimedBatch
 from pod_sweeper.store.sweep import outbox as transitions
 from pod_sweeper.store.sweep.recheck import load_attachments
 from pod_sweeper.tasks.rules import verdicts
-from pod_sweeper.testing.reference import executions_ddl
 
 # Set on a test that asked for the real API server at run time (see ``real_kube``): its failure report
 # shows the server's log.

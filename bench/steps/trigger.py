@@ -1,17 +1,20 @@
 """The trigger's cost: retires per second through pgbench with the trigger (the wakeup flag clear and
-armed) against the same table without it."""
+armed) against the same table without it, and the CPU one backend spends on a retire with and without it
+(CPU time, not wall time: a figure that another process on the machine barely moves)."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import tempfile
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 from rig import Rig
 
-from pod_sweeper.testing.postgres import find_bindir
+from harness.postgres import find_bindir
 
 RETIRE_ROWS = 100_000
 
@@ -68,4 +71,56 @@ def trigger_ratio(rig: Rig) -> None:
         no_trigger_tps=round(without),
         trigger_ratio=round(clear / without, 3),
         trigger_ratio_armed=round(armed / without, 3),
+    )
+
+
+def backend_cpu_us_per_retire(url: str, table: str, rows: int) -> float:
+    """One backend's CPU (user and system, from /proc) per row while one UPDATE retires ``rows`` rows of
+    ``table``, each naming a fresh UID: microseconds. With the trigger, the flag as the caller left it."""
+    tick = os.sysconf("SC_CLK_TCK")
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        pid = row[0]
+
+        def cpu() -> float:
+            with open(f"/proc/{pid}/stat") as f:
+                values = f.read().rsplit(")", 1)[1].split()
+            return (int(values[11]) + int(values[12])) / tick
+
+        name = sql.Identifier(table)
+        conn.execute(
+            sql.SQL("UPDATE {} SET active = true, pod_uid = gen_random_uuid() WHERE generation = 1").format(name)
+        )
+        conn.execute("TRUNCATE pod_sweeper.outbox CASCADE")
+        before = cpu()
+        conn.execute(
+            sql.SQL(
+                "UPDATE {} SET active = false, pod_uid = gen_random_uuid() WHERE generation = 1"
+                " AND sandbox_id IN (SELECT 's' || g FROM generate_series(1, %s) g)"
+            ).format(name),
+            (rows,),
+        )
+        return (cpu() - before) / rows * 1e6
+
+
+def trigger_cpu(rig: Rig) -> None:
+    """What a retire costs the host's backend in CPU, with the trigger (the flag clear; armed, so each row
+    reaches the NOTIFY, folded into one for the statement) against the same table without it: medians
+    of rounds interleaved. ``trigger_cpu_us_per_retire`` less ``no_trigger_cpu_us_per_retire`` is what
+    the enqueue adds to each of the host's retires."""
+    url = rig.fresh_db()
+    seed_retire_tables(url)
+    rows = 20_000 if rig.quick else RETIRE_ROWS
+    figures: dict[str, list[float]] = {"clear": [], "armed": [], "plain": []}
+    for _ in range(3 if rig.quick else 7):
+        for case in ("clear", "plain", "armed"):
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("UPDATE pod_sweeper.wakeup SET armed = %s", (case == "armed",))
+            figures[case].append(backend_cpu_us_per_retire(url, "plain" if case == "plain" else "executions", rows))
+    clear, armed, without = (statistics.median(figures[k]) for k in ("clear", "armed", "plain"))
+    rig.results.update(
+        trigger_cpu_us_per_retire=round(clear, 1),
+        trigger_armed_cpu_us_per_retire=round(armed, 1),
+        no_trigger_cpu_us_per_retire=round(without, 1),
     )

@@ -9,8 +9,9 @@ CI, see pyproject.toml):
 - ``kube``: the Kubernetes side (``store`` and ``kube`` never import each other);
 - ``core``: settings, errors, logs, metrics, pacing, outcomes, safe text.
 
-``testing`` (a throwaway PostgreSQL, the fake API server, the real API server's launcher, the reference
-table) serves the demo, the tests and the benchmarks; nothing below ``cli`` imports it.
+``demo`` (the fake API server, a throwaway PostgreSQL, the reference table) is what ``pod-sweeper
+demo`` runs on (the tests and the benchmarks use it too); nothing below ``cli`` imports it, and it
+imports only ``core``. What only the tests need is in the test tree (tests/harness), out of the wheel.
 """
 
 __version__ = "0.1.0"

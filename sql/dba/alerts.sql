@@ -29,7 +29,7 @@ FROM pod_sweeper.rejects WHERE rejected_at < now() - interval '5 minutes'
 GROUP BY coalesce(nullif(cluster, ''), '(none)')
 UNION ALL
 SELECT 'PodSweeperStuckClaim',
-       format('cluster %s: a claim has been held %s s (600 s, for 5 min); its replica may be frozen', cluster,
+       format('cluster %s: a claim has been open %s s (600 s, for 5 min); its replica may be frozen', cluster,
               round(extract(epoch FROM now() - min(claimed_at))))
 FROM open WHERE status = 'claimed'
 GROUP BY cluster
@@ -64,7 +64,7 @@ WHERE s.oldest_seconds > 120
                     AND NOT EXISTS (SELECT 1 FROM pod_sweeper.replicas AS r WHERE r.replica = w.changed_by))
 UNION ALL
 SELECT 'PodSweeperReplicationGuardHolding',
-       format('cluster %s: the replication guard (standbys %s, as its live replicas run it) has held %s row(s),'
+       format('cluster %s: the replication guard (standbys %s, as its live replicas run it) has kept back %s row(s),'
               ' the oldest for %s s (300 s, for 2 min): a standby it names is behind or not connected', g.cluster,
               array_to_string(g.guard, ', '), count(*), round(extract(epoch FROM now() - min(o.enqueued_at))))
 FROM (SELECT DISTINCT r.cluster, r.guard FROM pod_sweeper.replicas AS r
@@ -78,7 +78,7 @@ GROUP BY g.cluster, g.guard
 HAVING min(o.enqueued_at) < now() - interval '420 seconds'
 UNION ALL
 SELECT 'PodSweeperNamespaceRefused',
-       format('cluster %s, namespace %s answers 403: %s row(s) held back, the oldest for %s s (for 15 min)',
+       format('cluster %s, namespace %s answers 403: %s row(s) kept back, the oldest for %s s (for 15 min)',
               cluster, pod_namespace, count(*), round(extract(epoch FROM now() - min(enqueued_at))))
 FROM open
 WHERE status = 'pending' AND last_http_status = 403

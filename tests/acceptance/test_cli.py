@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from harness.postgres import free_port
 from helpers import (
     add_execution,
     cli,
@@ -26,7 +27,6 @@ from helpers import (
     with_dbname,
 )
 from pod_sweeper.store.schema.migrations import shipped
-from pod_sweeper.testing.postgres import free_port
 
 
 def test_quick_start_migrate_attach_retire_status(empty_db_url: str) -> None:
@@ -94,7 +94,7 @@ def test_unmigrated_schema_exits_3_with_the_fix(empty_db_url: str) -> None:
 
 
 def test_unreachable_database_fails_fast_with_one_line_and_no_password() -> None:
-    from pod_sweeper.testing.postgres import free_port
+    from harness.postgres import free_port
 
     url = f"postgresql://app:s3cret@127.0.0.1:{free_port()}/nope"
     started = time.monotonic()

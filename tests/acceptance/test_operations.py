@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from harness.postgres import ThrowawayCluster, free_port
 from helpers import asleep_and_listening, daemon_env, http_get, run, sample, settings_for, wait_until
 from pod_sweeper.store import db
 from pod_sweeper.store.schema import migrations
-from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
 
 pytestmark = pytest.mark.slow
 

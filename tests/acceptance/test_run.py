@@ -100,7 +100,7 @@ def _attempt_lines(proc: subprocess.Popen[str], n: int) -> tuple[list[str], str]
 
 
 def test_unreachable_database_at_start_keeps_retrying_not_crashing(kube: Any) -> None:
-    from pod_sweeper.testing.postgres import free_port
+    from harness.postgres import free_port
 
     port = free_port()
     proc = spawn(
@@ -218,8 +218,8 @@ def test_a_port_in_use_is_one_line_and_exit_2_in_the_configured_format(db_url: s
 def test_head_on_the_health_paths_answers_like_get(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> None:
     import http.client
 
+    from harness.postgres import free_port
     from helpers import DaemonThread, daemon_settings
-    from pod_sweeper.testing.postgres import free_port
 
     port = free_port()
     with DaemonThread(daemon_settings(db_url, kube, http_port=port, http_host="127.0.0.1")):

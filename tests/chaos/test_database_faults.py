@@ -12,10 +12,10 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from harness.postgres import ThrowawayCluster
 from helpers import DaemonThread, attach_table, create_executions, run, seed_executions, settings_for, wait_until
 from pod_sweeper.store import db
 from pod_sweeper.store.schema import migrations
-from pod_sweeper.testing.postgres import ThrowawayCluster
 
 pytestmark = pytest.mark.slow
 

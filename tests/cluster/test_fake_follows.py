@@ -12,7 +12,7 @@ from typing import Any
 
 from conformance.apiserver import answer, core_api, failure_fields, pod_fields
 from harness.kubecluster import KubeCluster
-from pod_sweeper.testing.fakekube import FakeKube
+from pod_sweeper.demo.fakekube import FakeKube
 
 
 def ended(core: Any, namespace: str, name: str, timeout: float = 30.0) -> bool:

@@ -21,7 +21,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from harness.kubeapiserver import KubeApiServer
-from pod_sweeper.testing.fakekube import FakeKube
+from pod_sweeper.demo.fakekube import FakeKube
 
 NEVER = {"pod-sweeper.test/never-schedule": "true"}
 NO_SUCH_NODE = "pod-sweeper-test-no-such-node"

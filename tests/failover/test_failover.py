@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from harness.postgres import ThrowawayCluster, free_port
 from helpers import (
     attach_table,
     create_executions,
@@ -28,7 +29,6 @@ from helpers import (
 from pod_sweeper.core.settings import Settings
 from pod_sweeper.store import db
 from pod_sweeper.store.schema import migrations
-from pod_sweeper.testing.postgres import ThrowawayCluster, free_port
 
 pytestmark = pytest.mark.versions
 

@@ -32,8 +32,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from harness.postgres import free_port
 from pod_sweeper.core.errors import PodSweeperError
-from pod_sweeper.testing.postgres import free_port
 
 BINDIR_ENV = "POD_SWEEPER_KUBE_BINDIR"
 ADMIN = "pod-sweeper-test-admin"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from harness.kubeapiserver import KubeApiServer, KubeApiServerError
-from pod_sweeper.testing.postgres import free_port
+from harness.postgres import free_port
 
 # The annotation kwok manages nodes by (its own convention), and the fixture's switches (README of the
 # stages folder).

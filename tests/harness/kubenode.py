@@ -39,7 +39,7 @@ from typing import Any, Self
 
 from harness.kubeapiserver import KubeApiServerError, _openssl, kubeconfig, resident_bytes
 from harness.kubecluster import KubeCluster
-from pod_sweeper.testing.postgres import free_port
+from harness.postgres import free_port
 
 TAINT = "pod-sweeper.test/real-node"
 # A RuntimeClass whose handler containerd has no runtime for: the kubelet asks the runtime for the

@@ -18,9 +18,9 @@ import psycopg
 
 from containers import Podman
 from harness.kubecluster import KubeCluster
+from harness.postgres import free_port
 from helpers import http_get, record_pod, retire, sample, wait_until
 from pod_sweeper import __version__
-from pod_sweeper.testing.postgres import free_port
 
 NS = "sandboxes"
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -14,11 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from harness.fakekube import InstrumentedKube
 from helpers import DaemonThread, cli, daemon_settings, run, settings_for, sleeping, wait_until
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.store import db, queries
 from pod_sweeper.store.schema import migrations
-from pod_sweeper.testing.fakekube import FakeKube
 
 pytestmark = pytest.mark.versions
 
@@ -31,8 +31,8 @@ TABLE = (
 
 
 @pytest.fixture
-def fakes(tmp_path: Path) -> Iterator[dict[str, FakeKube]]:
-    with FakeKube() as east, FakeKube() as west:
+def fakes(tmp_path: Path) -> Iterator[dict[str, InstrumentedKube]]:
+    with InstrumentedKube() as east, InstrumentedKube() as west:
         for name, kube in (("east", east), ("west", west)):
             kube.kubeconfig = kube.write_kubeconfig(tmp_path / f"{name}.kubeconfig")
         yield {"east": east, "west": west}
@@ -47,7 +47,7 @@ def runs(pg: psycopg.Connection[Any], db_url: str) -> psycopg.Connection[Any]:
     return pg
 
 
-def record(conn: psycopg.Connection[Any], kube: FakeKube, cluster: str, sid: str, name: str) -> str:
+def record(conn: psycopg.Connection[Any], kube: InstrumentedKube, cluster: str, sid: str, name: str) -> str:
     uid = str(kube.create_pod("sandboxes", name)["metadata"]["uid"])
     conn.execute(
         "INSERT INTO runs (sandbox_id, generation, pod_namespace, pod_name, pod_uid, cluster)"
@@ -66,7 +66,7 @@ def rows(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_each_pod_is_deleted_in_its_own_cluster_and_a_twin_name_is_told_apart(
-    runs: psycopg.Connection[Any], db_url: str, fakes: dict[str, FakeKube]
+    runs: psycopg.Connection[Any], db_url: str, fakes: dict[str, InstrumentedKube]
 ) -> None:
     # The same namespace and pod name in both clusters, under different UIDs; only east's is retired.
     east_uid = record(runs, fakes["east"], "east", "twin-east", "twin")
@@ -93,7 +93,7 @@ def test_each_pod_is_deleted_in_its_own_cluster_and_a_twin_name_is_told_apart(
 
 
 def test_a_replica_is_woken_by_its_own_clusters_retires_only(
-    runs: psycopg.Connection[Any], db_url: str, fakes: dict[str, FakeKube]
+    runs: psycopg.Connection[Any], db_url: str, fakes: dict[str, InstrumentedKube]
 ) -> None:
     for i in range(3):
         record(runs, fakes["west"], "west", f"w{i}", f"w{i}")
@@ -110,7 +110,7 @@ def test_a_replica_is_woken_by_its_own_clusters_retires_only(
 
 
 def test_a_cluster_whose_replica_is_down_is_visible_and_alerting_and_the_other_goes_on(
-    runs: psycopg.Connection[Any], db_url: str, fakes: dict[str, FakeKube]
+    runs: psycopg.Connection[Any], db_url: str, fakes: dict[str, InstrumentedKube]
 ) -> None:
     record(runs, fakes["west"], "west", "w0", "w0")
     retire(runs, "w0")  # west's sweepers are all down
@@ -135,7 +135,7 @@ def test_a_cluster_whose_replica_is_down_is_visible_and_alerting_and_the_other_g
 
 
 def test_one_clusters_burst_trips_its_own_breaker_and_never_stops_another(
-    runs: psycopg.Connection[Any], db_url: str, fakes: dict[str, FakeKube]
+    runs: psycopg.Connection[Any], db_url: str, fakes: dict[str, InstrumentedKube]
 ) -> None:
     """Each cluster has its own breaker, budget and readiness: east's burst trips east's alone, while
     west deletes all of its rows and stays ready; `resume --cluster east` lets east go on."""
@@ -178,7 +178,7 @@ def test_one_clusters_burst_trips_its_own_breaker_and_never_stops_another(
 
 
 def test_a_table_of_one_cluster_and_a_missing_cluster_value(
-    pg: psycopg.Connection[Any], db_url: str, fakes: dict[str, FakeKube]
+    pg: psycopg.Connection[Any], db_url: str, fakes: dict[str, InstrumentedKube]
 ) -> None:
     from helpers import attach_table, create_executions
 
@@ -203,7 +203,7 @@ def test_a_table_of_one_cluster_and_a_missing_cluster_value(
 
 
 def test_an_outbox_from_before_clusters_upgrades_with_nothing_to_change(
-    empty_db_url: str, fakes: dict[str, FakeKube], monkeypatch: pytest.MonkeyPatch
+    empty_db_url: str, fakes: dict[str, InstrumentedKube], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Migrated to 0008 and populated through the trigger attach generated then; migrated on: the rows
     and the old trigger's retires belong to the default cluster, which a replica with no setting sweeps."""

@@ -155,7 +155,7 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
     assert "PodSweeperNamespaceRefused" not in alerts()  # refused for less than the rule's 15 minutes
     pg.execute(refused, ("old", "old", 20))
     [row] = [r for r in pg.execute(queries.load("dba/alerts")).fetchall() if r["alert"] == "PodSweeperNamespaceRefused"]
-    assert row["detail"].startswith("cluster default, namespace locked answers 403: 2 row(s) held back")
+    assert row["detail"].startswith("cluster default, namespace locked answers 403: 2 row(s) kept back")
     pg.execute(
         "INSERT INTO pod_sweeper.rejects (attachment_id, reason, problem, rejected_at)"
         " VALUES (1, 'retired', 'pod_name is NULL', now() - interval '1 minute')"
@@ -189,7 +189,7 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
     guarded = [r["detail"] for r in fired if r["alert"] == "PodSweeperReplicationGuardHolding"]
     assert [d.split(":")[0] for d in guarded] == ["cluster east"] and "standbys no-such-standby" in guarded[0], guarded
     pg.execute("UPDATE pod_sweeper.replicas SET guard = NULL")
-    pg.execute(  # a large host transaction the claim found: held until a person ends it
+    pg.execute(  # a large host transaction the claim found: kept back until a person ends it
         "INSERT INTO pod_sweeper.large_transactions (cluster, enqueued_at, rows_found, reason, found_by)"
         " VALUES ('east', now() - interval '1 minute', 600, 'one host transaction retired at least 600', 'east-a')"
     )

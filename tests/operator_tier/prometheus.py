@@ -13,8 +13,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from harness.postgres import free_port
 from helpers import stop_process, wait_until
-from pod_sweeper.testing.postgres import free_port
 
 
 class Prometheus:

@@ -12,9 +12,9 @@ from typing import Any
 import psycopg
 import yaml
 
+from harness.postgres import free_port
 from helpers import DaemonThread, daemon_settings, http_get, wait_until
 from operator_tier.tools import TARGET_LABELS, require
-from pod_sweeper.testing.postgres import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).with_name("alerts.test.yaml")

@@ -11,11 +11,11 @@ from typing import Any
 
 import psycopg
 
+from harness.postgres import free_port
 from helpers import DaemonThread, daemon_settings, seed_executions, wait_until
 from operator_tier.prometheus import Prometheus
 from operator_tier.tools import require
 from pod_sweeper.core.metrics import Metrics
-from pod_sweeper.testing.postgres import free_port
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
 # What Grafana substitutes before it sends a query; the sweep below is scraped every second.

@@ -19,8 +19,8 @@ from typing import Self
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from harness.postgres import free_port, run_as_user
 from helpers import stop_process, wait_until
-from pod_sweeper.testing.postgres import free_port, run_as_user
 
 
 def find_pgbouncer() -> str | None:

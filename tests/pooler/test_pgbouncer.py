@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from harness.postgres import free_port
 from helpers import (
     DaemonThread,
     add_execution,
@@ -32,7 +33,6 @@ from helpers import (
     wait_until,
 )
 from pod_sweeper.store.schema.migrations import shipped
-from pod_sweeper.testing.postgres import free_port
 from pooler.bouncer import PgBouncer
 
 

@@ -43,7 +43,7 @@ def send_without_uid(self: Sender, chunk: list[Work]) -> list[Sent | None]:
             unauthorized
             or unanswered
             or claim.pod_namespace in forbidden
-            or (i and self.stopping.is_set())
+            or (i and self.stop.stopping)
             or not self._may_send(work)
         ):
             out.append(None)

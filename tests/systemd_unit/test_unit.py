@@ -19,8 +19,8 @@ import pytest
 
 from containers import ROOT, Machine
 from harness.kubecluster import KubeCluster
+from harness.postgres import free_port
 from helpers import http_get, record_pod, retire, wait_until
-from pod_sweeper.testing.postgres import free_port
 
 NS = "sandboxes"  # the shipped Role's namespace
 

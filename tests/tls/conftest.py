@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pod_sweeper.testing.postgres import ThrowawayCluster
+from harness.postgres import ThrowawayCluster
 
 KEY_PASSPHRASE = "k3y-passphrase"
 APP_PASSWORD = "app-pw-1"

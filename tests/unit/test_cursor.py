@@ -1,7 +1,7 @@
 """The claim cursor (store/sweep/cursor.py), without I/O: claims read from the floor, one claim every
 DISCOVERY_SECONDS reads from the start and is repeated while it fills its batch, and the floor never
 passes a row the next-due read saw nor comes within MARGIN of the database's clock. And the metrics
-refresher's rule for the reads of every open row while the xmin horizon is held."""
+refresher's rule for the reads of every open row while the xmin horizon is pinned."""
 
 from __future__ import annotations
 

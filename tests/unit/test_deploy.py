@@ -11,7 +11,7 @@ import yaml
 
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
-from pod_sweeper.testing.fakekube import GRANTED
+from pod_sweeper.demo.fakekube import GRANTED
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
 """docs/design.md's "Words that mean one thing" held to the code: every identifier of the package (but
-``pod_sweeper.testing``, the demo's doubles) and of tests/harness that has one of the table's words as a
+``pod_sweeper.demo``, the demo's stand-ins) and of tests/harness that has one of the table's words as a
 part of its name (``snake_case`` or ``CamelCase`` parts) is listed in that word's row. A name that uses
 the word in another sense is not listed there, and fails; the negative control plants one."""
 
@@ -63,7 +63,7 @@ def strays(sources: dict[str, str]) -> list[tuple[str, str, str]]:
 
 
 def sources() -> dict[str, str]:
-    files = [p for p in PACKAGE.rglob("*.py") if "testing" not in p.relative_to(PACKAGE).parts]
+    files = [p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] != "demo"]
     files += list((ROOT / "tests" / "harness").rglob("*.py"))
     return {str(p.relative_to(ROOT)): p.read_text() for p in files}
 

@@ -364,7 +364,7 @@ def test_a_claim_answered_after_the_stop_began_is_handed_back_not_lost() -> None
         try:
             await until(lambda: len(r.store.in_status(Status.CLAIMED)) == 5, what="the claim taken")
             drain = asyncio.ensure_future(r.sweeper.drain(time.monotonic() + 5))
-            await until(lambda: r.sweeper.claimer.stopping.is_set(), what="the stop")
+            await until(lambda: r.sweeper.stop.stopping, what="the stop")
             answers.set()
             await asyncio.wait_for(drain, 5)
             await asyncio.wait_for(run, 5)

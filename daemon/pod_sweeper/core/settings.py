@@ -41,7 +41,6 @@ _FOREIGN_ENV = {
     CONFIG_FILE_ENV,
     "POD_SWEEPER_TEST_DATABASE_URL",
     "POD_SWEEPER_KUBE_BINDIR",  # harness.kubeapiserver: the real API server the tests run
-    "POD_SWEEPER_PG_BINDIR",  # pod_sweeper.testing.postgres: the binaries of throwaway clusters
     "POD_SWEEPER_UPDATE_REFERENCE",
 }
 

@@ -67,7 +67,7 @@ STATEMENTS_ELSEWHERE: Mapping[str, str] = {
     "store/schema/roles.py": "grants to a role named on the command line (composed)",
     "store/sweep/recheck.py": _HOST_TABLE,
     "cli/demo.py": "the demo's own database and its stand-in host application's writes, not pod-sweeper's",
-    "testing/reference.py": "the reference host table's DDL: the host's schema (the demo's and the tests'),"
+    "demo/reference.py": "the reference host table's DDL: the host's schema (the demo's and the tests'),"
     " not pod-sweeper's",
 }
 

@@ -314,7 +314,7 @@ async def _apply_next(
         # A migration in steps runs outside any transaction (an index built CONCURRENTLY cannot run
         # in one; a large update commits batch by batch), so no transaction lock can guard it: a lease
         # row does (taken here, under the migration lock), renewed from a second connection while the
-        # steps run. A transaction held open for the purpose would keep a snapshot, which the
+        # steps run. A transaction kept open for the purpose would keep a snapshot, which the
         # CONCURRENTLY build would wait for, for ever.
         holder = f"{socket.gethostname()}/{os.getpid()}/{id(conn):x}"
         lease = {"version": migration.version, "holder": holder}

@@ -1,6 +1,6 @@
 """Where a replica's claim starts reading the claim index: a floor kept in memory, free of I/O.
 
-While something holds the database's xmin horizon (a long report, an idle-in-transaction client, a
+While something pins the database's xmin horizon (a long report, an idle-in-transaction client, a
 lagging slot, a standby with hot_standby_feedback), vacuum can remove no row version, and every version
 the claims and records leave behind keeps its entry in the claim index. Those entries sit below the
 open rows (a row's first version is keyed by its enqueue time, its claimed version by the end of its
@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 # within this many seconds of its start enqueues above the floor (a retire is milliseconds). Each claim
 # reads the versions of this many seconds of retires and of lease ends: kept short.
 MARGIN = timedelta(seconds=2)
-# Seconds between claims that read the index from its start. Such a claim costs what the held horizon
+# Seconds between claims that read the index from its start. Such a claim costs what the pinned horizon
 # left behind (70 ms after half an hour at 100 retires a second, bench held snapshot); one every 10 s
 # is a few ms a second, and the longest a row below the floor waits.
 DISCOVERY_SECONDS = 10.0
@@ -72,7 +72,7 @@ class ClaimCursor:
         floor is known). A discovery that came back short took every due row below the floor that was
         not kept back; what it left there is locked by another replica's claim (due again at that
         claim's lease end, above the floor, or found by the next discovery if the claim rolls back).
-        Reading from the start again would double a discovery's cost under a held horizon (bench held
+        Reading from the start again would double a discovery's cost under a pinned horizon (bench held
         snapshot: the next-due read was as dear as the discovery claim), for nothing."""
         return self._floor or START
 

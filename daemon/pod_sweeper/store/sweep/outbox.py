@@ -52,6 +52,7 @@ async def claim(
     floor: datetime = START,
     transaction_rows: int = 0,
     disarm_after: float = 0.0,
+    contain: bool = True,
 ) -> ClaimedBatch:
     """Claim up to ``batch`` due rows of ``cluster`` (each one's attempt charged, its epoch bumped), re-check them, and
     record the rows ``at_claim`` ends at once (a generation active again, a re-check that could not be made, a lease
@@ -60,7 +61,8 @@ async def claim(
     ``disarm_after`` seconds ago. With ``guard`` (the standbys the replication guard names), only rows whose enqueue
     every one of them has flushed (:func:`guard_mark` first). Reads the claim index from ``floor`` up
     (store/sweep/cursor.py). With ``transaction_rows``, raises :class:`LargeTransaction` (and claims nothing) when the
-    rows of one host transaction it took and those still pending come to that many."""
+    rows of one host transaction it took and those still pending come to that many. ``contain``: each host table's
+    re-check in a savepoint of its own (``recheck.recheck``)."""
     async with _atomic(conn):
         cur = await conn.execute(
             queries.load("claim"),
@@ -96,7 +98,7 @@ async def claim(
         ]
         if not claims:
             return ClaimedBatch([], [], attachments)
-        checked = await recheck(conn, claims, attachments)
+        checked = await recheck(conn, claims, attachments, contain=contain)
         decided = [(c, verdict) for c in claims if (verdict := at_claim(c, checked)) is not None]
         if decided:
             await record_results(conn, [verdict for _, verdict in decided], owner, cluster=cluster)
@@ -243,7 +245,7 @@ async def next_due(
     if cursor is not None:
         cursor.looked(row["low"], row["now"])
     seconds = None if row["seconds"] is None else float(row["seconds"])
-    return Due(seconds, bool(row["held"]), row["flag_armed"], row["flag_by"])
+    return Due(seconds, bool(row["kept_back"]), row["flag_armed"], row["flag_by"])
 
 
 async def arm(conn: Connection, owner: str, *, cluster: str, take_over: bool = False) -> Arming:

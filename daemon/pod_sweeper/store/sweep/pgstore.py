@@ -17,7 +17,7 @@ from pod_sweeper.core.errors import first_line
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.interface import StoreError
 from pod_sweeper.store.rows import Arming, AtClaim, AttachedTable, BreakerWindow, ClaimedBatch, Verdict
-from pod_sweeper.store.sweep import breaker, channel, outbox
+from pod_sweeper.store.sweep import breaker, channel, outbox, recheck
 from pod_sweeper.store.sweep.cursor import ClaimCursor
 
 if TYPE_CHECKING:  # the daemon's pool, named in OutboxStore's signature: a one-shot command never imports it
@@ -54,8 +54,34 @@ class OutboxSession:
         guard: list[str] | None,
         transaction_rows: int = 0,
     ) -> ClaimedBatch:
+        store = self._store
+        try:
+            claimed = await self._claim(batch, lease_seconds, disarm, at_claim, guard, transaction_rows)
+        except recheck.LOOKUP_ERRORS:
+            # The re-check runs bare (two round trips fewer a claim than a savepoint around each table's
+            # lookup) until a lookup fails: that rolled the whole turn back, nothing claimed or charged, and
+            # from then on this replica contains each lookup, so the next turn leaves only that table's rows
+            # unknown and every other row goes on. A host table that stops fitting its attachment is an
+            # operator's change, rare enough that one turn lost to it costs less than the savepoints would.
+            store.contain_rechecks = True
+            raise
+        store.cursor.claimed(claimed.taken, batch)
+        if claimed.taken:
+            store.guard_waits = 0
+        store.attachments = claimed.attachments  # what the re-check read the rows through
+        return claimed
+
+    async def _claim(
+        self,
+        batch: int,
+        lease_seconds: float,
+        disarm: bool,
+        at_claim: AtClaim,
+        guard: list[str] | None,
+        transaction_rows: int,
+    ) -> ClaimedBatch:
         cursor = self._store.cursor
-        claimed = await outbox.claim(
+        return await outbox.claim(
             self._conn,
             cluster=self._cluster,
             owner=self._owner,
@@ -68,12 +94,8 @@ class OutboxSession:
             floor=cursor.claim_from(),
             transaction_rows=transaction_rows,
             disarm_after=outbox.DISARM_AFTER_SECONDS,
+            contain=self._store.contain_rechecks,
         )
-        cursor.claimed(claimed.taken, batch)
-        if claimed.taken:
-            self._store.guard_waits = 0
-        self._store.attachments = claimed.attachments  # what the re-check read the rows through
-        return claimed
 
     async def guard_mark(self) -> int:
         return await outbox.guard_mark(self._conn, cluster=self._cluster)
@@ -146,6 +168,7 @@ class OutboxStore:
         self.due_horizon = due_horizon
         self.guard = guard
         self.guard_waits = 0  # next-due reads in a row the guard held rows at: GUARD_RECHECK's attempt
+        self.contain_rechecks = False  # each table's re-check in a savepoint: once one has failed (claim)
 
     def rediscover_in(self) -> float | None:
         return self.cursor.discovery_in()

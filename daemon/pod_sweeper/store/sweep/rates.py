@@ -90,7 +90,7 @@ class XminHolder:
 
 
 async def xmin_holders(conn: Connection) -> list[XminHolder]:
-    """What holds the xmin horizon back, oldest first (at most 5)."""
+    """What pins the xmin horizon, oldest first (at most 5)."""
     rows = await (await conn.execute(queries.load("xmin_horizon"))).fetchall()
     return [XminHolder(r["kind"], r["holder"], r["detail"], int(r["age_xids"]), r["seconds"]) for r in rows]
 
@@ -103,7 +103,7 @@ PINNED_LONG_XIDS = 100_000
 
 
 def pinned_long(holders: list[XminHolder]) -> XminHolder | None:
-    """The first holder that has held the horizon long enough to warn of, or None."""
+    """The first holder that has pinned the horizon long enough to warn of, or None."""
     for holder in holders:
         if (holder.seconds if holder.seconds is not None else 0.0) >= PINNED_LONG_SECONDS:
             return holder

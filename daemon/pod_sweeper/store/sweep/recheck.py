@@ -104,9 +104,19 @@ def _active_query(attachment: AttachedTable) -> sql.Composed:
     ).format(**host_names(attachment))
 
 
-async def recheck(conn: Connection, rows: list[Any], attachments: Mapping[int, AttachedTable]) -> Recheck:
+# What a lookup raises when a host table no longer fits its attachment: a key that no longer casts to the
+# host's type, a dropped table or column.
+LOOKUP_ERRORS = (psycopg.errors.DataError, psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn)
+
+
+async def recheck(
+    conn: Connection, rows: list[Any], attachments: Mapping[int, AttachedTable], *, contain: bool = True
+) -> Recheck:
     """Check claimed rows (each with id, attachment_id, sandbox_id, generation) inside the caller's
-    transaction; a failing lookup is contained in a savepoint and leaves only its own rows unknown."""
+    transaction. With ``contain``, a failing lookup is contained in a savepoint and leaves only its own
+    rows unknown. Without it, the lookups run bare and a failing one raises (one of ``LOOKUP_ERRORS``),
+    aborting the caller's transaction: the claimer's choice (store/sweep/pgstore.py), which saves the
+    savepoint's two round trips on every claim and contains the lookups only once one has failed."""
     active: set[int] = set()
     unknown: dict[int, str] = {}
     if any(row.attachment_id not in attachments for row in rows):
@@ -120,14 +130,15 @@ async def recheck(conn: Connection, rows: list[Any], attachments: Mapping[int, A
             for row in group:
                 unknown[row.id] = f"attachment {attachment_id}: its table or key columns are gone"
             continue
+        keys = ([r.id for r in group], [r.sandbox_id for r in group], [r.generation for r in group])
+        if not contain:
+            active.update(r["id"] for r in await (await conn.execute(active_query(attachment), keys)).fetchall())
+            continue
         try:
             async with conn.transaction():
-                cur = await conn.execute(
-                    active_query(attachment),
-                    ([r.id for r in group], [r.sandbox_id for r in group], [r.generation for r in group]),
-                )
+                cur = await conn.execute(active_query(attachment), keys)
                 active.update(r["id"] for r in await cur.fetchall())
-        except (psycopg.errors.DataError, psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+        except LOOKUP_ERRORS as exc:
             # A key that no longer casts to the host's type, a dropped table or column: uncertain, so
             # those rows wait for a retry (and an operator) rather than being deleted or dropped.
             for row in group:

@@ -3,7 +3,7 @@ one read-only transaction reads the database's gauges (the lag, each cluster's g
 open rows wait, who sweeps, the large transactions kept back, the xmin horizon, the pauses and holds,
 the replication guard's view) and sets them; tells the replica what it read of its own cluster (a
 pause, the guard's hold) and whether the database answered (readiness's view of it); and logs when a
-reason rows wait starts and ends (``core.waits.WaitLog``). While the xmin horizon is held, the reads of
+reason rows wait starts and ends (``core.waits.WaitLog``). While the xmin horizon is pinned, the reads of
 every open row run less often (``open_rows_due``)."""
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ from pod_sweeper.store.reads import replicas, waits
 from pod_sweeper.store.sweep import gauges, outbox, rates
 
 # The gauges of every open row (the lag view, each cluster's gauges and rates) read the claim index
-# whole. While the xmin horizon has been held this long, every version the sweep has left since is in
+# whole. While the xmin horizon has been pinned this long, every version the sweep has left since is in
 # it, and those reads run only every PINNED_REFRESH_SECONDS instead of at every refresh (docs/design.md,
-# "A held xmin horizon"): the lag gauges then lag by up to that much, against a cost that grows with
-# the hold, paid by every replica.
+# "A pinned xmin horizon"): the lag gauges then lag by up to that much, against a cost that grows with
+# the horizon's age, paid by every replica.
 PINNED_AFTER_SECONDS = 60.0
 PINNED_REFRESH_SECONDS = 60.0
 
 
 def open_rows_due(pinned_seconds: float, since_last: float | None) -> bool:
     """Whether this refresh reads the gauges of every open row: always, unless the xmin horizon has
-    been held ``PINNED_AFTER_SECONDS`` or more and they were read less than ``PINNED_REFRESH_SECONDS`` ago
+    been pinned ``PINNED_AFTER_SECONDS`` or more and they were read less than ``PINNED_REFRESH_SECONDS`` ago
     (``since_last`` None: never read)."""
     if since_last is None or pinned_seconds < PINNED_AFTER_SECONDS:
         return True
@@ -160,7 +160,7 @@ async def refresh_gauges(
     guard: list[str] | None = None,
 ) -> None:
     """Every ``interval`` seconds, the database gauges (the reads of every open row less often while
-    the xmin horizon is held: ``open_rows_due``); the refresh's success or failure is also the readiness
+    the xmin horizon is pinned: ``open_rows_due``); the refresh's success or failure is also the readiness
     probe's view of the database."""
     clusters_seen = {cluster}  # the replica's own cluster reads 0 from the first refresh
     pinning_before: rates.XminHolder | None = None  # logged once when it starts, once when it ends
@@ -210,13 +210,13 @@ async def refresh_gauges(
             pinning = rates.pinned_long(xmin)
             if pinning is not None and pinning_before is None:
                 logger.warning(
-                    "the database's xmin horizon is held by {holder}: vacuum can remove no row version "
+                    "the database's xmin horizon is pinned by {holder}: vacuum can remove no row version "
                     "younger than it, so each claim and record costs more the longer it lasts (docs/dba.md, "
-                    "'A held snapshot')",
+                    "'A snapshot kept open')",
                     holder=pinning.describe(),
                 )
             elif pinning is None and pinning_before is not None:
-                logger.info("the database's xmin horizon is no longer held long")
+                logger.info("the database's xmin horizon is no longer pinned long")
             pinning_before = pinning
             if lag is not None:
                 for status, rows in (("pending", lag.pending), ("claimed", lag.claimed), ("dead", lag.dead)):

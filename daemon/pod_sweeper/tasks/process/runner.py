@@ -58,6 +58,7 @@ from pod_sweeper.tasks.process.sdnotify import Notifier
 from pod_sweeper.tasks.process.startup import StartGate
 from pod_sweeper.tasks.rules.gates import BreakerGate, SchemaGate
 from pod_sweeper.tasks.rules.surge import SurgeRules
+from pod_sweeper.tasks.sweep.stop import Phase
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 
 GAUGE_REFRESH_SECONDS = 5.0
@@ -366,12 +367,16 @@ class Daemon:
         )
 
     async def _shutdown_when_asked(self, sweeper: Sweeper) -> None:
+        """The stop, in the order of tasks/sweep/stop.py: not ready, the sweeper's drain, the replica's
+        row marked stopped."""
         await self.stop_requested.wait()
         self.health.stopping = True
         self.notifier.stopping()
+        sweeper.stop.reach(Phase.NOT_READY)
         await sweeper.drain(time.monotonic() + self.settings.shutdown_timeout)
         if self.presence is not None:  # after the drain: until it ends, the replica still sweeps
             await self.presence.leave()
+        sweeper.stop.reach(Phase.LEFT)
         raise _Stop
 
     def _status_line(self) -> str:

@@ -40,6 +40,7 @@ from pod_sweeper.tasks.rules.surge import SurgeRules, transaction_reason
 from pod_sweeper.tasks.rules.verdicts import Policy
 from pod_sweeper.tasks.sweep.pipeline import Pipeline
 from pod_sweeper.tasks.sweep.report import log_verdict
+from pod_sweeper.tasks.sweep.stop import Phase, StopOrder
 
 # The shortest sleep between claims when rows are due but all locked by other replicas.
 MIN_CLAIM_PAUSE = 0.05
@@ -77,12 +78,12 @@ class Claimer:
         auth: AuthGate,
         breaker: BreakerGate,
         outage: OutageWatch,
-        stopping: asyncio.Event,
+        stop: StopOrder,
         schema: SchemaGate,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings, self.store, self.pipeline, self.metrics, self.policy = settings, store, pipeline, metrics, policy
-        self.auth, self.breaker, self.outage, self.stopping = auth, breaker, outage, stopping
+        self.auth, self.breaker, self.outage, self.stop = auth, breaker, outage, stop
         self.schema = schema
         self.rules = SurgeRules.of(settings)  # the transaction rule, which each claim applies
         self._clock = clock  # the leases' clock (the sender measures what is left of them on it too)
@@ -127,7 +128,7 @@ class Claimer:
         just_armed = False  # the next claim is the one after arming: it must not clear the flag
         arm_retry = ARM_RETRY_MIN
         pipeline, settings = self.pipeline, self.settings
-        while not self.stopping.is_set():
+        while not self.stop.stopping:
             self.last_turn = self._clock()
             if not self.outage.open or not self.auth.open or not self.schema.open:
                 await self._wait_out_the_gates()
@@ -170,7 +171,7 @@ class Claimer:
                 continue
             batch = turn.batch
             self._count(batch)
-            if self.stopping.is_set():  # answered after the stop began: nothing of it is sent
+            if self.stop.stopping:  # answered after the stop began: nothing of it is sent
                 for claim in batch.to_send:
                     pipeline.conclude(verdicts.handed_back(claim))
                 return
@@ -291,9 +292,9 @@ class Claimer:
         self.gated = True
         try:
             if not self.schema.open:
-                await _first_of(self.schema.opened.wait(), self.stopping.wait())
+                await _first_of(self.schema.opened.wait(), self.stop.wait(Phase.CLAIMS_STOPPED))
             elif not self.outage.open:
-                await _first_of(self.outage.opened.wait(), self.stopping.wait())
+                await _first_of(self.outage.opened.wait(), self.stop.wait(Phase.CLAIMS_STOPPED))
             else:
                 await self._sleep_until_stop(self.auth.wait())
         finally:
@@ -311,7 +312,7 @@ class Claimer:
     async def _sleep_until_wake(self, timeout: float, *, backstop: bool = False) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.wake.wait(), timeout)
-            if not self.stopping.is_set():  # the stop is not a wakeup (Claimer.leave)
+            if not self.stop.stopping:  # the stop is not a wakeup (Claimer.leave)
                 self.metrics.wakeups.labels(self.wake_source).inc()
             return
         self.wake_source = "poll" if backstop else "due"  # the backstop poll, or a due time of its own
@@ -319,7 +320,7 @@ class Claimer:
 
     async def _sleep_until_stop(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stopping.wait(), seconds)
+            await asyncio.wait_for(self.stop.wait(Phase.CLAIMS_STOPPED), seconds)
 
     async def _trip(self, session: SweepSession, reason: str) -> None:
         """Trip the cluster's breaker for ``reason``: its row, this replica's gate, the log."""

@@ -122,6 +122,6 @@ class Pipeline:
             await asyncio.wait_for(self._settled.wait(), timeout)
 
     def awaiting_answers(self) -> list[Claim]:
-        """The rows held whose request has no verdict yet (queued, or still at the API)."""
+        """The rows in hand whose request has no verdict yet (queued, or still at the API)."""
         concluded = {(verdict.id, verdict.epoch) for verdict in self._results}
         return [claim for key, claim in self._inflight.items() if key not in concluded]

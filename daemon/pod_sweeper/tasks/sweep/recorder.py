@@ -8,7 +8,6 @@ replica repeats the DELETE, which the UID precondition makes harmless (it answer
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from loguru import logger
@@ -21,6 +20,7 @@ from pod_sweeper.core.states import Status
 from pod_sweeper.store.interface import StoreError, SweepStore
 from pod_sweeper.store.rows import Verdict
 from pod_sweeper.tasks.sweep.pipeline import Pipeline
+from pod_sweeper.tasks.sweep.stop import StopOrder
 
 RECORD_BATCH = 500
 # With fewer results than RECORD_GATHER waiting, the recorder waits RECORD_LINGER seconds for more
@@ -39,18 +39,18 @@ class Recorder:
         metrics: Metrics,
         *,
         backoff: Backoff,
-        stopping: asyncio.Event,
+        stop: StopOrder,
         wake_claimer: Callable[[str], None],
     ) -> None:
         self.store, self.pipeline, self.metrics = store, pipeline, metrics
-        self.backoff, self.stopping, self.wake_claimer = backoff, stopping, wake_claimer
+        self.backoff, self.stop, self.wake_claimer = backoff, stop, wake_claimer
 
     async def run(self) -> None:
         failures = 0
         pipeline = self.pipeline
         while True:
             await pipeline.wait_for_results()
-            if pipeline.unwritten < RECORD_GATHER and not self.stopping.is_set():
+            if pipeline.unwritten < RECORD_GATHER and not self.stop.stopping:
                 # Let results gather for a moment: written as they came (about 7 rows a statement in
                 # a drain), the statement's own cost per row outweighed the row's (bench/README.md).
                 await periodic.pause(RECORD_LINGER)

@@ -17,8 +17,8 @@ in this order:
 
 **Threads.** ``_send`` runs on a pool thread; everything else here runs on the event loop. What the
 thread reads that the loop writes: the gates, through ``_may_send`` (each keeps its state as one frozen
-snapshot the loop replaces whole: tasks/rules/gates.py, "Threads"), and ``stopping`` (one flag the loop
-sets once). What it reads besides is not written while it runs: its chunk (frozen ``Work`` and ``Claim``
+snapshot the loop replaces whole: tasks/rules/gates.py, "Threads"), and the stop's ``stopping`` (one integer
+the loop writes: stop.py). What it reads besides is not written while it runs: its chunk (frozen ``Work`` and ``Claim``
 values), the settings, the scope. What it writes is only its return value, which the loop then settles:
 no gate, metric of a row's outcome or pipeline entry is touched from the thread. The client it calls
 is safe from many threads (kube/api.py).
@@ -50,6 +50,7 @@ from pod_sweeper.tasks.rules.gates import AuthGate, BreakerGate, NamespaceGates,
 from pod_sweeper.tasks.rules.verdicts import Policy, Sent
 from pod_sweeper.tasks.sweep.pipeline import Pipeline, Work
 from pod_sweeper.tasks.sweep.report import log_verdict
+from pod_sweeper.tasks.sweep.stop import StopOrder
 
 # A DELETE is not sent with less than this much of the lease left; the row is handed back instead.
 MIN_REQUEST_SECONDS = 1.0
@@ -72,14 +73,14 @@ class Sender:
         namespaces: NamespaceGates,
         breaker: BreakerGate,
         outage: OutageWatch,
-        stopping: asyncio.Event,
+        stop: StopOrder,
         events: EventSender | None,
         clock: Callable[[], float] = time.monotonic,
         timer: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings, self.kube, self.pipeline, self.metrics, self.policy = settings, kube, pipeline, metrics, policy
         self.auth, self.namespaces, self.breaker, self.outage = auth, namespaces, breaker, outage
-        self.stopping, self.events = stopping, events
+        self.stop, self.events = stop, events
         self._clock = clock  # the claimer's: the leases' deadlines are on it
         self._timer = timer  # the requests' timings, on the outage watch's clock (time.monotonic in the daemon)
         self.scope = NamespaceScope(settings.namespaces)
@@ -172,7 +173,7 @@ class Sender:
                 or claim.pod_namespace in forbidden
                 # Checked again here, the first row too: a gate may have closed while this chunk
                 # waited for a free thread (a busy host), and a row found unsendable costs nothing.
-                or (i and self.stopping.is_set())
+                or (i and self.stop.stopping)
                 or not self._may_send(work)
             ):
                 out.append(None)

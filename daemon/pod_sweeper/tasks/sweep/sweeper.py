@@ -10,7 +10,8 @@ This class makes the pieces and hands each task what it needs and nothing else: 
 ``pipeline.Pipeline`` they pass rows through, the gates (``gates.AuthGate``, ``gates.NamespaceGates``,
 ``gates.BreakerGate``, each owning its state and its gauge), the ``verdicts.Policy``. It runs them in one
 task group (any one dying stops the others), exposes their state read-only (``SweeperStatus``) and ends
-them gracefully: no new claims, in-flight deletes get until a deadline, the rest go back uncharged.
+them gracefully (``drain``): no new claims, in-flight deletes get until a deadline, the rest go back
+uncharged, each step a phase of the one ``stop.StopOrder`` the tasks obey.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pod_sweeper.tasks.sweep.claimer import Claimer
 from pod_sweeper.tasks.sweep.pipeline import Pipeline
 from pod_sweeper.tasks.sweep.recorder import Recorder
 from pod_sweeper.tasks.sweep.sender import Sender
+from pod_sweeper.tasks.sweep.stop import Phase, StopOrder
 
 
 class SweeperStatus:
@@ -114,8 +116,10 @@ class Sweeper:
         )
         # Shared with the surge watch (tasks/loops/surge.py), which trips it between claims.
         breaker = breaker or BreakerGate(metrics.breaker_tripped.labels(settings.cluster))
-        stopping = self._stopping = asyncio.Event()
-        # Rows held at once: one batch queued behind the deletes in flight, so the workers never wait
+        # Where the stop is (stop.py): the runner and ``drain`` move it on, phase by phase; the claimer,
+        # the workers and the recorder obey it.
+        stop = self.stop = StopOrder()
+        # Rows in hand at once: one batch queued behind the deletes in flight, so the workers never wait
         # for a claim round trip. (Capping the queue at `concurrency` made claims small and frequent:
         # the drain ran at 0.54 of the client's ceiling, 0.76 with this; bench/README.md.) A queued
         # row whose lease runs short before a worker reaches it is handed back, not sent.
@@ -129,7 +133,7 @@ class Sweeper:
             auth=auth,
             breaker=breaker,
             outage=outage,
-            stopping=stopping,
+            stop=stop,
             schema=schema or SchemaGate(),
             clock=clock,
         )
@@ -145,7 +149,7 @@ class Sweeper:
             namespaces=namespaces,
             breaker=breaker,
             outage=outage,
-            stopping=stopping,
+            stop=stop,
             events=self.events,
             clock=clock,
             timer=timer,
@@ -155,7 +159,7 @@ class Sweeper:
             pipeline,
             metrics,
             backoff=backoff,
-            stopping=stopping,
+            stop=stop,
             wake_claimer=self.claimer.notify,
         )
         self.status = SweeperStatus(self.claimer, auth, namespaces, breaker)
@@ -186,24 +190,30 @@ class Sweeper:
         """Stop claiming, let in-flight deletes finish until ``deadline`` (on the sweeper's ``timer``:
         time.monotonic in the daemon), hand back the
         rest without charging an attempt, record everything, send the queued Events in the time left
-        (counting what cannot be sent), and stop the tasks."""
-        pipeline = self.pipeline
-        self._stopping.set()
+        (counting what cannot be sent), and stop the tasks: each step a phase of ``self.stop``, reached
+        in its order (stop.py), from ``CLAIMS_STOPPED`` to ``TASKS_ENDED``."""
+        pipeline, stop = self.pipeline, self.stop
+        stop.begin()
+        stop.reach(Phase.CLAIMS_STOPPED)
         self.claimer.leave()
         # The wakeups to the others at once: retires that name this replica would wake nobody for as
         # long as its in-flight deletes and its Events take (and once more at the end, below).
         await self._wake_the_others()
+        stop.reach(Phase.OTHERS_WOKEN)
         for claim in pipeline.stop_claiming():  # claimed but not started: back to pending at once
             pipeline.conclude(verdicts.handed_back(claim))
+        stop.reach(Phase.QUEUE_HANDED_BACK)
         # The claimer ends its turn rather than being cancelled in it: a claim cancelled in flight may
         # have committed on the server with its answer lost on the way, leaving its rows claimed (and
         # charged) until their lease ends. A claim answered after the stop hands its rows straight back
         # (Claimer.run); one still unanswered at the deadline is cancelled below with the rest.
         if (claimer := self._task("claimer")) is not None:
             await asyncio.wait([claimer], timeout=max(0.0, deadline - self._timer()))
+        stop.reach(Phase.CLAIM_RETURNED)
         # Each verdict settles a row; wait until every row in flight has one, or the deadline.
         while pipeline.awaiting_answers() and self._timer() < deadline:
             await pipeline.wait_settled(deadline - self._timer())
+        stop.reach(Phase.DELETES_SETTLED)
         others = [task for task in self._tasks if task.get_name() not in ("recorder", "events")]
         for task in others:
             task.cancel()
@@ -213,6 +223,7 @@ class Sweeper:
         await asyncio.wait(others, timeout=2.0)
         for claim in pipeline.awaiting_answers():  # still at the API after the deadline
             pipeline.conclude(verdicts.handed_back(claim))
+        stop.reach(Phase.WORKERS_ENDED)
         try:
             await asyncio.wait_for(self.recorder.flush(), max(1.0, deadline - self._timer()))
         except (StoreError, TimeoutError) as exc:
@@ -221,14 +232,18 @@ class Sweeper:
                 n=pipeline.unwritten,
                 error=first_line(exc),
             )
+        stop.reach(Phase.RECORDED)
         events = self._task("events")
         if self.events is not None and events is not None:
             await self.events.finish(events, deadline)
+        stop.reach(Phase.EVENTS_SENT)
         await self._wake_the_others()
+        stop.reach(Phase.OTHERS_WOKEN_AGAIN)
         for task in self._tasks:
             if not task.done():
                 task.cancel()
         self.sender.close()
+        stop.reach(Phase.TASKS_ENDED)
 
     def _task(self, name: str) -> asyncio.Task[None] | None:
         return next((task for task in self._tasks if task.get_name() == name), None)

@@ -9,38 +9,30 @@ call can never block it. What it does, per the project's reference notes on the 
   on a UID or resourceVersion mismatch with the real Status body, graceful deletion of scheduled pods
   (deletionTimestamp set, the pod stays), finalizers for Foreground/Orphan propagation, ``dryRun``;
 - kubelets: a pod bound to a node named in ``kubelets`` is ended as a running kubelet ends it, removed
-  ``kubelet_seconds`` after its graceful DELETE unless a finalizer holds it (held to the whole cluster by
+  ``kubelet_seconds`` after its graceful DELETE unless a finalizer keeps it (held to the whole cluster by
   tests/cluster/test_fake_follows.py); a pod on any other node stays terminating, as on a node whose
   kubelet is gone;
 - namespaces that terminate: ``DELETE /api/v1/namespaces/NS`` leaves NS terminating for good (nothing
   here finalizes it), where creating a pod or an Event answers 403 with the NamespaceTerminating cause
   while pods are read and deleted as usual (the namespace controller's end of it is the whole cluster's,
-  tests/cluster);
-- faults, applied before any state change: a status answer (both forms of 429, 500, 503, 401, 403,
-  ...), added latency, a dropped connection, a hang with no answer, or a dropped connection *after*
-  the change (a lost response);
-- a request log that tests assert on (to see client-side retries, or that a DELETE carried its UID).
+  tests/cluster).
 
-
-The package: ``wording`` (how a real server words its answers), ``faults`` (injected misbehaviour and
-the request log), ``server`` (``FakeKube`` and its HTTP handler); ``python -m pod_sweeper.testing.fakekube
---kubeconfig PATH`` runs one in a process of its own.
+The package: ``wording`` (how a real server words its answers) and ``server`` (``FakeKube`` and its HTTP
+handler). The demo needs nothing more; the tests' and benchmarks' instruments (injected faults, a
+request log, a control API for a server in a process of its own) are tests/harness/fakekube.py's.
 """
 
 from __future__ import annotations
 
-from pod_sweeper.testing.fakekube.faults import Fault, RequestRecord
-from pod_sweeper.testing.fakekube.server import FakeKube, serve
-from pod_sweeper.testing.fakekube.wording import GRANTED, Pod, not_found, selector_matches, status_body
+from pod_sweeper.demo.fakekube.server import FakeKube, Handler
+from pod_sweeper.demo.fakekube.wording import GRANTED, Pod, not_found, selector_matches, status_body
 
 __all__ = [
     "GRANTED",
     "FakeKube",
-    "Fault",
+    "Handler",
     "Pod",
-    "RequestRecord",
     "not_found",
     "selector_matches",
-    "serve",
     "status_body",
 ]

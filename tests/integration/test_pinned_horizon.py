@@ -1,12 +1,12 @@
-"""While something holds the xmin horizon, the sweep's hot-path statements read what they take, not
-every version the sweep left behind (store/sweep/cursor.py, docs/design.md "A held xmin horizon").
+"""While something pins the xmin horizon, the sweep's hot-path statements read what they take, not
+every version the sweep left behind (store/sweep/cursor.py, docs/design.md "A pinned xmin horizon").
 
 The versions are made by the daemon's own statements (claim.sql, record_results.sql) under a snapshot
-held open in another session, as a report or an idle-in-transaction client holds one; each statement is
+kept open in another session, as a report or an idle-in-transaction client keeps one; each statement is
 then run under EXPLAIN (ANALYZE, BUFFERS) and its buffers counted: from the cursor's floor, a handful;
-from the start of the index, every page of the swept rows. The bench's held-snapshot step measures the
+from the start of the index, every page of the swept rows. The bench's `held snapshot` step measures the
 same over half an hour (bench/README.md). The metrics refresher names the holder and reads the gauges
-of every open row less often while the hold lasts."""
+of every open row less often while the horizon stays pinned."""
 
 from __future__ import annotations
 
@@ -57,13 +57,13 @@ def claim_params() -> dict[str, Any]:
 
 
 @pytest.fixture
-def swept_under_a_held_horizon(pg: psycopg.Connection[Any], db_url: str) -> Iterator[datetime]:
+def swept_under_a_pinned_horizon(pg: psycopg.Connection[Any], db_url: str) -> Iterator[datetime]:
     """SWEPT rows enqueued ten minutes ago, claimed and recorded done by the daemon's statements while
-    another session holds its snapshot; then one fresh row. Yields the database's clock."""
+    another session keeps its snapshot open; then one fresh row. Yields the database's clock."""
     pg.execute("INSERT INTO pod_sweeper.attachments (table_schema, table_name, column_map) VALUES ('p', 't', '{}')")
     with psycopg.connect(db_url) as holder:
         holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        holder.execute("SELECT count(*) FROM pod_sweeper.outbox").fetchone()  # the snapshot, held from here
+        holder.execute("SELECT count(*) FROM pod_sweeper.outbox").fetchone()  # the snapshot, kept open from here
         pg.execute(
             "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
             " reason, next_attempt_at, enqueued_at)"
@@ -93,9 +93,9 @@ def swept_under_a_held_horizon(pg: psycopg.Connection[Any], db_url: str) -> Iter
 
 
 def test_claim_and_next_due_from_the_floor_read_a_handful_of_pages_whatever_was_swept(
-    pg: psycopg.Connection[Any], swept_under_a_held_horizon: datetime
+    pg: psycopg.Connection[Any], swept_under_a_pinned_horizon: datetime
 ) -> None:
-    floor = swept_under_a_held_horizon - MARGIN
+    floor = swept_under_a_pinned_horizon - MARGIN
     for name, params in (
         ("claim", claim_params()),
         ("next_due", {"cluster": "default", "horizon": 5.0, "guard": None, "recheck": 2.0}),
@@ -110,9 +110,9 @@ def test_claim_and_next_due_from_the_floor_read_a_handful_of_pages_whatever_was_
 
 
 def test_the_record_finds_its_rows_by_key_not_through_the_claim_index(
-    pg: psycopg.Connection[Any], swept_under_a_held_horizon: datetime
+    pg: psycopg.Connection[Any], swept_under_a_pinned_horizon: datetime
 ) -> None:
-    floor = swept_under_a_held_horizon - MARGIN
+    floor = swept_under_a_pinned_horizon - MARGIN
     claimed = pg.execute(queries.load("claim"), {**claim_params(), "floor": floor}).fetchall()
     row = {"id": claimed[0]["id"], "epoch": claimed[0]["claim_epoch"], "status": "done", "outcome": "deleted",
            "result": "deleted", "delay": 0, "error": None, "http_status": 200, "refund": 0, "started": None,
@@ -124,7 +124,7 @@ def test_the_record_finds_its_rows_by_key_not_through_the_claim_index(
 
 
 def test_the_surge_watch_and_the_transaction_rule_read_their_window_and_their_transaction(
-    pg: psycopg.Connection[Any], swept_under_a_held_horizon: datetime
+    pg: psycopg.Connection[Any], swept_under_a_pinned_horizon: datetime
 ) -> None:
     pg.execute("INSERT INTO pod_sweeper.breaker (cluster) VALUES ('default') ON CONFLICT DO NOTHING")
     arrivals = {"cluster": "default", "window": 2.0, "dry_run": False, "shadow": None, "transaction_rows": 500}
@@ -133,7 +133,7 @@ def test_the_surge_watch_and_the_transaction_rule_read_their_window_and_their_tr
     # whole sweep was done within it, so those are all read: the window's rows, as documented)
     assert re.search(r"Index Scan using outbox_claimable .*\n.*Index Cond: .*next_attempt_at >", plan), plan
     assert re.search(r"outbox_done_at .*\n.*Index Cond: \(done_at >", plan), plan
-    key = swept_under_a_held_horizon - timedelta(minutes=10)  # the swept rows' transaction start
+    key = swept_under_a_pinned_horizon - timedelta(minutes=10)  # the swept rows' transaction start
     size, plan = buffers(pg, "breaker_transaction", {"cluster": "default", "keys": [key], "limit": 500})
     assert size <= SWEPT / 10, plan  # its own rows' versions at most, not every open row's
 
@@ -147,12 +147,12 @@ async def until(predicate: Callable[[], bool], what: str, timeout: float = 10.0)
         await asyncio.sleep(0.01)
 
 
-def test_a_held_horizon_is_named_and_the_gauges_of_every_open_row_are_read_less_often(
+def test_a_pinned_horizon_is_named_and_the_gauges_of_every_open_row_are_read_less_often(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The metrics refresher names the holder (its pid, how long) and, once the hold has lasted
+    """The metrics refresher names the holder (its pid, how long) and, once the horizon has been pinned
     PINNED_AFTER_SECONDS, reads the gauges that walk the whole claim index only every
-    PINNED_REFRESH_SECONDS; at the hold's end, at every refresh again."""
+    PINNED_REFRESH_SECONDS; once the snapshot ends, at every refresh again."""
     monkeypatch.setattr(refresher, "PINNED_AFTER_SECONDS", 0.5)
     monkeypatch.setattr(refresher, "PINNED_REFRESH_SECONDS", 3600.0)
     calls = {"open rows": 0, "holders": 0}
@@ -177,21 +177,21 @@ def test_a_held_horizon_is_named_and_the_gauges_of_every_open_row_are_read_less_
         horizon = lambda: metrics.registry.get_sample_value("pod_sweeper_xmin_horizon_seconds") or 0.0  # noqa: E731
         try:
             await until(lambda: calls["holders"] >= 3, "three refreshes")
-            # not held: every refresh reads them (the holders first: one refresh may be between the two)
+            # not pinned: every refresh reads them (the holders first: one refresh may be between the two)
             assert calls["holders"] - 1 <= calls["open rows"] <= calls["holders"], calls
             async with await psycopg.AsyncConnection.connect(db_url) as holder:
                 await holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                await holder.execute("SELECT count(*) FROM pod_sweeper.outbox")  # the snapshot, held
+                await holder.execute("SELECT count(*) FROM pod_sweeper.outbox")  # the snapshot, kept open
                 async with pool.connection() as conn:
                     named = await real_holders(conn)
                 assert any(h.kind == "transaction" and h.holder == str(holder.info.backend_pid) for h in named)
-                await until(lambda: horizon() >= 0.5, "the gauge to show the hold")
+                await until(lambda: horizon() >= 0.5, "the gauge to show the pinned horizon")
                 seen, refreshes = calls["open rows"], calls["holders"]
                 await until(lambda: calls["holders"] >= refreshes + 10, "ten more refreshes")
-                assert calls["open rows"] <= seen + 1, calls  # (one may have begun before the hold showed)
+                assert calls["open rows"] <= seen + 1, calls  # (one may have begun before the pin showed)
                 await holder.rollback()
-            held_reads = calls["open rows"]
-            await until(lambda: calls["open rows"] > held_reads, "the gauges to be read again once it ends")
+            pinned_reads = calls["open rows"]
+            await until(lambda: calls["open rows"] > pinned_reads, "the gauges to be read again once it ends")
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
