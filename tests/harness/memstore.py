@@ -36,6 +36,7 @@ from datetime import datetime
 
 from harness.clock import FakeClock
 from pod_sweeper.core.states import Outcome, Result, Status
+from pod_sweeper.core.waits import DUE, ROW_ORDER, UNSWEPT_AFTER_SECONDS, Wait
 from pod_sweeper.store.interface import StoreError
 from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, Claim, ClaimedBatch, Recheck, Verdict
 
@@ -132,6 +133,43 @@ class MemoryStore:
             self._kept.add(key)
         else:
             self._kept.discard(key)
+
+    def discard(self, ids: list[int]) -> list[int]:
+        """``pod-sweeper discard`` (sql/discard.sql): these rows, if still pending or dead, end done with
+        outcome discarded (a claimed row is left to its replica); the ids discarded."""
+        discarded = []
+        for row_id in ids:
+            row = self.rows.get(row_id)
+            if row is not None and row.status in (Status.PENDING, Status.DEAD):
+                row.status, row.outcome = Status.DONE, Outcome.DISCARDED
+                row.next_attempt_at, row.last_error = self.clock(), None
+                discarded.append(row_id)
+        return discarded
+
+    def row_reasons(self, *, tripped: bool | None = None) -> dict[int, str]:
+        """What sql/row_waits.sql says of each open row (``store.reads.waits.row_reasons``): every reason
+        that applies, the first of them in ``core.waits.ROW_ORDER`` (``DUE``: none). The memory store keeps
+        no large transaction, replication guard or outage report, so never gives those. ``tripped``: the
+        breaker's state when another's than this view's (the simulator's world keeps it)."""
+        now, kept = self.clock(), self._kept
+        tripped = self.tripped is not None if tripped is None else tripped
+        reasons: dict[int, str] = {}
+        for row in self.rows.values():
+            if row.status not in (Status.PENDING, Status.CLAIMED):
+                continue
+            waiting = row.next_attempt_at > now
+            applies = {
+                Wait.CLAIMED: row.status is Status.CLAIMED and waiting,
+                Wait.HELD: f"uid:{row.pod_uid}" in kept,
+                Wait.PAUSED: f"ns:{row.pod_namespace}" in kept,
+                Wait.BREAKER: tripped,
+                Wait.KUBE_UNAUTHORIZED: waiting and row.last_http_status == 401,
+                Wait.NAMESPACE_REFUSED: waiting and row.last_http_status == 403,
+                Wait.BACKOFF: waiting,
+                Wait.UNSWEPT: row.next_attempt_at <= now - UNSWEPT_AFTER_SECONDS,
+            }
+            reasons[row.id] = next((wait.value for wait in ROW_ORDER if applies.get(wait)), DUE)
+        return reasons
 
     def is_kept(self, row: Row) -> bool:
         """Whether a hold or a pause keeps the row back now."""

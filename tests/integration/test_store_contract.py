@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import timedelta
 from typing import Any, Protocol
 
 import psycopg
@@ -18,7 +19,9 @@ from helpers import settings_for
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Result
 from pod_sweeper.store import db
+from pod_sweeper.store.admin import bulk, controls
 from pod_sweeper.store.interface import SweepStore
+from pod_sweeper.store.reads import waits
 from pod_sweeper.store.rows import Claim, ClaimedBatch, Verdict
 from pod_sweeper.store.sweep.pgstore import OutboxStore
 from pod_sweeper.store.sweep.recheck import load_attachments
@@ -203,3 +206,215 @@ def test_the_memory_store_answers_as_the_real_one(execs: psycopg.Connection[Any]
     rows = real[-1][-1]
     assert rows["s0"][:2] == ("done", "deleted") and rows["s3"][:2] == ("done", "skipped_active")
     assert real[-2][1] == {"s2": "contract", "s4": "contract"} and real[-1][1] == []
+
+
+class Keeping(World, Protocol):
+    """A world whose on-call holds and pauses, and where a second replica claims beside the first."""
+
+    second: SweepStore  # another replica's store on the same outbox (``MemoryStore.view``)
+
+    async def hold(self, sandbox: str, kept: bool = True) -> None: ...
+    async def pause(self, kept: bool = True) -> None: ...
+    async def discard(self, sandboxes: list[str]) -> list[str]: ...
+
+
+class PostgresKeeping(Postgres):
+    """The real holds and pauses (``store.admin.controls``, pod_sweeper.keeping) and a second replica's
+    ``OutboxStore`` on the same database."""
+
+    def __init__(self, conn: psycopg.Connection[Any], store: OutboxStore, second: OutboxStore, cluster: str) -> None:
+        super().__init__(conn, store)
+        self.second, self.cluster = second, cluster
+
+    async def hold(self, sandbox: str, kept: bool = True) -> None:
+        async with self.store.pool.connection() as conn:
+            if kept:
+                uid = self.conn.execute(
+                    "SELECT pod_uid FROM pod_sweeper.outbox WHERE sandbox_id = %s", (sandbox,)
+                ).fetchone()
+                assert uid is not None
+                window = controls.Window(length=timedelta(hours=1))
+                await controls.hold(
+                    conn,
+                    cluster=self.cluster,
+                    namespace="sandboxes",
+                    name=f"pod-{sandbox}",
+                    uid=uid["pod_uid"],
+                    window=window,
+                    reason="the contract",
+                    actor="contract",
+                )
+            else:
+                await controls.release(conn, cluster=self.cluster, namespace="sandboxes", name=f"pod-{sandbox}")
+
+    async def discard(self, sandboxes: list[str]) -> list[str]:
+        by_id = {row_id: sandbox for sandbox, row_id in ids(self).items()}
+        async with self.store.pool.connection() as conn:
+            discarded = await bulk.discard(conn, [row_id for row_id, s in by_id.items() if s in sandboxes])
+        return sorted(by_id[row_id] for row_id in discarded)
+
+    async def pause(self, kept: bool = True) -> None:
+        async with self.store.pool.connection() as conn:
+            if kept:
+                window = controls.Window(length=timedelta(hours=1))
+                await controls.pause(
+                    conn, cluster=self.cluster, namespace="sandboxes", window=window, reason="the contract", actor="c"
+                )
+            else:
+                await controls.unpause(conn, cluster=self.cluster, namespace="sandboxes")
+
+
+class MemoryKeeping(Memory):
+    """``MemoryStore.keep`` and ``MemoryStore.view``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.second = self.memory.view("contract-b")
+
+    async def hold(self, sandbox: str, kept: bool = True) -> None:
+        row = next(r for r in self.memory.rows.values() if r.sandbox_id == sandbox)
+        self.memory.keep(pod_uid=row.pod_uid, kept=kept)
+
+    async def pause(self, kept: bool = True) -> None:
+        self.memory.keep(namespace="sandboxes", kept=kept)
+
+    async def discard(self, sandboxes: list[str]) -> list[str]:
+        by_id = {r.id: r.sandbox_id for r in self.memory.rows.values()}
+        return sorted(by_id[i] for i in self.memory.discard([i for i, s in by_id.items() if s in sandboxes]))
+
+
+async def claim_on(store: SweepStore, batch: int) -> list[str]:
+    async with store.session() as session:
+        claimed = await session.claim(
+            batch=batch,
+            lease_seconds=30,
+            disarm=True,
+            at_claim=lambda c, checked: verdicts.at_claim(c, checked, POLICY),
+            guard=None,
+        )
+    return sorted(c.sandbox_id for c in claimed.to_send)
+
+
+async def not_due_now(world: World) -> bool:
+    """Nothing due now: a kept row is not. (Not the value: PostgreSQL counts the hold's or the pause's end as
+    a due time, the memory store's holds and pauses have none, and it answers None when only they are left.)"""
+    due = await next_due(world)
+    return due is None or due > 1
+
+
+async def keeping_scenario(world: Keeping) -> list[Any]:
+    """A discard, a hold, a pause, their ends, and two replicas claiming beside each other."""
+    seen: list[Any] = []
+    for sandbox in SANDBOXES:
+        world.retire(sandbox)
+    seen.append(("the on-call discards a pending row", await world.discard(["s4"]), world.rows()))
+    await world.hold("s1")
+    seen.append(("the second replica claims past the hold", await claim_on(world.second, 2), world.rows()))
+    seen.append(("a discard leaves a claimed row alone", await world.discard(["s0"]), world.rows()))
+    seen.append(("the first takes the rest but the held", await claim_on(world.store, 10), world.rows()))
+    seen.append(("the held row is not due", await not_due_now(world)))
+    await world.hold("s1", kept=False)
+    await world.pause()
+    seen.append(("a pause keeps the released row", await claim_on(world.store, 10), await not_due_now(world)))
+    await world.pause(kept=False)
+    seen.append(("the pause's end frees it, for either replica", await claim_on(world.second, 10), world.rows()))
+    return seen
+
+
+def test_holds_pauses_and_a_second_replica_answer_as_the_real_ones(execs: psycopg.Connection[Any], db_url: str) -> None:
+    """``MemoryStore.keep`` (holds and pauses), ``MemoryStore.discard`` and ``MemoryStore.view`` (another
+    replica on the same outbox), which the simulator (tests/sim) leans on, held to pod_sweeper.keeping,
+    sql/discard.sql and a second ``OutboxStore``."""
+    settings = settings_for(db_url, replica_id="contract")
+
+    async def on_postgres() -> list[Any]:
+        pool = db.make_pool(settings, max_size=3)
+        await pool.open(wait=True, timeout=10)
+        try:
+            async with pool.connection() as conn:
+                attachments = await load_attachments(conn)
+            first = OutboxStore(pool, cluster=settings.cluster, replica="contract", attachments=attachments)
+            second = OutboxStore(pool, cluster=settings.cluster, replica="contract-b", attachments=attachments)
+            return await keeping_scenario(PostgresKeeping(execs, first, second, settings.cluster))
+        finally:
+            await pool.close()
+
+    real = asyncio.run(on_postgres())
+    memory = asyncio.run(keeping_scenario(MemoryKeeping()))
+    for step_real, step_memory in zip(real, memory, strict=True):
+        assert step_memory == step_real, step_real[0]
+    # It reached what it meant to: each replica claimed, the hold and the pause each kept a row back.
+    assert real[0][1] == ["s4"] and real[0][2]["s4"][:2] == ("done", "discarded")
+    assert real[1][1] == ["s0", "s2"] and real[2][1] == [] and real[3][1] == ["s3"] and real[5][1] == []
+    assert real[6][1] == ["s1"] and real[6][2]["s1"][4] == "contract-b"
+
+
+async def reasons(world: Keeping) -> dict[str, str]:
+    """Each open row's reason, by sandbox: sql/row_waits.sql on PostgreSQL, ``row_reasons`` in memory."""
+    by_id = {row_id: sandbox for sandbox, row_id in ids(world).items()}
+    if isinstance(world, MemoryKeeping):
+        found = world.memory.row_reasons()
+    else:
+        assert isinstance(world, PostgresKeeping)
+        async with world.store.pool.connection() as conn:
+            found = await waits.row_reasons(conn, list(by_id))
+    return {by_id[row_id]: reason for row_id, reason in sorted(found.items())}
+
+
+async def reasons_scenario(world: Keeping) -> list[Any]:
+    """A row claimed, rows backing off after a 401, a 403 and a 503, a held row; then a pause over them,
+    its end, and the breaker tripped: each open row's one reason after each."""
+    seen: list[Any] = []
+    for sandbox in SANDBOXES:
+        world.retire(sandbox)
+    seen.append(("due", await reasons(world)))
+    claimed = by_sandbox((await claim(world, 4)).to_send)
+    await record(
+        world,
+        [
+            Verdict(claimed[s].id, claimed[s].epoch, Result.RETRY, delay=600, error=f"{status}", http_status=status)
+            for s, status in (("s1", 401), ("s2", 403), ("s3", 503))
+        ],
+    )
+    await world.hold("s4")
+    seen.append(("claimed, backing off by the answer, held", await reasons(world)))
+    await world.pause()
+    seen.append(("a pause outranks all but the claim and the hold", await reasons(world)))
+    await world.pause(kept=False)
+    async with world.store.session() as session, session.transaction():
+        await session.trip_breaker("the contract")
+    seen.append(("the breaker outranks the backoffs", await reasons(world)))
+    return seen
+
+
+def test_each_open_rows_reason_answers_as_sql_row_waits(execs: psycopg.Connection[Any], db_url: str) -> None:
+    """``MemoryStore.row_reasons``, what the simulator checks the rows' reasons by, held to
+    sql/row_waits.sql (``explain``'s and ``status``'s) for the reasons the memory store keeps."""
+    settings = settings_for(db_url, replica_id="contract")
+
+    async def on_postgres() -> list[Any]:
+        pool = db.make_pool(settings, max_size=3)
+        await pool.open(wait=True, timeout=10)
+        try:
+            async with pool.connection() as conn:
+                attachments = await load_attachments(conn)
+            first = OutboxStore(pool, cluster=settings.cluster, replica="contract", attachments=attachments)
+            second = OutboxStore(pool, cluster=settings.cluster, replica="contract-b", attachments=attachments)
+            return await reasons_scenario(PostgresKeeping(execs, first, second, settings.cluster))
+        finally:
+            await pool.close()
+
+    real = asyncio.run(on_postgres())
+    memory = asyncio.run(reasons_scenario(MemoryKeeping()))
+    for step_real, step_memory in zip(real, memory, strict=True):
+        assert step_memory == step_real, step_real[0]
+    # Each reason the memory store keeps was reached, in the order core.waits.ROW_ORDER states.
+    assert real[1][1] == {
+        "s0": "claimed",
+        "s1": "kube_unauthorized",
+        "s2": "namespace_refused",
+        "s3": "backoff",
+        "s4": "held",
+    }
+    assert real[2][1] == {"s0": "claimed", "s1": "paused", "s2": "paused", "s3": "paused", "s4": "held"}
+    assert real[3][1] == {"s0": "claimed", "s1": "breaker", "s2": "breaker", "s3": "breaker", "s4": "held"}

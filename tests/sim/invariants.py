@@ -22,6 +22,9 @@ OUTAGE_CHARGES_NOTHING = "an_outage_charges_nothing"
 BREAKER_BOUND = "the_breakers_bound"
 NO_TASK_DIES = "no_task_dies"
 DEAD_STAY_DEAD = "a_stopped_replica_sends_nothing"
+CREDENTIAL_RENEWED = "an_expired_credential_is_renewed"
+NO_CLAIM_DROPPED = "no_claim_in_hand_is_dropped"
+REASON_AGREES = "a_waiting_rows_reason_agrees_with_its_state"
 
 NAMES: dict[str, str] = {
     UID_PRECONDITION: "every DELETE carries the UID of the row it was sent for",
@@ -35,6 +38,9 @@ NAMES: dict[str, str] = {
     BREAKER_BOUND: "no more recorded deletes sent within a minute (since the last reset) than the ceiling",
     NO_TASK_DIES: "no task of a replica dies of an error",
     DEAD_STAY_DEAD: "a killed or stopped replica sends no request",
+    CREDENTIAL_RENEWED: "a request whose credential hook ran beside no other of its replica's sends no expired token",
+    NO_CLAIM_DROPPED: "a claim leaves a replica's hand only once a record statement carried its verdict",
+    REASON_AGREES: "each open row's reason (core.waits, sql/row_waits.sql) is what the world knows keeps it",
 }
 
 

@@ -10,9 +10,14 @@ the loop the daemon runs on:
   every interleaving of the tasks' awaits that asyncio could produce is one the seed may draw. Each
   choice among several is kept (``choices``); a run given ``forced`` choices takes those instead, and
   the first ready (asyncio's own order) once they run out: what the shrinker (tests/sim/runner.py) uses.
-- ``run_in_executor`` (and so ``asyncio.to_thread``) runs the function inline, at the virtual instant
-  of the hand-off, and delivers its result after the latency the scripted world asked for
-  (``charge``) plus a seeded jitter: the thread's work is one atomic step, its answer a timer.
+- ``run_in_executor`` (and so ``asyncio.to_thread``) runs the function at the virtual instant of the
+  hand-off on a pool thread of its own that runs only while the loop's thread waits for it (one
+  thread runs at a time, so a run stays one schedule), and delivers its result after the latency the
+  scripted world asked for (``charge``) plus a seeded jitter. The thread's work is one step unless
+  the function reaches a yield point (``pause``: the scripted world's stand-ins call it where a real
+  request thread may be preempted, in the credential hook); there it parks, and when it goes on is a
+  ready callback like any other, the seed's choice, so request threads interleave with each other and
+  with the tasks.
 - Its tasks and futures hash by the order they were made, not by their address: asyncio keeps them
   in sets (a ``TaskGroup`` cancels its tasks in its set's order, ``asyncio.wait`` takes a set), and an
   address-ordered set would make the same seed schedule differently from one run to the next.
@@ -22,10 +27,13 @@ Nothing here knows the daemon: ``tests/sim/world.py`` builds the replicas on it.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import heapq
 import itertools
+import os
 import random
+import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, TypeVar, TypeVarTuple
@@ -36,6 +44,68 @@ Ts = TypeVarTuple("Ts")
 
 class Stuck(RuntimeError):
     """Nothing is ready and no timer is set: every task waits for something that never comes."""
+
+
+class HandoffGone(BaseException):
+    """Raised at a yield point of a hand-off whose process is gone (its replica killed, the run over):
+    the thread unwinds, and nothing it would have done afterwards happens."""
+
+
+class _Worker:
+    """A pool thread that runs one hand-off at a time and only while the loop's thread waits for it:
+    ``switch`` (the loop's thread) lets it run until it parks at a yield point or ends, ``park`` (the
+    worker, at a yield point) gives the turn back. Workers outlive a run and are reused (a thread costs
+    more than a run's hand-offs), kept in ``_IDLE``."""
+
+    def __init__(self) -> None:
+        self._go, self._back = _thread.allocate_lock(), _thread.allocate_lock()
+        self._go.acquire()
+        self._back.acquire()
+        self.job: _Job | None = None
+        threading.Thread(target=self._serve, name="sim-handoff", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self._go.acquire()
+            job = self.job
+            assert job is not None
+            try:
+                job.result = job.func(*job.args)
+            except BaseException as exc:  # delivered to the awaiting task, as a pool thread's would be
+                job.error = exc
+            job.done = True
+            self._back.release()
+
+    def switch(self) -> None:
+        self._go.release()
+        self._back.acquire()
+
+    def park(self) -> None:
+        self._back.release()
+        self._go.acquire()
+
+
+_IDLE: list[_Worker] = []
+# A process forked for more seeds (runner.run_many) has none of its parent's threads: their workers
+# would never answer there.
+os.register_at_fork(after_in_child=_IDLE.clear)
+
+
+class _Job:
+    """One hand-off: its function, its worker while it runs, what it returned and the latency it asked for."""
+
+    def __init__(
+        self, serial: int, func: Callable[..., Any], args: tuple[Any, ...], future: asyncio.Future[Any]
+    ) -> None:
+        self.serial, self.func, self.args, self.future = serial, func, args, future
+        self.worker = _IDLE.pop() if _IDLE else _Worker()
+        self.worker.job = self
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.gone = False  # the run is over: its yield points raise HandoffGone
+        self.charged = 0.0
+        self.resume_after = 0.0  # how long its last yield point parks it (``pause``)
 
 
 class _Task(asyncio.Task[Any]):
@@ -69,7 +139,8 @@ class SimLoop(asyncio.BaseEventLoop):
         self._forced = forced
         self._now = start
         self._handoff_jitter = handoff_jitter
-        self._charged = 0.0  # latency the function run inline asked for (``charge``)
+        self._job: _Job | None = None  # the hand-off running now, on its worker
+        self._parked: set[_Job] = set()  # hand-offs waiting at a yield point
         self.steps = 0  # callbacks run: the schedule's length
         self.on_step: Callable[[], None] | None = None  # called after every step (the invariants)
         self._serials = itertools.count(1)
@@ -90,22 +161,53 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def charge(self, seconds: float) -> None:
         """From inside a function run by ``run_in_executor``: its answer comes ``seconds`` later."""
-        self._charged += max(0.0, seconds)
+        if self._job is not None:
+            self._job.charged += max(0.0, seconds)
+
+    def pause(self, seconds: float = 0.0) -> None:
+        """A yield point of the hand-off running now: it parks, and goes on when the seed picks it (a
+        ready callback), ``seconds`` later (a thread descheduled, a slow call). Nothing on the loop's
+        own thread (a statement of a task): it goes on at once."""
+        job = self._job
+        if job is None:
+            return
+        if job.gone:
+            raise HandoffGone
+        job.resume_after = seconds
+        job.worker.park()
+        if job.gone:
+            raise HandoffGone
 
     def run_in_executor(self, executor: Executor | None, func: Callable[[*Ts], T], *args: *Ts) -> asyncio.Future[T]:
         future: asyncio.Future[T] = self.create_future()
-        self._charged = 0.0
+        self._switch(_Job(next(self._serials), func, args, future))
+        return future
+
+    def _switch(self, job: _Job) -> None:
+        """Let the hand-off run until it parks (then its going on is a ready callback) or ends (then its
+        result comes after the latency it asked for)."""
+        if job.done:  # abandoned (``abandon_handoffs``) before its turn came
+            return
+        self._job = job
         try:
-            result = func(*args)
-        except BaseException as exc:  # delivered to the awaiting task, as a pool thread's would be
-            error: BaseException | None = exc
-        else:
-            error = None
-        delay = self._charged + self.rng.uniform(0.0, self._handoff_jitter)
-        self._charged = 0.0
+            job.worker.switch()
+        finally:
+            self._job = None
+        if not job.done:
+            self._parked.add(job)
+            if job.resume_after > 0:
+                self.call_later(job.resume_after, self._switch, job)
+            else:
+                self.call_soon(self._switch, job)
+            return
+        self._parked.discard(job)
+        job.worker.job = None
+        _IDLE.append(job.worker)
+        delay = job.charged + self.rng.uniform(0.0, self._handoff_jitter)
+        future, result, error = job.future, job.result, job.error
 
         def deliver() -> None:
-            if future.cancelled():
+            if future.cancelled() or isinstance(error, HandoffGone):  # nobody is left to hear it
                 return
             if error is not None:
                 future.set_exception(error)
@@ -113,7 +215,14 @@ class SimLoop(asyncio.BaseEventLoop):
                 future.set_result(result)
 
         self.call_later(delay, deliver)
-        return future
+
+    def abandon_handoffs(self) -> None:
+        """The run is over: every hand-off still parked unwinds (``HandoffGone`` at its yield point) and its
+        worker goes back to the pool."""
+        while self._parked:
+            job = min(self._parked, key=lambda j: j.serial)
+            job.gone = True
+            self._switch(job)
 
     def _write_to_self(self) -> None:  # call_soon_threadsafe: no selector to wake, one thread
         pass

@@ -3,7 +3,8 @@ wrapper of it) in the test tree, applied over the real one for one test (``monke
 command (``python -m tests.sim --mutant NAME``); nothing in the shipped code knows of them.
 
 Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelled_at_stop``,
-``handed_back_charged``, ``outage_ignored`` and ``budget_ignores_claimed`` patch the daemon's own code;
+``handed_back_charged``, ``outage_ignored``, ``budget_ignores_claimed``, ``one_claim_per_row`` and
+``refresh_swap_unguarded`` patch the daemon's own code;
 ``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
 claim-epoch fence (sql/record_results.sql) and the holds and pauses (``pod_sweeper.keeping``) live.
 """
@@ -19,12 +20,13 @@ from typing import Any
 from harness.memstore import MemorySession, MemoryStore, Row
 from pod_sweeper.core.states import Result, Status
 from pod_sweeper.kube.answer import Said
+from pod_sweeper.kube.config import ThrottledRefresh
 from pod_sweeper.store.rows import Attempt, BreakerWindow, Claim, Verdict
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.rules.verdicts import Sent
 from pod_sweeper.tasks.sweep import claimer
-from pod_sweeper.tasks.sweep.pipeline import Work
+from pod_sweeper.tasks.sweep.pipeline import Pipeline, Work
 from pod_sweeper.tasks.sweep.sender import Sender
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 from sim import invariants as inv
@@ -143,6 +145,31 @@ def never_kept(self: MemoryStore, row: Row) -> bool:
     return False  # MUTANT
 
 
+def refresh_swapping_through_the_configuration(self: ThrottledRefresh, configuration: Any) -> None:
+    """``ThrottledRefresh.__call__`` as it was before issue 53's second bug was fixed: no lock, and the
+    loader's fresh closure taken back from the configuration itself. Two request threads due at once can
+    leave the throttle as its own hook (the second reads the attribute after the first put the throttle
+    back), after which the loader's hook never runs again: the token expires, every request a 401."""
+    now = self._clock()
+    if now < self._due:
+        return
+    self._due = now + self._every
+    self._hook(configuration)
+    if configuration.refresh_api_key_hook is not self:  # MUTANT: the swap unguarded, through the configuration
+        self._hook = configuration.refresh_api_key_hook
+        configuration.refresh_api_key_hook = self
+
+
+def add_one_claim_per_row(self: Pipeline, claims: list[Claim], lease_deadline: float) -> None:
+    """``Pipeline.add`` as it was before the simulator found it: one claim in hand per row, a newer claim
+    of a row replacing the older one whose verdict still waits to be written."""
+    for claim in claims:
+        for key in [key for key in self._inflight if key[0] == claim.id]:  # MUTANT: keyed by row alone
+            del self._inflight[key]
+        self._inflight[(claim.id, claim.epoch)] = claim
+        self._queue.put_nowait(Work(claim, lease_deadline))
+
+
 @dataclass(frozen=True)
 class Mutant:
     target: Any
@@ -159,6 +186,10 @@ MUTANTS: dict[str, Mutant] = {
     "outage_ignored": Mutant(OutageWatch, "server_down", server_never_down, inv.OUTAGE_CHARGES_NOTHING),
     "keeping_ignored": Mutant(MemoryStore, "is_kept", never_kept, inv.KEPT_NEVER_SENT),
     "budget_ignores_claimed": Mutant(claimer, "breaker_budget", budget_without_claimed, inv.BREAKER_BOUND),
+    "one_claim_per_row": Mutant(Pipeline, "add", add_one_claim_per_row, inv.NO_CLAIM_DROPPED),
+    "refresh_swap_unguarded": Mutant(
+        ThrottledRefresh, "__call__", refresh_swapping_through_the_configuration, inv.CREDENTIAL_RENEWED
+    ),
 }
 
 

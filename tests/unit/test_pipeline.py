@@ -102,3 +102,28 @@ def test_the_drain_takes_back_what_no_worker_took_and_waits_for_the_rest() -> No
         assert [c.id for c in pipeline.awaiting_answers()] == [2, 3]
 
     asyncio.run(body())
+
+
+def test_a_row_claimed_again_while_its_older_claims_verdict_waits_stays_in_hand() -> None:
+    """A lease that ran out behind a stalled statement, and the same replica claims the row again (a newer
+    epoch) while the older claim's verdict still waits to be written: writing that verdict lets the older
+    claim go, never the newer, which the drain still waits for and hands back (issue 53's simulator, seed 2)."""
+
+    async def body() -> None:
+        pipeline = Pipeline(capacity=5)
+        (old,) = claims(1)
+        pipeline.add([old], 0.0)
+        await pipeline.next_work()
+        pipeline.conclude(deleted(old))
+        new = Claim(old.id, old.epoch + 1, 1, old.sandbox_id, 1, "ns", old.pod_name, old.pod_uid, 2, "retired")
+        pipeline.add([new], 10.0)
+        assert held(pipeline) == 2 and pipeline.awaiting_answers() == [new]
+
+        async def write(batch: list[Verdict]) -> None:
+            assert [(v.id, v.epoch) for v in batch] == [(old.id, old.epoch)]
+
+        await pipeline.write_results(write, batch=10)
+        assert held(pipeline) == 1 and pipeline.awaiting_answers() == [new]
+        assert pipeline.stop_claiming() == [new]  # still queued: the drain hands it back
+
+    asyncio.run(body())

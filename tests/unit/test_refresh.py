@@ -42,6 +42,46 @@ def test_runs_once_per_interval_and_keeps_the_loaders_fresh_closure() -> None:
     assert configuration.refresh_api_key_hook is throttle
 
 
+class _Lock:
+    """A lock a test holds on another thread's behalf, and that counts how it is asked for."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.asked: list[bool] = []  # each acquire's ``blocking``
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.asked.append(blocking)
+        if self.held:
+            return False
+        self.held = True
+        return True
+
+    def release(self) -> None:
+        self.held = False
+
+
+def test_a_thread_that_finds_the_lock_taken_sends_the_credential_in_force_without_waiting() -> None:
+    """The ``lock`` seam (what tests/sim drives the request threads through): taken without waiting, and
+    a thread that finds it taken returns at once, the loader's hook not run."""
+    runs: list[str] = []
+
+    def loader_hook(configuration: Any) -> None:
+        runs.append("ran")
+        configuration.refresh_api_key_hook = lambda c: loader_hook(c)
+
+    lock = _Lock()
+    configuration = _Configuration()
+    throttle = ThrottledRefresh(loader_hook, every=1.0, clock=lambda: 100.0, lock=lock)
+    configuration.refresh_api_key_hook = throttle
+    lock.held = True  # another request thread is renewing
+    throttle(configuration)
+    assert runs == [] and lock.asked == [False]
+    lock.held = False
+    throttle(configuration)
+    assert runs == ["ran"] and lock.asked == [False, False] and not lock.held
+    assert configuration.refresh_api_key_hook is throttle
+
+
 def _kubelet_writes(folder: Any, token: str, generation: int) -> None:
     """What the kubelet does to a projected volume: the files go into a new timestamped folder, then
     the ``..data`` symlink is swapped to it in one rename; ``token`` links through ``..data``."""

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
@@ -150,11 +150,18 @@ class ThrottledRefresh:
     """
 
     def __init__(
-        self, hook: Callable[[Any], None], *, every: float = 1.0, clock: Callable[[], float] = time.monotonic
+        self,
+        hook: Callable[[Any], None],
+        *,
+        every: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        lock: _NonBlockingLock | None = None,
     ) -> None:
+        """``clock`` and ``lock``: the time and the lock of that rule (``time.monotonic`` and a new
+        ``threading.Lock`` unless a test or the simulator, tests/sim, drives the threads' steps itself)."""
         self._hook, self._every, self._clock = hook, every, clock
         self._due = float("-inf")
-        self._lock = threading.Lock()
+        self._lock: _NonBlockingLock = lock if lock is not None else threading.Lock()
 
     def __call__(self, configuration: Any) -> None:
         if not self._lock.acquire(blocking=False):
@@ -171,6 +178,14 @@ class ThrottledRefresh:
                 self._hook = installed
         finally:
             self._lock.release()
+
+
+class _NonBlockingLock(Protocol):
+    """What ``ThrottledRefresh`` needs of its lock: taken without waiting, then released."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+
+    def release(self) -> None: ...
 
 
 class _HookCatcher:

@@ -32,7 +32,12 @@ class Pipeline:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._queue: asyncio.Queue[Work] = asyncio.Queue()  # claimed, not yet taken by a worker
-        self._inflight: dict[int, Claim] = {}  # every row in hand: queued, at the API, or not yet written
+        # Every claim in hand (queued, at the API, or not yet written), by row and claim epoch: a replica
+        # whose lease ran out behind a stalled statement may claim the same row again while the older
+        # claim's verdict still waits to be written, and holds both (issue 53's simulator found it: by
+        # row alone, the second claim replaced the first, and writing the first's verdict let the second
+        # go, so the drain neither waited for its request nor handed it back).
+        self._inflight: dict[tuple[int, int], Claim] = {}
         self._results: list[Verdict] = []  # how rows ended, not yet written
         self._results_ready = asyncio.Event()  # verdicts wait to be written
         self._settled = asyncio.Event()  # a verdict came in (the shutdown drain waits on it)
@@ -57,7 +62,7 @@ class Pipeline:
 
     def add(self, claims: list[Claim], lease_deadline: float) -> None:
         for claim in claims:
-            self._inflight[claim.id] = claim
+            self._inflight[(claim.id, claim.epoch)] = claim
             self._queue.put_nowait(Work(claim, lease_deadline))
 
     # --- the workers ------------------------------------------------------------------------------
@@ -98,7 +103,7 @@ class Pipeline:
                 await write(verdicts)
                 del self._results[: len(verdicts)]
                 for verdict in verdicts:
-                    self._inflight.pop(verdict.id, None)
+                    self._inflight.pop((verdict.id, verdict.epoch), None)
                 self._room.set()
             self._results_ready.clear()
 
@@ -118,5 +123,5 @@ class Pipeline:
 
     def awaiting_answers(self) -> list[Claim]:
         """The rows in hand whose request has no verdict yet (queued, or still at the API)."""
-        concluded = {verdict.id for verdict in self._results}
-        return [claim for claim in self._inflight.values() if claim.id not in concluded]
+        concluded = {(verdict.id, verdict.epoch) for verdict in self._results}
+        return [claim for key, claim in self._inflight.items() if key not in concluded]
