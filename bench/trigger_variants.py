@@ -16,7 +16,7 @@ import sys
 
 import psycopg
 from loguru import logger
-from suite import retire_tps, seed_retire_tables  # bench/ is this script's own folder
+from steps.trigger import retire_tps, seed_retire_tables  # bench/ is this script's own folder
 
 from harness.postgres import ThrowawayCluster
 from pod_sweeper.core.settings import Settings

@@ -78,7 +78,7 @@ GROUP BY g.cluster, g.guard
 HAVING min(o.enqueued_at) < now() - interval '420 seconds'
 UNION ALL
 SELECT 'PodSweeperNamespaceRefused',
-       format('cluster %s, namespace %s answers 403: %s row(s) kept back, the oldest for %s s (for 15 min)',
+       format('cluster %s, namespace %s answers 403: %s row(s) waiting, the oldest for %s s (for 15 min)',
               cluster, pod_namespace, count(*), round(extract(epoch FROM now() - min(enqueued_at))))
 FROM open
 WHERE status = 'pending' AND last_http_status = 403

@@ -114,7 +114,7 @@ class _InstrumentedHandler(Handler):
 
     def respond(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> None:
         kube = self.server_kube
-        self.logged = None
+        self.logged, self.drop_instead = None, False  # per request: a keep-alive connection reuses the handler
         if path.startswith("/_fake/"):  # the control API: not logged, not faulted
             self.send(*kube.control(method, path, body))
             return

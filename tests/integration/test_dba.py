@@ -155,7 +155,7 @@ def test_alerts_query_fires_on_dead_rows_and_lag(pg: psycopg.Connection[Any]) ->
     assert "PodSweeperNamespaceRefused" not in alerts()  # refused for less than the rule's 15 minutes
     pg.execute(refused, ("old", "old", 20))
     [row] = [r for r in pg.execute(queries.load("dba/alerts")).fetchall() if r["alert"] == "PodSweeperNamespaceRefused"]
-    assert row["detail"].startswith("cluster default, namespace locked answers 403: 2 row(s) kept back")
+    assert row["detail"].startswith("cluster default, namespace locked answers 403: 2 row(s) waiting")
     pg.execute(
         "INSERT INTO pod_sweeper.rejects (attachment_id, reason, problem, rejected_at)"
         " VALUES (1, 'retired', 'pod_name is NULL', now() - interval '1 minute')"

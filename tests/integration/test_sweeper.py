@@ -30,7 +30,7 @@ from pod_sweeper.core.states import Result
 from pod_sweeper.store import db
 from pod_sweeper.store.rows import Verdict
 from pod_sweeper.store.sweep import outbox
-from pod_sweeper.store.sweep.recheck import LOOKUP_ERRORS, load_attachments
+from pod_sweeper.store.sweep.recheck import BareLookupFailed, load_attachments
 
 pytestmark = pytest.mark.versions
 
@@ -447,12 +447,19 @@ def test_a_bare_recheck_that_fails_rolls_the_whole_claim_back_and_a_contained_on
                 "disarm": True,
                 "at_claim": lambda c, checked: None,
             }
-            with pytest.raises(LOOKUP_ERRORS):
+            with pytest.raises(BareLookupFailed, match=r"the re-check of public\.others failed: .*others"):
                 await outbox.claim(conn, **params, contain=False)
             untouched = execs.execute("SELECT status, attempts FROM pod_sweeper.outbox ORDER BY sandbox_id").fetchall()
             assert [(r["status"], r["attempts"]) for r in untouched] == [("pending", 0), ("pending", 0)]
-            batch = await outbox.claim(conn, **params, contain=True)
+            decided: dict[str, Any] = {}
+
+            def at_claim(claim: Any, checked: Any) -> None:
+                decided[claim.sandbox_id] = (claim.id in checked.active, checked.unknown.get(claim.id))
+
+            batch = await outbox.claim(conn, **{**params, "at_claim": at_claim}, contain=True)
             assert sorted(c.sandbox_id for c in batch.to_send) == ["a", "b"]
+            assert decided["a"] == (False, None)  # looked up, retired: its table answered
+            assert decided["b"][0] is False and "re-check failed" in decided["b"][1] and "others" in decided["b"][1]
 
     run(scenario())
 

@@ -1,4 +1,4 @@
-"""The rows the sweep pipeline holds and the store writes, as data: a claimed row (``Claim``), how its
+"""The rows the sweep pipeline has in hand and the store writes, as data: a claimed row (``Claim``), how its
 round ends (``Verdict``, with the request behind it, ``Attempt``), what one claim took (``ClaimedBatch``),
 what the claim itself decides (``AtClaim``) from what the re-check found (``Recheck``, through the host
 tables attached, ``AttachedTable``), the breaker's window as a claim reads it, and what arming the wakeup
@@ -133,7 +133,7 @@ class BreakerWindow:
 
     tripped_reason: str | None  # None: closed
     deletes: dict[str, int]  # per namespace, since the later of a minute ago and the last resume
-    claimed: int  # rows any replica holds right now: deletes that may still happen
+    claimed: int  # rows any replica has claimed right now: deletes that may still happen
 
     @property
     def total(self) -> int:

@@ -57,12 +57,14 @@ class OutboxSession:
         store = self._store
         try:
             claimed = await self._claim(batch, lease_seconds, disarm, at_claim, guard, transaction_rows)
-        except recheck.LOOKUP_ERRORS:
+        except recheck.BareLookupFailed:
             # The re-check runs bare (two round trips fewer a claim than a savepoint around each table's
             # lookup) until a lookup fails: that rolled the whole turn back, nothing claimed or charged, and
             # from then on this replica contains each lookup, so the next turn leaves only that table's rows
             # unknown and every other row goes on. A host table that stops fitting its attachment is an
             # operator's change, rare enough that one turn lost to it costs less than the savepoints would.
+            # The choice lasts the process: a replica started again loses one turn again (a table dropped
+            # before it started is found at its start, and costs nothing).
             store.contain_rechecks = True
             raise
         store.cursor.claimed(claimed.taken, batch)
@@ -151,7 +153,7 @@ class OutboxStore:
     the attachments the last claim's re-check read rows through (the start-up's, until a row names one
     it did not have), and where its claims read the claim index from (store/sweep/cursor.py). ``due_horizon``:
     how far ahead ``next_due`` looks (the caller's longest sleep, its poll interval); ``guard``: the
-    standbys the replication guard names, whose held rows ``next_due`` does not count as due."""
+    standbys the replication guard names, whose kept-back rows ``next_due`` does not count as due."""
 
     def __init__(
         self,
@@ -167,7 +169,7 @@ class OutboxStore:
         self.cursor = ClaimCursor()
         self.due_horizon = due_horizon
         self.guard = guard
-        self.guard_waits = 0  # next-due reads in a row the guard held rows at: GUARD_RECHECK's attempt
+        self.guard_waits = 0  # next-due reads in a row the guard kept rows back at: GUARD_RECHECK's attempt
         self.contain_rechecks = False  # each table's re-check in a savepoint: once one has failed (claim)
 
     def rediscover_in(self) -> float | None:

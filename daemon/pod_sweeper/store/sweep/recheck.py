@@ -23,6 +23,7 @@ from psycopg import sql
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
+from pod_sweeper.store.interface import StoreError
 from pod_sweeper.store.rows import AttachedTable
 
 # What the re-check finds is store/rows.py's (data, no database library there); named here too, where the
@@ -109,13 +110,18 @@ def _active_query(attachment: AttachedTable) -> sql.Composed:
 LOOKUP_ERRORS = (psycopg.errors.DataError, psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn)
 
 
+class BareLookupFailed(StoreError):
+    """A lookup run without a savepoint failed (one of ``LOOKUP_ERRORS``), which aborted the caller's
+    transaction: the claim it belonged to rolls back whole, and the caller contains the next ones."""
+
+
 async def recheck(
     conn: Connection, rows: list[Any], attachments: Mapping[int, AttachedTable], *, contain: bool = True
 ) -> Recheck:
     """Check claimed rows (each with id, attachment_id, sandbox_id, generation) inside the caller's
     transaction. With ``contain``, a failing lookup is contained in a savepoint and leaves only its own
-    rows unknown. Without it, the lookups run bare and a failing one raises (one of ``LOOKUP_ERRORS``),
-    aborting the caller's transaction: the claimer's choice (store/sweep/pgstore.py), which saves the
+    rows unknown. Without it, the lookups run bare and a failing one raises ``BareLookupFailed``, its
+    transaction aborted: the claimer's choice (store/sweep/pgstore.py), which saves the
     savepoint's two round trips on every claim and contains the lookups only once one has failed."""
     active: set[int] = set()
     unknown: dict[int, str] = {}
@@ -132,7 +138,12 @@ async def recheck(
             continue
         keys = ([r.id for r in group], [r.sandbox_id for r in group], [r.generation for r in group])
         if not contain:
-            active.update(r["id"] for r in await (await conn.execute(active_query(attachment), keys)).fetchall())
+            try:
+                cur = await conn.execute(active_query(attachment), keys)
+            except LOOKUP_ERRORS as exc:
+                table = ".".join(attachment.table)
+                raise BareLookupFailed(f"the re-check of {table} failed: {first_line(exc)}") from exc
+            active.update(r["id"] for r in await cur.fetchall())
             continue
         try:
             async with conn.transaction():

@@ -7,7 +7,9 @@ events of the sweeper, the claimer and the pipeline, and of the order of the lin
 one place said it and nothing checked it. Here each step is a ``Phase``, in the order docs/design.md
 ("The stop, in order") gives, and ``StopOrder.reach`` refuses a phase out of turn: whoever moves the
 stop on (the runner, ``Sweeper.drain``) names each phase as it reaches it, so a step moved or dropped
-fails loudly rather than stranding a claim. The tasks ask it one question, ``stopping`` (no claim may
+fails loudly: the drain ends there, and the rows it had not handed back wait out their leases (safe: the
+UID precondition makes a repeated DELETE harmless) rather than the stop going on in an order nobody wrote
+down. The tasks ask it one question, ``stopping`` (no claim may
 begin), and wait on it (``wait``); a pool thread may read ``stopping`` (one integer the loop writes).
 
 No I/O and no clock: the deadline is the drain's; this object only says where the stop is.
@@ -35,7 +37,7 @@ class Phase(enum.IntEnum):
     RECORDED = 8  # every verdict written (or the failure logged: their leases run out)
     EVENTS_SENT = 9  # queued Events sent in the time left, the rest counted as dropped
     OTHERS_WOKEN_AGAIN = 10  # once more, for the retires of the drain's own seconds
-    TASKS_ENDED = 11  # the recorder and the Events task ended, the request threads closed
+    TASKS_ENDED = 11  # the recorder and the Events task cancelled, the request threads told to close (not awaited)
     LEFT = 12  # the replica's row in pod_sweeper.replicas marked stopped (the runner's presence)
 
 
