@@ -321,10 +321,9 @@ async def keeping_scenario(world: Keeping) -> list[Any]:
     return seen
 
 
-def test_holds_pauses_and_a_second_replica_answer_as_the_real_ones(execs: psycopg.Connection[Any], db_url: str) -> None:
-    """``MemoryStore.keep`` (holds and pauses), ``MemoryStore.discard`` and ``MemoryStore.view`` (another
-    replica on the same outbox), which the simulator (tests/sim) leans on, held to pod_sweeper.keeping,
-    sql/discard.sql and a second ``OutboxStore``."""
+def both_ways(scenario: Any, execs: psycopg.Connection[Any], db_url: str) -> list[Any]:
+    """Run ``scenario`` on PostgreSQL (two replicas' ``OutboxStore``s on one pool) and on the memory store,
+    hold every step's outcome of the one to the other's, and return PostgreSQL's."""
     settings = settings_for(db_url, replica_id="contract")
 
     async def on_postgres() -> list[Any]:
@@ -335,14 +334,22 @@ def test_holds_pauses_and_a_second_replica_answer_as_the_real_ones(execs: psycop
                 attachments = await load_attachments(conn)
             first = OutboxStore(pool, cluster=settings.cluster, replica="contract", attachments=attachments)
             second = OutboxStore(pool, cluster=settings.cluster, replica="contract-b", attachments=attachments)
-            return await keeping_scenario(PostgresKeeping(execs, first, second, settings.cluster))
+            return list(await scenario(PostgresKeeping(execs, first, second, settings.cluster)))
         finally:
             await pool.close()
 
     real = asyncio.run(on_postgres())
-    memory = asyncio.run(keeping_scenario(MemoryKeeping()))
+    memory = asyncio.run(scenario(MemoryKeeping()))
     for step_real, step_memory in zip(real, memory, strict=True):
         assert step_memory == step_real, step_real[0]
+    return real
+
+
+def test_holds_pauses_and_a_second_replica_answer_as_the_real_ones(execs: psycopg.Connection[Any], db_url: str) -> None:
+    """``MemoryStore.keep`` (holds and pauses), ``MemoryStore.discard`` and ``MemoryStore.view`` (another
+    replica on the same outbox), which the simulator (tests/sim) leans on, held to pod_sweeper.keeping,
+    sql/discard.sql and a second ``OutboxStore``."""
+    real = both_ways(keeping_scenario, execs, db_url)
     # It reached what it meant to: each replica claimed, the hold and the pause each kept a row back.
     assert real[0][1] == ["s4"] and real[0][2]["s4"][:2] == ("done", "discarded")
     assert real[1][1] == ["s0", "s2"] and real[2][1] == [] and real[3][1] == ["s3"] and real[5][1] == []
@@ -390,24 +397,7 @@ async def reasons_scenario(world: Keeping) -> list[Any]:
 def test_each_open_rows_reason_answers_as_sql_row_waits(execs: psycopg.Connection[Any], db_url: str) -> None:
     """``MemoryStore.row_reasons``, what the simulator checks the rows' reasons by, held to
     sql/row_waits.sql (``explain``'s and ``status``'s) for the reasons the memory store keeps."""
-    settings = settings_for(db_url, replica_id="contract")
-
-    async def on_postgres() -> list[Any]:
-        pool = db.make_pool(settings, max_size=3)
-        await pool.open(wait=True, timeout=10)
-        try:
-            async with pool.connection() as conn:
-                attachments = await load_attachments(conn)
-            first = OutboxStore(pool, cluster=settings.cluster, replica="contract", attachments=attachments)
-            second = OutboxStore(pool, cluster=settings.cluster, replica="contract-b", attachments=attachments)
-            return await reasons_scenario(PostgresKeeping(execs, first, second, settings.cluster))
-        finally:
-            await pool.close()
-
-    real = asyncio.run(on_postgres())
-    memory = asyncio.run(reasons_scenario(MemoryKeeping()))
-    for step_real, step_memory in zip(real, memory, strict=True):
-        assert step_memory == step_real, step_real[0]
+    real = both_ways(reasons_scenario, execs, db_url)
     # Each reason the memory store keeps was reached, in the order core.waits.ROW_ORDER states.
     assert real[1][1] == {
         "s0": "claimed",

@@ -56,7 +56,21 @@ class OutboxSession:
     ) -> ClaimedBatch:
         store = self._store
         try:
-            claimed = await self._claim(batch, lease_seconds, disarm, at_claim, guard, transaction_rows)
+            claimed = await outbox.claim(
+                self._conn,
+                cluster=self._cluster,
+                owner=self._owner,
+                batch=batch,
+                lease_seconds=lease_seconds,
+                attachments=store.attachments,
+                disarm=disarm,
+                at_claim=at_claim,
+                guard=guard,
+                floor=store.cursor.claim_from(),
+                transaction_rows=transaction_rows,
+                disarm_after=outbox.DISARM_AFTER_SECONDS,
+                contain=store.contain_rechecks,
+            )
         except recheck.BareLookupFailed:
             # The re-check runs bare (two round trips fewer a claim than a savepoint around each table's
             # lookup) until a lookup fails: that rolled the whole turn back, nothing claimed or charged, and
@@ -72,32 +86,6 @@ class OutboxSession:
             store.guard_waits = 0
         store.attachments = claimed.attachments  # what the re-check read the rows through
         return claimed
-
-    async def _claim(
-        self,
-        batch: int,
-        lease_seconds: float,
-        disarm: bool,
-        at_claim: AtClaim,
-        guard: list[str] | None,
-        transaction_rows: int,
-    ) -> ClaimedBatch:
-        cursor = self._store.cursor
-        return await outbox.claim(
-            self._conn,
-            cluster=self._cluster,
-            owner=self._owner,
-            batch=batch,
-            lease_seconds=lease_seconds,
-            attachments=self._store.attachments,
-            disarm=disarm,
-            at_claim=at_claim,
-            guard=guard,
-            floor=cursor.claim_from(),
-            transaction_rows=transaction_rows,
-            disarm_after=outbox.DISARM_AFTER_SECONDS,
-            contain=self._store.contain_rechecks,
-        )
 
     async def guard_mark(self) -> int:
         return await outbox.guard_mark(self._conn, cluster=self._cluster)
