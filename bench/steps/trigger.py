@@ -8,6 +8,7 @@ import os
 import statistics
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -50,6 +51,19 @@ def retire_tps(url: str, table: str, seconds: int) -> float:
     return next(float(line.split("=")[1].split()[0]) for line in out.splitlines() if line.startswith("tps"))
 
 
+def interleaved(url: str, rounds: int, measure: Callable[[str], float]) -> tuple[float, float, float]:
+    """``measure`` of a table, rounds interleaved: with the trigger and the wakeup flag clear, on the
+    copy without the trigger, with the trigger and the flag armed; the medians, in that order."""
+    figures: dict[str, list[float]] = {"clear": [], "armed": [], "plain": []}
+    for _ in range(rounds):
+        for case in ("clear", "plain", "armed"):
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("UPDATE pod_sweeper.wakeup SET armed = %s", (case == "armed",))
+            figures[case].append(measure("plain" if case == "plain" else "executions"))
+    clear, armed, without = (statistics.median(figures[k]) for k in ("clear", "armed", "plain"))
+    return clear, armed, without
+
+
 def trigger_ratio(rig: Rig) -> None:
     """8 concurrent writers, one retire per transaction (pgbench), with and without the trigger,
     interleaved; with the trigger twice: the wakeup flag clear (a sweeper is claiming, so retires
@@ -58,13 +72,7 @@ def trigger_ratio(rig: Rig) -> None:
     seed_retire_tables(url)
     rounds = 2 if rig.quick else 4
     seconds = 3 if rig.quick else 8
-    figures: dict[str, list[float]] = {"clear": [], "armed": [], "plain": []}
-    for _ in range(rounds):
-        for case in ("clear", "plain", "armed"):
-            with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute("UPDATE pod_sweeper.wakeup SET armed = %s", (case == "armed",))
-            figures[case].append(retire_tps(url, "plain" if case == "plain" else "executions", seconds))
-    clear, armed, without = (statistics.median(figures[k]) for k in ("clear", "armed", "plain"))
+    clear, armed, without = interleaved(url, rounds, lambda table: retire_tps(url, table, seconds))
     rig.results.update(
         trigger_tps=round(clear),
         trigger_armed_tps=round(armed),
@@ -112,13 +120,9 @@ def trigger_cpu(rig: Rig) -> None:
     url = rig.fresh_db()
     seed_retire_tables(url)
     rows = 20_000 if rig.quick else RETIRE_ROWS
-    figures: dict[str, list[float]] = {"clear": [], "armed": [], "plain": []}
-    for _ in range(3 if rig.quick else 7):
-        for case in ("clear", "plain", "armed"):
-            with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute("UPDATE pod_sweeper.wakeup SET armed = %s", (case == "armed",))
-            figures[case].append(backend_cpu_us_per_retire(url, "plain" if case == "plain" else "executions", rows))
-    clear, armed, without = (statistics.median(figures[k]) for k in ("clear", "armed", "plain"))
+    clear, armed, without = interleaved(
+        url, 3 if rig.quick else 7, lambda table: backend_cpu_us_per_retire(url, table, rows)
+    )
     rig.results.update(
         trigger_cpu_us_per_retire=round(clear, 1),
         trigger_armed_cpu_us_per_retire=round(armed, 1),
