@@ -3,6 +3,7 @@ account, and the usual kubeconfig lookup."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from pod_sweeper.core.errors import ConfigError
+from pod_sweeper.kube.answer import Said
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import ThrottledRefresh, load_configuration
 
@@ -26,6 +28,35 @@ def test_explicit_kubeconfig_talks_to_the_server(kube: Any) -> None:
     assert state is not None and state.uid == pod["metadata"]["uid"]
     assert kube.requests[-1].authorization == "Bearer fake-token"
     assert isinstance(configuration.refresh_api_key_hook, ThrottledRefresh)
+
+
+def test_a_delete_says_when_it_went_on_the_wire_after_the_credential_hook(kube: Any) -> None:
+    """The outage watch judges a request from when it left (issue 53): the client runs the credential
+    hook between the call and the wire, and a hook renewing a token may take seconds, so the answer's
+    ``left`` is stamped after it, on the clock the client is given. A request that never left has none."""
+    ticks = itertools.count()
+    configuration = load_configuration(kube.kubeconfig, None, pool_size=2)
+    hooked: list[int] = []
+    configuration.refresh_api_key_hook = lambda _: hooked.append(next(ticks))
+    kube_client = KubeClient(configuration, clock=lambda: float(next(ticks)))
+    uid = kube.create_pod("ns", "p")["metadata"]["uid"]
+
+    deleted = kube_client.delete_pod("ns", "p", uid, timeout=2)
+    assert deleted.said is Said.DONE and len(hooked) == 1
+    assert deleted.left is not None and deleted.left > hooked[-1]
+
+    # A 409 is followed by a GET; the answer is the DELETE's and so is its time on the wire.
+    kube.create_pod("ns", "q")
+    conflict = kube_client.delete_pod("ns", "q", "not-its-uid", timeout=2)
+    assert conflict.said is Said.CONFLICT and len(hooked) == 3
+    assert conflict.left is not None and hooked[-2] < conflict.left < hooked[-1]
+
+    def refuse(_: Any) -> None:
+        raise RuntimeError("the exec plugin failed")
+
+    configuration.refresh_api_key_hook = refuse
+    unsent = kube_client.delete_pod("ns", "q", "not-its-uid", timeout=2)
+    assert unsent.said is Said.UNFORESEEN and unsent.left is None
 
 
 def test_usual_lookup_uses_the_kubeconfig_variable(kube: Any, monkeypatch: pytest.MonkeyPatch) -> None:

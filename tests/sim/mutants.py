@@ -3,8 +3,8 @@ wrapper of it) in the test tree, applied over the real one for one test (``monke
 command (``python -m tests.sim --mutant NAME``); nothing in the shipped code knows of them.
 
 Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelled_at_stop``,
-``handed_back_charged``, ``outage_ignored``, ``budget_ignores_claimed``, ``one_claim_per_row`` and
-``refresh_swap_unguarded`` patch the daemon's own code;
+``handed_back_charged``, ``outage_ignored``, ``sent_stamped_before_the_hook``, ``budget_ignores_claimed``,
+``one_claim_per_row`` and ``refresh_swap_unguarded`` patch the daemon's own code;
 ``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
 claim-epoch fence (sql/record_results.sql) and the holds and pauses (``pod_sweeper.keeping``) live.
 """
@@ -12,6 +12,7 @@ claim-epoch fence (sql/record_results.sql) and the holds and pauses (``pod_sweep
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,8 +20,9 @@ from typing import Any
 
 from harness.memstore import MemorySession, MemoryStore, Row
 from pod_sweeper.core.states import Result, Status
-from pod_sweeper.kube.answer import Said
+from pod_sweeper.kube.answer import Answer, Said
 from pod_sweeper.kube.config import ThrottledRefresh
+from pod_sweeper.kube.interface import PodEvent, SweepKube
 from pod_sweeper.store.rows import Attempt, BreakerWindow, Claim, Verdict
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.rules import verdicts
@@ -63,6 +65,37 @@ def send_without_uid(self: Sender, chunk: list[Work]) -> list[Sent | None]:
         unanswered = answer.said is Said.NO_ANSWER
         out.append(Sent(started_at, sent, self._timer() - sent, answer))
     return out
+
+
+_SEND = Sender._send
+
+
+class _NoWireStamp:
+    """A ``SweepKube`` whose DELETEs' answers do not say when the request went on the wire."""
+
+    def __init__(self, kube: SweepKube) -> None:
+        self.kube = kube
+
+    def delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool = False) -> Answer:
+        answer = self.kube.delete_pod(namespace, name, uid, timeout=timeout, dry_run=dry_run)
+        return dataclasses.replace(answer, left=None)
+
+    def probe(self, *, timeout: float) -> Answer:
+        return self.kube.probe(timeout=timeout)
+
+    def create_event(self, event: PodEvent, *, timeout: float) -> Answer:
+        return self.kube.create_event(event, timeout=timeout)
+
+
+def send_stamped_before_the_hook(self: Sender, chunk: list[Work]) -> list[Sent | None]:
+    """``Sender._send`` judging each request from its own stamp, taken before the client's credential
+    hook (issue 53's simulator found it): the answers' ``left`` withheld, the sender falls back to it."""
+    kube = self.kube
+    self.kube = _NoWireStamp(kube)  # MUTANT: was the client's answer, which says when it left
+    try:
+        return _SEND(self, chunk)
+    finally:
+        self.kube = kube
 
 
 def record_without_fence(self: MemorySession, batch: list[Verdict]) -> set[int]:
@@ -184,6 +217,7 @@ MUTANTS: dict[str, Mutant] = {
     "claim_cancelled_at_stop": Mutant(Sweeper, "drain", drain_cancelling_the_claim, inv.STOP_HANDS_BACK),
     "handed_back_charged": Mutant(verdicts, "handed_back", handed_back_charged, inv.NO_CHARGE_UNSENT),
     "outage_ignored": Mutant(OutageWatch, "server_down", server_never_down, inv.OUTAGE_CHARGES_NOTHING),
+    "sent_stamped_before_the_hook": Mutant(Sender, "_send", send_stamped_before_the_hook, inv.OUTAGE_CHARGES_NOTHING),
     "keeping_ignored": Mutant(MemoryStore, "is_kept", never_kept, inv.KEPT_NEVER_SENT),
     "budget_ignores_claimed": Mutant(claimer, "breaker_budget", budget_without_claimed, inv.BREAKER_BOUND),
     "one_claim_per_row": Mutant(Pipeline, "add", add_one_claim_per_row, inv.NO_CLAIM_DROPPED),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from sim.invariants import Broken
 from sim.mutants import applied
-from sim.world import BREAKER_AS_SQL, OUTAGE_FROM_THE_WIRE, World
+from sim.world import BREAKER_AS_SQL, World
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,6 @@ class Failure:
     def replay(self) -> str:
         mutant = f" --mutant {self.mutant}" if self.mutant else ""
         env = "SIM_BREAKER_AS_SQL=1 " if BREAKER_AS_SQL else ""
-        env += "SIM_OUTAGE_FROM_THE_WIRE=1 " if OUTAGE_FROM_THE_WIRE else ""
         return f"{env}.venv/bin/python -m tests.sim --seed {self.seed}{mutant}"
 
     def __str__(self) -> str:

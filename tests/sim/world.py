@@ -74,13 +74,6 @@ ANSWER_KINDS = ("real", "429", "500", "503", "410", "401", "403", "none", "none_
 # pod_sweeper.replicas; tests/integration/test_breaker.py holds it on PostgreSQL), and so does the
 # simulator, from the replicas alive in its world; the memory store alone still counts every claimed row.
 BREAKER_AS_SQL = os.environ.get("SIM_BREAKER_AS_SQL") == "1"
-# The daemon stamps a DELETE sent (Sender._send) before the client runs the credential hook, which may
-# renew the token first (an exec plugin, seconds). An answer to another request in between, then an
-# outage, and the DELETE that went out in the outage is charged: the server "answered after it was
-# sent" (issue 53's simulator found it once the hook ran in the request threads; SIM_OUTAGE_FROM_THE_WIRE=1
-# python -m tests.sim --seed 233 replays it). Not fixed yet: an_outage_charges_nothing is checked from
-# the daemon's stamp unless this is set.
-OUTAGE_FROM_THE_WIRE = os.environ.get("SIM_OUTAGE_FROM_THE_WIRE") == "1"
 HORIZON = 40.0  # virtual seconds of scripted events; then the world heals
 SETTLE_LIMIT = 900.0  # virtual seconds the healed world may take to end every row
 
@@ -169,7 +162,7 @@ class Request:
     uid: str
     answer: str
     seq: int  # ordered against the claims (World.seq)
-    stamped: int  # when the daemon took it as sent (see OUTAGE_FROM_THE_WIRE)
+    left: int  # when it went on the wire, after the client's credential hook (World.seq)
     down: bool  # sent while the API server was down (an outage of the script's)
 
 
@@ -337,8 +330,11 @@ class World:
 
     def delete(self, replica: Replica, namespace: str, name: str, uid: str, timeout: float) -> Answer:
         self.seq += 1
-        stamped = self.seq  # the daemon stamps the request sent here, before the client's credential hook
         expired = self._credential(replica, f"DELETE {namespace}/{name}")
+        # The request goes on the wire once the credential hook is done (it may have parked while another
+        # request was answered), and the client says when: Answer.left, as kube/api.py's does.
+        self.seq += 1
+        left, left_at = self.seq, self.loop.time()
         if not replica.sends:
             self.broke(inv.DEAD_STAY_DEAD, f"{replica.name} sent a DELETE of {namespace}/{name} after it ended")
         row = self.row_of_uid(uid) if uid else None
@@ -360,12 +356,12 @@ class World:
                 uid,
                 answer.label,
                 self.seq,
-                self.seq if OUTAGE_FROM_THE_WIRE else stamped,
+                left,
                 self.down,
             )
         )
         self.note(f"{replica.name} DELETE {namespace}/{name} {uid[:8]} -> {kind} {answer.label} applied={applied}")
-        return answer
+        return dataclasses.replace(answer, left=left_at)
 
     def _draw_answer(self) -> str:
         if self.healed:
@@ -796,7 +792,7 @@ class SimSession:
                 sent = self._sent(verdict)
                 if verdict.charged and sent is None:
                     world.broke(inv.NO_CHARGE_UNSENT, f"{name} charged row {verdict.id} ({verdict.result}), no request")
-                elif verdict.charged and sent is not None and sent.down and world.answered_seq < sent.stamped:
+                elif verdict.charged and sent is not None and sent.down and world.answered_seq < sent.left:
                     world.broke(
                         inv.OUTAGE_CHARGES_NOTHING,
                         f"{name} charged row {verdict.id} for {sent.answer} while nothing was answered after it",

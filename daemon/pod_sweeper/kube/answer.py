@@ -13,7 +13,7 @@ a unit test (tests/unit/test_kube_answer.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -64,6 +64,10 @@ class Answer:
     grace_seconds: int = 0
     holder_uid: str | None = None
     dry_run: bool = False  # the DELETE went with dryRun=All: validated, nothing changed
+    # When the request went on the wire, on the client's clock (time.monotonic in the daemon, the outage
+    # watch's): after the credential hook, which may take seconds to renew a token. None when it never
+    # left, or the client does not know. Not part of what was said, so not of equality.
+    left: float | None = field(default=None, compare=False)
 
     @classmethod
     def of(
@@ -76,9 +80,12 @@ class Answer:
         grace_seconds: int = 0,
         holder_uid: str | None = None,
         dry_run: bool = False,
+        left: float | None = None,
     ) -> Answer:
         """An answer with an HTTP status; its kind is the one function's."""
-        return cls(said(status, reason or ""), status, reason, message, retry_after, grace_seconds, holder_uid, dry_run)
+        return cls(
+            said(status, reason or ""), status, reason, message, retry_after, grace_seconds, holder_uid, dry_run, left
+        )
 
     @classmethod
     def none(cls, why: str, *, kind: str | None = None) -> Answer:

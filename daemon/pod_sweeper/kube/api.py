@@ -13,7 +13,9 @@ Calls are synchronous (the official client is); the sweeper runs them on its own
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -85,11 +87,26 @@ def _grace_seconds(body: bytes) -> int:
 class KubeClient:
     """The daemon's one client of the API server; one instance per process, safe to call from many threads."""
 
-    def __init__(self, configuration: client.Configuration) -> None:
+    def __init__(self, configuration: client.Configuration, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._api_client: Any = client.ApiClient(configuration)
         # Typed as Any: with _preload_content=False the client returns the raw urllib3 response, which
         # its annotations do not say.
         self._core: Any = client.CoreV1Api(self._api_client)
+        # When each thread's last request went on the wire (``Answer.left``), on ``clock``: the outage
+        # watch's. The client runs the credential hook (an exec plugin renewing a token, seconds) between
+        # the call and the wire, and a request stamped before it could be taken as sent before an answer
+        # that came in while the hook ran, and charged for an outage it met (issue 53's simulator found
+        # it). The transport's ``request`` is the one step every client version takes after the hook
+        # (the older clients' DELETE and GET helpers call it too), so the stamp is taken there.
+        wire = self._wire = threading.local()
+        transport: Any = self._api_client.rest_client
+        send: Callable[..., Any] = transport.request
+
+        def stamped(*args: Any, **kwargs: Any) -> Any:
+            wire.left = clock()
+            return send(*args, **kwargs)
+
+        transport.request = stamped
 
     def close(self) -> None:
         self._api_client.close()
@@ -223,21 +240,32 @@ class KubeClient:
             logger.opt(exception=exc).error("unexpected error deleting pod {ns}/{pod}", ns=namespace, pod=name)
             return Answer.unforeseen(exc)
 
+    def _left(self) -> float | None:
+        """When this thread's last request went on the wire; None if none has since ``_leaving``."""
+        left: float | None = getattr(self._wire, "left", None)
+        return left
+
+    def _leaving(self) -> None:
+        self._wire.left = None
+
     def _delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool) -> Answer:
         body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
         if dry_run:
             body["dryRun"] = ["All"]
+        self._leaving()
         try:
             response = self._call(self._core.delete_namespaced_pod, name, namespace, body=body, timeout=timeout)
         except KubeError as exc:
-            answer = exc.answer
+            answer = replace(exc.answer, left=self._left())
             if answer.said is not Said.CONFLICT:
                 return replace(answer, dry_run=dry_run)
             # Either another pod holds the name, or ours vanished mid-delete: the GET tells them apart.
             try:
                 holder = self.pod_state(namespace, name, timeout=timeout)
             except KubeError as failed:
-                return failed.answer
+                return replace(failed.answer, left=self._left())  # the GET's answer, and when it left
             return replace(answer, holder_uid=holder.uid if holder else None, dry_run=dry_run)
         # The body (read raw, not into models) says whether the pod was left terminating.
-        return Answer.of(int(response.status), grace_seconds=_grace_seconds(response.data), dry_run=dry_run)
+        return Answer.of(
+            int(response.status), grace_seconds=_grace_seconds(response.data), dry_run=dry_run, left=self._left()
+        )

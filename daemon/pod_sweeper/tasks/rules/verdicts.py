@@ -39,8 +39,9 @@ class Policy:
 
 @dataclass(frozen=True)
 class Sent:
-    """One row's request as it went: when it started (wall clock, and monotonic for the outage watch),
-    how long it took, and what came back."""
+    """One row's request as it went: when it started (wall clock), when it went on the wire (``sent``,
+    on the outage watch's clock: after the client's credential hook), how long it took, and what came
+    back."""
 
     started_at: datetime
     sent: float

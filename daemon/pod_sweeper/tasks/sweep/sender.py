@@ -194,7 +194,10 @@ class Sender:
             if answer.said is Said.FORBIDDEN:
                 forbidden.add(claim.pod_namespace)
             unanswered = answer.said is Said.NO_ANSWER
-            out.append(Sent(started_at, sent, self._timer() - sent, answer))
+            # The outage watch judges the request from when it went on the wire, which the client knows
+            # (after its credential hook: kube/api.py); a request that never left is judged from here.
+            left = sent if answer.left is None else answer.left
+            out.append(Sent(started_at, left, self._timer() - sent, answer))
         return out
 
     async def _settle(self, claim: Claim, sent: Sent) -> None:
