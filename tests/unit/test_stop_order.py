@@ -129,3 +129,11 @@ def test_the_order_is_reached_in_two_places_only_the_runner_around_the_sweepers_
     drain = reached_in(Sweeper.drain)
     assert runner == ["NOT_READY", "LEFT"]
     assert [*runner[:1], *drain, *runner[1:]] == [phase.name for phase in list(Phase)[1:]]
+
+
+def test_a_sweeper_stopped_before_it_ran_still_goes_through_every_phase() -> None:
+    """A stop that comes before ``run()`` made the tasks (nothing claimed, nothing in flight) ends the
+    drain in its last phase rather than in asyncio's refusal of an empty set of tasks to wait for."""
+    r = rig()
+    asyncio.run(r.sweeper.drain(time.monotonic() + 1))
+    assert r.sweeper.stop.phase is Phase.TASKS_ENDED

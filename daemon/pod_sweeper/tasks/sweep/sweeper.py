@@ -220,7 +220,8 @@ class Sweeper:
         # Cancelled once, a task inside a query lets psycopg cancel it on the server and keep the
         # connection; cancelled again before that ends, psycopg closes the connection and logs two
         # warnings. So each is cancelled once here, and waited for (briefly) before anything else.
-        await asyncio.wait(others, timeout=2.0)
+        if others:  # none when the stop came before run() made them (asyncio.wait refuses an empty set)
+            await asyncio.wait(others, timeout=2.0)
         for claim in pipeline.awaiting_answers():  # still at the API after the deadline
             pipeline.conclude(verdicts.handed_back(claim))
         stop.reach(Phase.WORKERS_ENDED)
