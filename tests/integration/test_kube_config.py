@@ -3,7 +3,6 @@ account, and the usual kubeconfig lookup."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import sys
 import time
@@ -33,30 +32,36 @@ def test_explicit_kubeconfig_talks_to_the_server(kube: Any) -> None:
 def test_a_delete_says_when_it_went_on_the_wire_after_the_credential_hook(kube: Any) -> None:
     """The outage watch judges a request from when it left (issue 53): the client runs the credential
     hook between the call and the wire, and a hook renewing a token may take seconds, so the answer's
-    ``left`` is stamped after it, on the clock the client is given. A request that never left has none."""
-    ticks = itertools.count()
+    ``left`` is stamped after it and before the server has the request, on the clock the client is given
+    (the fake server, in this process, logs each request's arrival on the same monotonic clock). A
+    request that never left has none, whatever the thread sent before."""
     configuration = load_configuration(kube.kubeconfig, None, pool_size=2)
-    hooked: list[int] = []
-    configuration.refresh_api_key_hook = lambda _: hooked.append(next(ticks))
-    kube_client = KubeClient(configuration, clock=lambda: float(next(ticks)))
+    hooked: list[float] = []
+    configuration.refresh_api_key_hook = lambda _: hooked.append(time.monotonic())
+    kube_client = KubeClient(configuration, clock=time.monotonic)
     uid = kube.create_pod("ns", "p")["metadata"]["uid"]
 
     deleted = kube_client.delete_pod("ns", "p", uid, timeout=2)
     assert deleted.said is Said.DONE and len(hooked) == 1
-    assert deleted.left is not None and deleted.left > hooked[-1]
+    assert deleted.left is not None and hooked[-1] < deleted.left < kube.requests[-1].at
 
     # A 409 is followed by a GET; the answer is the DELETE's and so is its time on the wire.
     kube.create_pod("ns", "q")
     conflict = kube_client.delete_pod("ns", "q", "not-its-uid", timeout=2)
-    assert conflict.said is Said.CONFLICT and len(hooked) == 3
-    assert conflict.left is not None and hooked[-2] < conflict.left < hooked[-1]
+    delete, get = kube.requests[-2:]
+    assert conflict.said is Said.CONFLICT and (delete.method, get.method) == ("DELETE", "GET")
+    assert conflict.left is not None and hooked[-2] < conflict.left < delete.at < hooked[-1] < get.at
 
+    # A hook that fails as the network does (an OIDC refresh's connection refused): no answer, never
+    # sent, and not stamped with the time of the request this thread sent before.
     def refuse(_: Any) -> None:
-        raise RuntimeError("the exec plugin failed")
+        raise ConnectionRefusedError("the token endpoint refused the connection")
 
     configuration.refresh_api_key_hook = refuse
+    sent = len(kube.requests)
     unsent = kube_client.delete_pod("ns", "q", "not-its-uid", timeout=2)
-    assert unsent.said is Said.UNFORESEEN and unsent.left is None
+    assert unsent.said is Said.NO_ANSWER and len(kube.requests) == sent
+    assert unsent.left is None
 
 
 def test_usual_lookup_uses_the_kubeconfig_variable(kube: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -260,6 +260,7 @@ class KubeClient:
             if answer.said is not Said.CONFLICT:
                 return replace(answer, dry_run=dry_run)
             # Either another pod holds the name, or ours vanished mid-delete: the GET tells them apart.
+            self._leaving()
             try:
                 holder = self.pod_state(namespace, name, timeout=timeout)
             except KubeError as failed:

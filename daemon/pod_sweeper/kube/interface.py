@@ -34,7 +34,9 @@ class SweepKube(Protocol):
 
     def delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool = False) -> Answer:
         """DELETE the pod under its UID: what the server said, whatever it was (no answer, and a failure
-        nobody foresaw, included). Never raises."""
+        nobody foresaw, included). Never raises. The answer's ``left`` says when the request went on the
+        wire (after any credential hook), on the clock the outage watch and the sender's timer share
+        (time.monotonic in the daemon); None when it never left or the client cannot tell."""
         ...
 
     def probe(self, *, timeout: float) -> Answer:

@@ -40,8 +40,9 @@ class Policy:
 @dataclass(frozen=True)
 class Sent:
     """One row's request as it went: when it started (wall clock), when it went on the wire (``sent``,
-    on the outage watch's clock: after the client's credential hook), how long it took, and what came
-    back."""
+    on the outage watch's clock: after the client's credential hook, as the client says in
+    ``Answer.left``; the sender's own stamp, taken before the call, when the client cannot say), how long
+    the call took (the hook included: what the sweep waited), and what came back."""
 
     started_at: datetime
     sent: float
