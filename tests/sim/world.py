@@ -85,11 +85,11 @@ BREAKER_AS_SQL = os.environ.get("SIM_BREAKER_AS_SQL") == "1"
 # the daemon's stamp unless this is set.
 OUTAGE_FROM_THE_WIRE = os.environ.get("SIM_OUTAGE_FROM_THE_WIRE") == "1"
 HORIZON = 40.0  # virtual seconds of scripted events; then the world heals
+SETTLE_LIMIT = 900.0  # virtual seconds the healed world may take to end every row
 # POD_SWEEPER_STUCK_TERMINATING_SECONDS in the simulator: past the grace periods drawn (up to 5 s, and the
 # confirmer's margin of 5 s), short of the pods that linger (20 s) or never end (their node gone).
 STUCK_SECONDS = 12.0
 NODES = ("node-a", "node-b")
-SETTLE_LIMIT = 900.0  # virtual seconds the healed world may take to end every row
 
 
 def base_settings() -> Settings:
