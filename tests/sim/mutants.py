@@ -4,7 +4,8 @@ command (``python -m tests.sim --mutant NAME``); nothing in the shipped code kno
 
 Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelled_at_stop``,
 ``handed_back_charged``, ``outage_ignored``, ``budget_ignores_claimed``, ``one_claim_per_row``,
-``refresh_swap_unguarded`` and ``stuck_by_the_wall_clock`` patch the daemon's own code;
+``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``, ``force_whatever_the_node`` and ``never_forcing``
+patch the daemon's own code;
 ``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
 claim-epoch fence (sql/record_results.sql) and the holds and pauses (``pod_sweeper.keeping``) live.
 """
@@ -215,6 +216,22 @@ async def pass_once_by_the_wall_clock(self: Confirmer) -> int:
     return len(rows)
 
 
+async def force_whatever_the_node(self: Confirmer, namespace: str, name: str, uid: str, node: str) -> None:
+    """``Confirmer._force_if_node_gone`` with the node's lookup dropped: a stuck pod forced while its
+    kubelet may still finish it."""
+    if self.scope.refuses(namespace) is not None:
+        return
+    try:  # MUTANT: was a return while `self.kube.node_exists(node)`
+        await asyncio.to_thread(self.kube.force_delete, namespace, name, uid, timeout=self.settings.request_timeout)
+    except KubeError:
+        return
+
+
+async def never_forcing(self: Confirmer, namespace: str, name: str, uid: str, node: str) -> None:
+    """``Confirmer._force_if_node_gone`` that never forces: a pod on a vanished node stays stuck for ever."""
+    return  # MUTANT
+
+
 @dataclass(frozen=True)
 class Mutant:
     target: Any
@@ -236,6 +253,10 @@ MUTANTS: dict[str, Mutant] = {
         ThrottledRefresh, "__call__", refresh_swapping_through_the_configuration, inv.CREDENTIAL_RENEWED
     ),
     "stuck_by_the_wall_clock": Mutant(Confirmer, "pass_once", pass_once_by_the_wall_clock, inv.STUCK_BY_THE_DATABASE),
+    "force_whatever_the_node": Mutant(
+        Confirmer, "_force_if_node_gone", force_whatever_the_node, inv.FORCED_ONLY_NODE_GONE
+    ),
+    "never_forcing": Mutant(Confirmer, "_force_if_node_gone", never_forcing, inv.TERMINATING_SETTLED),
 }
 
 

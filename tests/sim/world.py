@@ -53,7 +53,7 @@ from pod_sweeper.kube.interface import PodEvent, PodPage, PodState
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.interface import StoreError
 from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, ClaimedBatch, Terminating, Verdict
-from pod_sweeper.tasks.loops.confirmer import RECHECK_SECONDS, Confirmer
+from pod_sweeper.tasks.loops.confirmer import Confirmer
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 from sim import invariants as inv
@@ -89,6 +89,7 @@ SETTLE_LIMIT = 900.0  # virtual seconds the healed world may take to end every r
 # POD_SWEEPER_STUCK_TERMINATING_SECONDS in the simulator: past the grace periods drawn (up to 5 s, and the
 # confirmer's margin of 5 s), short of the pods that linger (20 s) or never end (their node gone).
 STUCK_SECONDS = 12.0
+CONFIRM_LIMIT = 300.0  # virtual seconds the healed world's confirmers may take to settle every terminating pod
 NODES = ("node-a", "node-b")
 
 
@@ -484,6 +485,10 @@ class World:
             raise KubeError(Answer.of(409, "Conflict", holder_uid=pod.uid))
         if pod.active:
             self.broke(inv.NO_ACTIVE_DELETED, f"pod {namespace}/{name} uid {pod.uid[:8]} of an active generation")
+        if pod.node not in self.nodes_gone:
+            self.broke(
+                inv.FORCED_ONLY_NODE_GONE, f"{replica.name} forced {namespace}/{name} on {pod.node}, which lives"
+            )
         del self.pods[(namespace, name)]
         self.note(f"{replica.name} force DELETE {namespace}/{name} {uid[:8]}")
         return Answer.of(200, "OK")
@@ -754,8 +759,11 @@ class World:
                 break
             self._reset_breaker()  # the on-call resets it while the world settles
             await asyncio.sleep(1.0)
-        if self.terminating:  # and the confirmer's second look (RECHECK_SECONDS) at a pod left terminating
-            await asyncio.sleep(2 * RECHECK_SECONDS)
+        if self.terminating:  # and until the confirmer has settled every pod left terminating
+            for _ in range(int(CONFIRM_LIMIT)):
+                if not self.unsettled():
+                    break
+                await asyncio.sleep(1.0)
         # Every live replica's credential hook still renews: one request each, alone, once every token
         # it holds has expired (a hook that stopped renewing fails here however quiet the run went).
         live = self._live()
@@ -768,7 +776,32 @@ class World:
         await asyncio.gather(*stops)
         self._check_end()
 
+    def unsettled(self) -> list[str]:
+        """``a_terminating_pod_is_confirmed_or_reported``: what is still open of the rows whose DELETE left
+        their pod terminating. Each ends confirmed once its pod is gone (or another holds its name); a pod
+        that stays is reported stuck (past the limit, on the database's clock), forced once its node is
+        gone, and confirmed once it is gone (forced, or its kubelet done at last); only a pod that never
+        ends, on a node that lives, is left, reported stuck. The healed world waits for none to be left,
+        up to ``CONFIRM_LIMIT``."""
+        now, found = self.memory.clock(), []
+        for row in self.memory.rows.values():
+            if row.confirm_after is None or row.confirmed_at is not None or row.done_at is None:
+                continue
+            pod = self._pod(row.pod_namespace, row.pod_name)
+            age = now - row.done_at
+            if pod is None or pod.uid != str(row.pod_uid):
+                found.append(f"row {row.id}'s pod is gone, not confirmed {age:.3f} s after its DELETE")
+            elif pod.node in self.nodes_gone:
+                found.append(f"row {row.id}'s pod on {pod.node}, gone, not forced {age:.3f} s after its DELETE")
+            elif row.stuck_at is None:
+                found.append(f"row {row.id}'s pod still terminating {age:.3f} s after its DELETE, not reported stuck")
+            elif pod.gone_at is not None and pod.gone_at < math.inf:  # it ends: its next look confirms it
+                found.append(f"row {row.id}'s pod, reported stuck, ends at {pod.gone_at:.3f}, not yet confirmed")
+        return found
+
     def _check_end(self) -> None:
+        if self.terminating and (unsettled := self.unsettled()):
+            self.broke(inv.TERMINATING_SETTLED, f"up to {CONFIRM_LIMIT:.0f} s after the rows ended: {unsettled[0]}")
         for row in self.memory.rows.values():
             if row.status in (Status.PENDING, Status.CLAIMED):
                 self.broke(inv.DONE_ONCE, f"row {row.id} still {row.status} {SETTLE_LIMIT:.0f} s after healing")
