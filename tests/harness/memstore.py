@@ -21,7 +21,9 @@ For the simulator (tests/sim), additions only, none of which a unit test's store
 ``view`` (another replica's statements on the same rows, each statement still applied whole: what
 ``FOR UPDATE SKIP LOCKED`` and the lease give PostgreSQL's replicas, one statement at a time), ``keep``
 (a hold of one pod's rows or a pause of a namespace: kept rows are neither claimed nor due, as
-``pod_sweeper.keeping`` keeps them; rows claimed before are not recalled), and ``retire``'s ``uid``.
+``pod_sweeper.keeping`` keeps them; rows claimed before are not recalled), ``retire``'s ``uid``, and the
+confirmer's two statements (``terminating``: sql/confirm_claim.sql and sql/confirm_result.sql over the
+columns a record keeps for them, ``done_at`` and the confirmation's, each a time on the store's clock).
 """
 
 from __future__ import annotations
@@ -32,13 +34,22 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from harness.clock import FakeClock
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.core.waits import DUE, ROW_ORDER, UNSWEPT_AFTER_SECONDS, Wait
 from pod_sweeper.store.interface import StoreError
-from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, Claim, ClaimedBatch, Recheck, Verdict
+from pod_sweeper.store.rows import (
+    Arming,
+    AtClaim,
+    BreakerWindow,
+    Claim,
+    ClaimedBatch,
+    Recheck,
+    Terminating,
+    Verdict,
+)
 
 BREAKER_WINDOW_SECONDS = 60.0
 
@@ -63,6 +74,11 @@ class Row:
     last_http_status: int | None = None
     reason: str = "retired"
     results: list[Result] = field(default_factory=list)  # the attempt history's results, recorded or not
+    # The confirmation's columns (sql/record_results.sql, sql/confirm_*.sql), times on the store's clock.
+    done_at: float | None = None
+    confirm_after: float | None = None
+    confirmed_at: float | None = None
+    stuck_at: float | None = None
 
 
 class MemoryStore:
@@ -142,7 +158,7 @@ class MemoryStore:
             row = self.rows.get(row_id)
             if row is not None and row.status in (Status.PENDING, Status.DEAD):
                 row.status, row.outcome = Status.DONE, Outcome.DISCARDED
-                row.next_attempt_at, row.last_error = self.clock(), None
+                row.next_attempt_at, row.last_error, row.done_at = self.clock(), None, self.clock()
                 discarded.append(row_id)
         return discarded
 
@@ -170,6 +186,52 @@ class MemoryStore:
             }
             reasons[row.id] = next((wait.value for wait in ROW_ORDER if applies.get(wait)), DUE)
         return reasons
+
+    def take_terminating(self, *, batch: int, recheck_seconds: float) -> list[Terminating]:
+        """sql/confirm_claim.sql: up to ``batch`` deleted rows whose look is due, oldest due first, each put
+        off by ``recheck_seconds``; each with its age since ``done_at`` on the store's clock."""
+        now = self.clock()
+        due = sorted(
+            (
+                r
+                for r in self.rows.values()
+                if r.confirm_after is not None
+                and r.confirm_after <= now
+                and r.confirmed_at is None
+                and r.status is Status.DONE
+                and r.outcome is Outcome.DELETED
+            ),
+            key=lambda r: (r.confirm_after or 0.0, r.id),
+        )[:batch]
+        taken = []
+        for row in due:
+            assert row.done_at is not None
+            row.confirm_after = now + recheck_seconds
+            stuck_at = None if row.stuck_at is None else datetime.fromtimestamp(row.stuck_at, UTC)
+            taken.append(
+                Terminating(
+                    row.id,
+                    row.pod_namespace,
+                    row.pod_name,
+                    str(row.pod_uid),
+                    datetime.fromtimestamp(row.done_at, UTC),
+                    stuck_at,
+                    now - row.done_at,
+                )
+            )
+        return taken
+
+    def record_terminating(self, *, ids: list[int], gone: list[bool], stuck: list[bool]) -> None:
+        """sql/confirm_result.sql: each look's finding, on rows still done and deleted."""
+        now = self.clock()
+        for row_id, was_gone, was_stuck in zip(ids, gone, stuck, strict=True):
+            row = self.rows.get(row_id)
+            if row is None or row.status is not Status.DONE or row.outcome is not Outcome.DELETED:
+                continue
+            row.confirmed_at = now if was_gone else None
+            row.confirm_after = None if was_gone else row.confirm_after
+            if was_stuck and row.stuck_at is None:
+                row.stuck_at = now
 
     def is_kept(self, row: Row) -> bool:
         """Whether a hold or a pause keeps the row back now."""
@@ -301,6 +363,10 @@ class MemorySession:
                 row.last_http_status = verdict.http_status or row.last_http_status
             if verdict.result is Result.DELETED:
                 store._deleted_at.append((now, row.pod_namespace))
+            row.done_at = now if verdict.status is Status.DONE else None
+            row.confirm_after = None if verdict.confirm_in is None else now + verdict.confirm_in
+            deleted = verdict.outcome is Outcome.DELETED
+            row.confirmed_at = now if deleted and verdict.confirm_in is None else None
         return owned
 
     async def next_due(self) -> float | None:

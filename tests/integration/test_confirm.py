@@ -12,6 +12,7 @@ from helpers import DaemonThread, row_for, run, settings_for, wait_until
 from pod_sweeper.cli import status_text
 from pod_sweeper.store import db
 from pod_sweeper.store.reads import status
+from pod_sweeper.store.sweep import terminating
 from pod_sweeper.tasks.loops import confirmer
 from pod_sweeper.tasks.loops.confirmer import RECHECK_SECONDS
 
@@ -119,3 +120,30 @@ def test_a_stuck_pod_outside_the_namespace_scope_is_never_forced(
         )
     assert kube.get_pod("sandboxes", "a") is not None
     assert not [d for d in kube.deletes() if d.body.get("gracePeriodSeconds") == 0]
+
+
+def test_a_rows_age_comes_from_the_databases_clock(execs: psycopg.Connection[Any], db_url: str) -> None:
+    """sql/confirm_claim.sql gives each row's age since its DELETE was recorded on the database's clock
+    (``now() - done_at``), which is what the confirmer judges a pod stuck by, whatever the replica's wall
+    clock says: a done_at an hour behind the database's now is an hour old, one ahead of it is not old."""
+    for sid in ("old", "ahead"):
+        execs.execute(
+            "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+            " VALUES (%s, 1, 'sandboxes', %s, gen_random_uuid(), false)",
+            (sid, sid),
+        )
+    execs.execute(
+        "UPDATE pod_sweeper.outbox SET status = 'done', outcome = 'deleted', confirm_after = now(),"
+        " done_at = now() + CASE sandbox_id WHEN 'old' THEN interval '-1 hour' ELSE interval '1 hour' END"
+    )
+
+    async def take() -> list[terminating.Terminating]:
+        async with db.connection(settings_for(db_url)) as conn:
+            return await terminating.take_due(
+                conn, cluster=settings_for(db_url).cluster, batch=10, recheck_seconds=RECHECK_SECONDS
+            )
+
+    ages = {row.pod_name: row.age_seconds for row in run(take())}
+    assert 3600 <= ages["old"] < 3600 + 60
+    assert -3600 <= ages["ahead"] < -3600 + 60
+    assert run(take()) == []  # each taken once: its next look is RECHECK_SECONDS away

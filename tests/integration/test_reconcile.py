@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 import psycopg
@@ -23,6 +23,7 @@ from pod_sweeper.kube.interface import PodKube, PodPage, PodState
 from pod_sweeper.store import db
 from pod_sweeper.store.reads import status
 from pod_sweeper.store.sweep import quarantine
+from pod_sweeper.tasks.loops import reconciler as reconciler_module
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.loops.reconciler import Reconciler
 
@@ -143,6 +144,32 @@ def test_suspects_wait_out_their_quarantine_then_are_confirmed_and_enqueued(
     gets = [r.path.rsplit("/", 1)[1] for r in kube.requests if r.method == "GET" and "/pods/" in r.path]
     assert sorted(gets) == ["a", "b"]
     assert not kube.deletes()  # the pass never deletes by itself
+
+
+class _DayAhead(datetime):
+    """``datetime`` on a host whose wall clock runs a day ahead of everyone's."""
+
+    @classmethod
+    def now(cls, tz: tzinfo | None = None) -> datetime:
+        return datetime.now(tz) + timedelta(days=1)
+
+
+def test_a_young_pod_is_young_whatever_the_replicas_wall_clock_says(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod's age (``POD_SWEEPER_RECONCILE_MIN_AGE``) is its creation time against the database's clock at
+    the pass's start, not the replica's wall clock: a replica a day ahead would see every pod a day old,
+    and a create whose execution row is not written yet would be a suspect."""
+    labelled(kube, "young", "young", "1", created=datetime.now(UTC))
+    monkeypatch.setattr(reconciler_module, "datetime", _DayAhead, raising=False)
+
+    async def scenario() -> Any:
+        async with reconciler(reconcile_settings(db_url, kube)) as r:
+            return await r.pass_once()
+
+    result = run(scenario())
+    assert result.seen == 1 and result.complete and result.suspects == 0
+    assert suspects(execs) == {}
 
 
 def test_a_suspect_replaced_or_reactivated_before_confirmation_is_not_enqueued(

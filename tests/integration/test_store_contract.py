@@ -23,6 +23,7 @@ from pod_sweeper.store.admin import bulk, controls
 from pod_sweeper.store.interface import SweepStore
 from pod_sweeper.store.reads import waits
 from pod_sweeper.store.rows import Claim, ClaimedBatch, Verdict
+from pod_sweeper.store.sweep import terminating
 from pod_sweeper.store.sweep.pgstore import OutboxStore
 from pod_sweeper.store.sweep.recheck import load_attachments
 from pod_sweeper.tasks.rules import verdicts
@@ -408,3 +409,104 @@ def test_each_open_rows_reason_answers_as_sql_row_waits(execs: psycopg.Connectio
     }
     assert real[2][1] == {"s0": "claimed", "s1": "paused", "s2": "paused", "s3": "paused", "s4": "held"}
     assert real[3][1] == {"s0": "claimed", "s1": "breaker", "s2": "breaker", "s3": "breaker", "s4": "held"}
+
+
+# The confirmation's columns, per sandbox: set or not (times differ between the two clocks).
+CONFIRMING = ("done_at", "confirm_after", "confirmed_at", "stuck_at")
+
+
+def confirming(world: Keeping) -> dict[str, tuple[bool, ...]]:
+    if isinstance(world, MemoryKeeping):
+        found = {r.sandbox_id: tuple(getattr(r, c) is not None for c in CONFIRMING) for r in world.memory.rows.values()}
+    else:
+        assert isinstance(world, PostgresKeeping)
+        rows = world.conn.execute("SELECT * FROM pod_sweeper.outbox").fetchall()
+        found = {r["sandbox_id"]: tuple(r[c] is not None for c in CONFIRMING) for r in rows}
+    return dict(sorted(found.items()))
+
+
+async def take_terminating(world: Keeping, *, wait: bool = False) -> list[tuple[str, float]]:
+    """sql/confirm_claim.sql on PostgreSQL, ``take_terminating`` in memory: the sandboxes taken, with their
+    ages. ``wait``: until the database's clock makes one due (PostgreSQL's moves by itself)."""
+    by_id = {row_id: sandbox for sandbox, row_id in ids(world).items()}
+    if isinstance(world, MemoryKeeping):
+        if wait:
+            due = [r.confirm_after for r in world.memory.rows.values() if r.confirm_after is not None]
+            world.clock.advance(max(0.0, min(due) - world.clock()))
+        taken = world.memory.take_terminating(batch=10, recheck_seconds=30)
+    else:
+        assert isinstance(world, PostgresKeeping)
+        deadline = time.monotonic() + 10
+        while True:
+            async with world.store.pool.connection() as conn:
+                taken = await terminating.take_due(conn, cluster=world.cluster, batch=10, recheck_seconds=30)
+            if taken or not wait:
+                break
+            assert time.monotonic() < deadline, "nothing fell due"
+            await asyncio.sleep(0.05)
+    return sorted((by_id[row.id], row.age_seconds) for row in taken)
+
+
+async def record_terminating(world: Keeping, found: dict[str, tuple[bool, bool]]) -> None:
+    row_ids = ids(world)
+    args = {
+        "ids": [row_ids[s] for s in found],
+        "gone": [gone for gone, _ in found.values()],
+        "stuck": [stuck for _, stuck in found.values()],
+    }
+    if isinstance(world, MemoryKeeping):
+        world.memory.record_terminating(**args)
+    else:
+        assert isinstance(world, PostgresKeeping)
+        async with world.store.pool.connection() as conn:
+            await terminating.record(conn, cluster=world.cluster, **args)
+
+
+async def confirming_scenario(world: Keeping) -> list[Any]:
+    """Deletes that left their pods terminating (a grace period), one gone at once, one retried; the
+    confirmer's take once the grace has passed, with each row's age on the database's clock, and its
+    record of a pod gone and one stuck."""
+    seen: list[Any] = []
+    for sandbox in SANDBOXES:
+        world.retire(sandbox)
+    claimed = by_sandbox((await claim(world, 5)).to_send)
+
+    def deleted(sandbox: str, confirm_in: float | None) -> Verdict:
+        c = claimed[sandbox]
+        return Verdict(c.id, c.epoch, Result.DELETED, http_status=200, confirm_in=confirm_in)
+
+    s3 = claimed["s3"]
+    await record(
+        world,
+        [
+            deleted("s0", 0.3),
+            deleted("s1", None),
+            deleted("s2", 600),
+            Verdict(s3.id, s3.epoch, Result.RETRY, delay=600, error="503", http_status=503),
+            deleted("s4", 0.3),
+        ],
+    )
+    seen.append(("recorded: terminating, gone at once, retried", world.rows(), confirming(world)))
+    seen.append(("no grace has passed", await take_terminating(world)))
+    taken = await take_terminating(world, wait=True)
+    seen.append(("the graces passed", [s for s, _ in taken], all(0.299 < age < 5 for _, age in taken)))
+    await record_terminating(world, {"s0": (True, False), "s4": (False, True)})
+    seen.append(("one gone, one stuck", confirming(world)))
+    seen.append(("the stuck one is put off", await take_terminating(world)))
+    return seen
+
+
+def test_the_confirmers_statements_answer_as_the_real_ones(execs: psycopg.Connection[Any], db_url: str) -> None:
+    """``MemoryStore.take_terminating`` and ``record_terminating``, the simulator's confirmer's database,
+    held to sql/confirm_claim.sql and sql/confirm_result.sql, and the confirmation's columns a record
+    writes (sql/record_results.sql) held to the memory store's."""
+    real = both_ways(confirming_scenario, execs, db_url)
+    assert real[0][2] == {
+        "s0": (True, True, False, False),
+        "s1": (True, False, True, False),
+        "s2": (True, True, False, False),
+        "s3": (False, False, False, False),
+        "s4": (True, True, False, False),
+    }
+    assert real[1][1] == [] and real[2][1:] == (["s0", "s4"], True) and real[4][1] == []
+    assert real[3][1]["s0"] == (True, False, True, False) and real[3][1]["s4"] == (True, True, False, True)

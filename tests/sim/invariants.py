@@ -25,6 +25,9 @@ DEAD_STAY_DEAD = "a_stopped_replica_sends_nothing"
 CREDENTIAL_RENEWED = "an_expired_credential_is_renewed"
 NO_CLAIM_DROPPED = "no_claim_in_hand_is_dropped"
 REASON_AGREES = "a_waiting_rows_reason_agrees_with_its_state"
+STUCK_BY_THE_DATABASE = "stuck_only_by_the_databases_clock"
+TERMINATING_SETTLED = "a_terminating_pod_is_confirmed_or_reported"
+FORCED_ONLY_NODE_GONE = "a_pod_is_forced_only_once_its_node_is_gone"
 
 NAMES: dict[str, str] = {
     UID_PRECONDITION: "every DELETE carries the UID of the row it was sent for",
@@ -41,6 +44,11 @@ NAMES: dict[str, str] = {
     CREDENTIAL_RENEWED: "a request whose credential hook ran beside no other of its replica's sends no expired token",
     NO_CLAIM_DROPPED: "a claim leaves a replica's hand only once a record statement carried its verdict",
     REASON_AGREES: "each open row's reason (core.waits, sql/row_waits.sql) is what the world knows keeps it",
+    STUCK_BY_THE_DATABASE: "no pod is reported stuck or force-deleted before the stuck limit of the database's time "
+    "since its DELETE was recorded",
+    TERMINATING_SETTLED: "once healed, a pod left terminating is confirmed gone, or reported stuck past the limit "
+    "and forced once its node is gone",
+    FORCED_ONLY_NODE_GONE: "no pod is force-deleted while its node exists",
 }
 
 

@@ -4,26 +4,30 @@ command (``python -m tests.sim --mutant NAME``); nothing in the shipped code kno
 
 Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelled_at_stop``,
 ``handed_back_charged``, ``outage_ignored``, ``sent_stamped_before_the_hook``, ``budget_ignores_claimed``,
-``one_claim_per_row`` and ``refresh_swap_unguarded`` patch the daemon's own code;
+``one_claim_per_row``, ``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``, ``force_whatever_the_node``
+and ``never_forcing`` patch the daemon's own code;
 ``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
 claim-epoch fence (sql/record_results.sql) and the holds and pauses (``pod_sweeper.keeping``) live.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from harness.memstore import MemorySession, MemoryStore, Row
-from pod_sweeper.core.states import Result, Status
+from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.kube.answer import Answer, Said
 from pod_sweeper.kube.config import ThrottledRefresh
+from pod_sweeper.kube.errors import KubeError
 from pod_sweeper.kube.interface import PodEvent, SweepKube
 from pod_sweeper.store.rows import Attempt, BreakerWindow, Claim, Verdict
+from pod_sweeper.tasks.loops.confirmer import BATCH, RECHECK_SECONDS, Confirmer
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.rules.verdicts import Sent
@@ -123,6 +127,10 @@ def record_without_fence(self: MemorySession, batch: list[Verdict]) -> set[int]:
             row.last_http_status = verdict.http_status or row.last_http_status
         if verdict.result is Result.DELETED:
             store._deleted_at.append((now, row.pod_namespace))
+        row.done_at = now if verdict.status is Status.DONE else None
+        row.confirm_after = None if verdict.confirm_in is None else now + verdict.confirm_in
+        deleted = verdict.outcome is Outcome.DELETED
+        row.confirmed_at = now if deleted and verdict.confirm_in is None else None
     return owned
 
 
@@ -203,6 +211,60 @@ def add_one_claim_per_row(self: Pipeline, claims: list[Claim], lease_deadline: f
         self._queue.put_nowait(Work(claim, lease_deadline))
 
 
+async def pass_once_by_the_wall_clock(self: Confirmer) -> int:
+    """``Confirmer.pass_once`` as it was before the simulator's clock jumps: a pod judged stuck (and
+    forced, its node gone) by this replica's wall clock against the row's ``done_at``, not by the age the
+    database gives. The replica's ``datetime.now(UTC)`` is its host's (``SimKube.wall_now`` in the
+    simulator: the database's time and the replica's skew)."""
+    wall_now: Callable[[], datetime] = getattr(self.kube, "wall_now", lambda: datetime.now(UTC))
+    if not self.outage.open:
+        return 0
+    rows = await self.rows.take_due(batch=BATCH, recheck_seconds=RECHECK_SECONDS)
+    if not rows:
+        return 0
+    ids, gone, stuck = [], [], []
+    timeout = self.settings.request_timeout
+    for row in rows:
+        sent = self._timer()
+        try:
+            state = await asyncio.to_thread(self.kube.pod_state, row.pod_namespace, row.pod_name, timeout=timeout)
+        except KubeError as exc:
+            if exc.answer.needs_probe and await self.outage.server_down(sent):
+                break
+            continue
+        self.outage.answered(sent)
+        uid = row.pod_uid
+        still_there = state is not None and state.uid == uid
+        # MUTANT: was `row.age_seconds > ...`, the database's clock
+        overdue = (wall_now() - row.done_at).total_seconds() > self.settings.stuck_terminating_seconds
+        ids.append(row.id)
+        gone.append(not still_there)
+        stuck.append(still_there and overdue)
+        if not still_there:
+            continue
+        if overdue and self.settings.force_stuck and state is not None and state.node_name:
+            await self._force_if_node_gone(row.pod_namespace, row.pod_name, uid, state.node_name)
+    if ids:
+        await self.rows.record(ids=ids, gone=gone, stuck=stuck)
+    return len(rows)
+
+
+async def force_whatever_the_node(self: Confirmer, namespace: str, name: str, uid: str, node: str) -> None:
+    """``Confirmer._force_if_node_gone`` with the node's lookup dropped: a stuck pod forced while its
+    kubelet may still finish it."""
+    if self.scope.refuses(namespace) is not None:
+        return
+    try:  # MUTANT: was a return while `self.kube.node_exists(node)`
+        await asyncio.to_thread(self.kube.force_delete, namespace, name, uid, timeout=self.settings.request_timeout)
+    except KubeError:
+        return
+
+
+async def never_forcing(self: Confirmer, namespace: str, name: str, uid: str, node: str) -> None:
+    """``Confirmer._force_if_node_gone`` that never forces: a pod on a vanished node stays stuck for ever."""
+    return  # MUTANT
+
+
 @dataclass(frozen=True)
 class Mutant:
     target: Any
@@ -224,6 +286,11 @@ MUTANTS: dict[str, Mutant] = {
     "refresh_swap_unguarded": Mutant(
         ThrottledRefresh, "__call__", refresh_swapping_through_the_configuration, inv.CREDENTIAL_RENEWED
     ),
+    "stuck_by_the_wall_clock": Mutant(Confirmer, "pass_once", pass_once_by_the_wall_clock, inv.STUCK_BY_THE_DATABASE),
+    "force_whatever_the_node": Mutant(
+        Confirmer, "_force_if_node_gone", force_whatever_the_node, inv.FORCED_ONLY_NODE_GONE
+    ),
+    "never_forcing": Mutant(Confirmer, "_force_if_node_gone", never_forcing, inv.TERMINATING_SETTLED),
 }
 
 

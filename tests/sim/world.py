@@ -27,13 +27,14 @@ import contextlib
 import dataclasses
 import gc
 import hashlib
+import math
 import os
 import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 import psycopg
@@ -47,10 +48,12 @@ from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.core.waits import DUE, ROW_ORDER, UNSWEPT_AFTER_SECONDS, Wait
 from pod_sweeper.kube.answer import Answer
-from pod_sweeper.kube.interface import PodEvent
+from pod_sweeper.kube.errors import KubeError
+from pod_sweeper.kube.interface import PodEvent, PodPage, PodState
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.interface import StoreError
-from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, ClaimedBatch, Verdict
+from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, ClaimedBatch, Terminating, Verdict
+from pod_sweeper.tasks.loops.confirmer import Confirmer
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 from sim import invariants as inv
@@ -76,6 +79,11 @@ ANSWER_KINDS = ("real", "429", "500", "503", "410", "401", "403", "none", "none_
 BREAKER_AS_SQL = os.environ.get("SIM_BREAKER_AS_SQL") == "1"
 HORIZON = 40.0  # virtual seconds of scripted events; then the world heals
 SETTLE_LIMIT = 900.0  # virtual seconds the healed world may take to end every row
+# POD_SWEEPER_STUCK_TERMINATING_SECONDS in the simulator: past the grace periods drawn (up to 5 s, and the
+# confirmer's margin of 5 s), short of the pods that linger (20 s) or never end (their node gone).
+STUCK_SECONDS = 12.0
+CONFIRM_LIMIT = 300.0  # virtual seconds the healed world's confirmers may take to settle every terminating pod
+NODES = ("node-a", "node-b")
 
 
 def base_settings() -> Settings:
@@ -99,6 +107,8 @@ def base_settings() -> Settings:
         concurrency=2,
         batch_size=4,
         shutdown_timeout=3.0,
+        stuck_terminating_seconds=STUCK_SECONDS,
+        force_stuck=True,
     )
 
 
@@ -151,6 +161,13 @@ class Pod:
     sandbox: str
     generation: int
     active: bool  # its generation is active: it must never be deleted
+    # Drawn only in a run with terminating pods (``World.terminating``): a DELETE leaves the pod
+    # terminating for ``grace`` seconds and ``linger`` more (a slow kubelet; inf: it never ends by itself,
+    # as on a node that is gone), on ``node``; ``gone_at``, once it was deleted.
+    grace: int = 0
+    linger: float = 0.0
+    node: str = NODES[0]
+    gone_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -199,6 +216,12 @@ class World:
         # draws none of them runs as it did (the mutants' first seeds, a replay command kept in a note).
         self.later = random.Random(f"{seed}:later faults")
         self.discards = self.later.choice((0, 0, 1, 2))  # the on-call's `pod-sweeper discard` of a row
+        # Pods that terminate with a grace period, the confirmer that looks at them again, the replicas'
+        # wall clocks jumping and a node gone: a stream of their own, drawn in some runs only (the runs
+        # that draw none run as before them).
+        self.slow = random.Random(f"{seed}:terminating")
+        self.terminating = self.slow.random() < 0.3
+        self.nodes_gone: set[str] = set()
         self.memory = MemoryStore(_LoopClock(self.loop), replica="nobody")
         self.settings = _BASE.model_copy(update={"max_deletes_per_minute": self.faults.breaker})
         # The cluster's breaker row: its reason, the lock a claim holds it by, when it was last reset,
@@ -389,16 +412,89 @@ class World:
         return answer, applied
 
     def _apply(self, namespace: str, name: str, uid: str) -> tuple[Answer, bool]:
-        """The real API server's DELETE under the UID precondition (and the client's GET after a 409)."""
-        pod = self.pods.get((namespace, name))
+        """The real API server's DELETE under the UID precondition (and the client's GET after a 409); a
+        pod with a grace period is left terminating (its answer says for how long)."""
+        pod = self._pod(namespace, name)
         if pod is None:
             return Answer.of(404, "NotFound"), False
         if uid and pod.uid != uid:
             return Answer.of(409, "Conflict", holder_uid=pod.uid), False
         if pod.active:
             self.broke(inv.NO_ACTIVE_DELETED, f"pod {namespace}/{name} uid {pod.uid[:8]} of an active generation")
+        if pod.grace:
+            if pod.gone_at is None:
+                pod.gone_at = self.loop.time() + pod.grace + pod.linger
+            return Answer.of(200, "OK", grace_seconds=pod.grace), True
         del self.pods[(namespace, name)]
         return Answer.of(200, "OK"), True
+
+    def _pod(self, namespace: str, name: str) -> Pod | None:
+        """The pod holding the name now: a terminating one is gone once its time came (its kubelet
+        finished), unless its node is gone (no kubelet will)."""
+        pod = self.pods.get((namespace, name))
+        ended = pod is not None and pod.gone_at is not None and pod.gone_at <= self.loop.time()
+        if ended and pod is not None and pod.node not in self.nodes_gone:
+            del self.pods[(namespace, name)]
+            return None
+        return pod
+
+    # --- the confirmer's requests (a run with terminating pods) ----------------------------------------
+
+    def _look(self, replica: Replica, what: str) -> None:
+        """What every request of the confirmer's goes through before its answer: the credential hook, the
+        outage, a fault drawn; each a ``KubeError`` as the client raises it."""
+        expired = self._credential(replica, what)
+        self.loop.charge(self.slow.uniform(0.001, 0.02))
+        if self.down:
+            raise KubeError(Answer.none("down (scripted)", kind="ConnectionRefusedError"))
+        if expired:
+            raise KubeError(Answer.of(401, "Unauthorized", "expired token (scripted)"))
+        if not self.healed and self.slow.random() < 0.05:
+            raise KubeError(Answer.of(500, "InternalError", "scripted 500"))
+        self.seq += 1
+        self.answered_seq = self.seq
+
+    def pod_state(self, replica: Replica, namespace: str, name: str) -> PodState | None:
+        self._look(replica, f"GET {namespace}/{name}")
+        pod = self._pod(namespace, name)
+        return None if pod is None else PodState(pod.uid, pod.node, namespace, name, deleting=pod.gone_at is not None)
+
+    def node_exists(self, replica: Replica, node: str) -> bool:
+        self._look(replica, f"GET node {node}")
+        return node not in self.nodes_gone
+
+    def force_delete(self, replica: Replica, namespace: str, name: str, uid: str) -> Answer:
+        """A DELETE with no grace, under the UID precondition: ``stuck_only_by_the_databases_clock``
+        checked against the row's ``done_at`` on the store's clock (the database's)."""
+        self._look(replica, f"force DELETE {namespace}/{name}")
+        if not replica.sends:
+            self.broke(inv.DEAD_STAY_DEAD, f"{replica.name} force-deleted {namespace}/{name} after it ended")
+        row = self.row_of_uid(uid) if uid else None
+        if row is None or (row.pod_namespace, row.pod_name) != (namespace, name):
+            self.broke(inv.UID_PRECONDITION, f"force DELETE {namespace}/{name} with uid {uid!r}, no row's UID for it")
+        else:
+            self.check_stuck(row, f"{replica.name} force-deleted {namespace}/{name}")
+        pod = self._pod(namespace, name)
+        if pod is None:
+            raise KubeError(Answer.of(404, "NotFound"))
+        if pod.uid != uid:
+            raise KubeError(Answer.of(409, "Conflict", holder_uid=pod.uid))
+        if pod.active:
+            self.broke(inv.NO_ACTIVE_DELETED, f"pod {namespace}/{name} uid {pod.uid[:8]} of an active generation")
+        if pod.node not in self.nodes_gone:
+            self.broke(
+                inv.FORCED_ONLY_NODE_GONE, f"{replica.name} forced {namespace}/{name} on {pod.node}, which lives"
+            )
+        del self.pods[(namespace, name)]
+        self.note(f"{replica.name} force DELETE {namespace}/{name} {uid[:8]}")
+        return Answer.of(200, "OK")
+
+    def check_stuck(self, row: Row, what: str) -> None:
+        """``stuck_only_by_the_databases_clock``: nothing is judged stuck before ``STUCK_SECONDS`` of the
+        database's time since the row's DELETE was recorded (``done_at``)."""
+        age = None if row.done_at is None else self.memory.clock() - row.done_at
+        if age is None or age <= STUCK_SECONDS:
+            self.broke(inv.STUCK_BY_THE_DATABASE, f"{what}: row {row.id} recorded deleted {age} s ago on the database")
 
     def probe(self, replica: Replica) -> Answer:
         expired = self._credential(replica, "a probe")
@@ -434,7 +530,12 @@ class World:
         uid = uuid.UUID(int=self.rng.getrandbits(128))
         row = self.memory.retire(f"s{i}", namespace=namespace, uid=uid)
         if self.rng.random() < 0.9:  # else the pod is already gone: the DELETE answers 404
-            self.pods[(namespace, row.pod_name)] = Pod(str(uid), row.sandbox_id, 1, active=False)
+            pod = self.pods[(namespace, row.pod_name)] = Pod(str(uid), row.sandbox_id, 1, active=False)
+            if self.terminating:
+                slow = self.slow
+                pod.grace = slow.choice((0, 1, 3, 5))
+                pod.linger = slow.choice((0.0, 0.0, 4.0, 20.0, math.inf)) if pod.grace else 0.0
+                pod.node = slow.choice(NODES)
         self.note(f"retire row {row.id} {namespace}/{row.pod_name} {str(uid)[:8]}")
         return row
 
@@ -520,7 +621,28 @@ class World:
                 at(self._reset_breaker)
         for _ in range(self.discards):
             events.append((self.later.uniform(0.0, HORIZON), len(events), self._discard))
+        if self.terminating:
+            for _ in range(self.slow.choice((0, 1, 2, 3))):
+                events.append((self.slow.uniform(0.0, HORIZON), len(events), self._jump))
+            if self.slow.random() < 0.5:
+                events.append((self.slow.uniform(0.0, HORIZON), len(events), self._node_gone))
         return events
+
+    def _jump(self) -> None:
+        """One live replica's wall clock jumps forward or back (NTP stepping it, a VM resumed); the
+        database's clock does not."""
+        live = [r for r in self.replicas if r.alive]
+        if live:
+            replica = self.slow.choice(live)
+            by = self.slow.choice((-1.0, 1.0)) * self.slow.uniform(5.0, 600.0)
+            replica.skew += by
+            self.note(f"{replica.name} wall clock jumps {by:+.3f} s")
+
+    def _node_gone(self) -> None:
+        """A node vanishes: its terminating pods never end by themselves (the confirmer may force them)."""
+        node = self.slow.choice(NODES)
+        self.nodes_gone.add(node)
+        self.note(f"node {node} gone")
 
     def _discard(self) -> None:
         """The on-call's ``pod-sweeper discard`` of one row, pending or dead (a claimed row is left alone):
@@ -633,6 +755,11 @@ class World:
                 break
             self._reset_breaker()  # the on-call resets it while the world settles
             await asyncio.sleep(1.0)
+        if self.terminating:  # and until the confirmer has settled every pod left terminating
+            for _ in range(int(CONFIRM_LIMIT)):
+                if not self.unsettled():
+                    break
+                await asyncio.sleep(1.0)
         # Every live replica's credential hook still renews: one request each, alone, once every token
         # it holds has expired (a hook that stopped renewing fails here however quiet the run went).
         live = self._live()
@@ -645,7 +772,32 @@ class World:
         await asyncio.gather(*stops)
         self._check_end()
 
+    def unsettled(self) -> list[str]:
+        """``a_terminating_pod_is_confirmed_or_reported``: what is still open of the rows whose DELETE left
+        their pod terminating. Each ends confirmed once its pod is gone (or another holds its name); a pod
+        that stays is reported stuck (past the limit, on the database's clock), forced once its node is
+        gone, and confirmed once it is gone (forced, or its kubelet done at last); only a pod that never
+        ends, on a node that lives, is left, reported stuck. The healed world waits for none to be left,
+        up to ``CONFIRM_LIMIT``."""
+        now, found = self.memory.clock(), []
+        for row in self.memory.rows.values():
+            if row.confirm_after is None or row.confirmed_at is not None or row.done_at is None:
+                continue
+            pod = self._pod(row.pod_namespace, row.pod_name)
+            age = now - row.done_at
+            if pod is None or pod.uid != str(row.pod_uid):
+                found.append(f"row {row.id}'s pod is gone, not confirmed {age:.3f} s after its DELETE")
+            elif pod.node in self.nodes_gone:
+                found.append(f"row {row.id}'s pod on {pod.node}, gone, not forced {age:.3f} s after its DELETE")
+            elif row.stuck_at is None:
+                found.append(f"row {row.id}'s pod still terminating {age:.3f} s after its DELETE, not reported stuck")
+            elif pod.gone_at is not None and pod.gone_at < math.inf:  # it ends: its next look confirms it
+                found.append(f"row {row.id}'s pod, reported stuck, ends at {pod.gone_at:.3f}, not yet confirmed")
+        return found
+
     def _check_end(self) -> None:
+        if self.terminating and (unsettled := self.unsettled()):
+            self.broke(inv.TERMINATING_SETTLED, f"up to {CONFIRM_LIMIT:.0f} s after the rows ended: {unsettled[0]}")
         for row in self.memory.rows.values():
             if row.status in (Status.PENDING, Status.CLAIMED):
                 self.broke(inv.DONE_ONCE, f"row {row.id} still {row.status} {SETTLE_LIMIT:.0f} s after healing")
@@ -653,8 +805,9 @@ class World:
                 self.broke(inv.DONE_ONCE, f"row {row.id} dead without a request refused for good: {row.last_error}")
             elif row.status is Status.DONE and self.done.get(row.id, 0) != 1:
                 self.broke(inv.DONE_ONCE, f"row {row.id} became done {self.done.get(row.id, 0)} times")
-            pod = self.pods.get((row.pod_namespace, row.pod_name))
-            kept = pod is not None and pod.uid == str(row.pod_uid) and not pod.active
+            pod = self._pod(row.pod_namespace, row.pod_name)
+            # a pod terminating after its DELETE is deleted (its grace, a slow kubelet, a node gone)
+            kept = pod is not None and pod.uid == str(row.pod_uid) and not pod.active and pod.gone_at is None
             if row.status is Status.DONE and kept and row.outcome is not Outcome.DISCARDED:  # a discard leaves it
                 self.broke(inv.DONE_ONCE, f"row {row.id} done ({row.outcome}) but its pod is still there")
         self.note("end " + " ".join(f"{r.id}:{r.status}:{r.outcome}:{r.attempts}" for r in self.memory.rows.values()))
@@ -674,6 +827,68 @@ class SimKube:
 
     def create_event(self, event: PodEvent, *, timeout: float) -> Answer:
         return Answer.of(201)
+
+    # ``PodKube``, the confirmer's (a run with terminating pods)
+
+    def pod_state(self, namespace: str, name: str, *, timeout: float) -> PodState | None:
+        return self.world.pod_state(self.replica, namespace, name)
+
+    def list_pods(
+        self, namespace: str, label_selector: str, *, limit: int, continue_token: str | None, timeout: float
+    ) -> PodPage:
+        raise AssertionError("the simulator runs no reconciliation pass")
+
+    def node_exists(self, name: str, *, timeout: float) -> bool:
+        return self.world.node_exists(self.replica, name)
+
+    def force_delete(self, namespace: str, name: str, uid: str, *, timeout: float) -> Answer:
+        return self.world.force_delete(self.replica, namespace, name, uid)
+
+    def wall_now(self) -> datetime:
+        """The replica's host's ``datetime.now(UTC)``: the virtual time (the database's clock) and the
+        replica's skew, which the script's clock jumps move. Nothing in the daemon reads it; the mutant
+        ``stuck_by_the_wall_clock`` does, as the confirmer once read its wall clock."""
+        return datetime.fromtimestamp(self.world.loop.time() + self.replica.skew, UTC)
+
+
+class SimRows:
+    """One replica's confirmer's ``TerminatingRows``: the memory store's two statements (held to
+    sql/confirm_claim.sql and sql/confirm_result.sql by the store contract test), each a round trip, and at
+    the seed's rate a connection lost before it applies or a take whose answer is lost (its rows put off)."""
+
+    def __init__(self, world: World, replica: Replica) -> None:
+        self.world, self.replica = world, replica
+
+    async def _trip(self) -> None:
+        world = self.world
+        await asyncio.sleep(world.slow.uniform(0.0, 0.004))
+        if not world.healed and world.slow.random() < world.faults.db_fail:
+            raise psycopg.OperationalError("connection lost (scripted)")
+
+    async def take_due(self, *, batch: int, recheck_seconds: float) -> list[Terminating]:
+        world = self.world
+        await self._trip()
+        taken = world.memory.take_terminating(batch=batch, recheck_seconds=recheck_seconds)
+        if taken:
+            world.note(f"{self.replica.name} confirm take [{' '.join(str(t.id) for t in taken)}]")
+        await asyncio.sleep(world.slow.uniform(0.0, 0.004))
+        if not world.healed and world.slow.random() < world.faults.commit_lost:
+            raise psycopg.OperationalError("the answer never arrived (scripted)")
+        return taken
+
+    async def record(self, *, ids: list[int], gone: list[bool], stuck: list[bool]) -> None:
+        world = self.world
+        await self._trip()
+        for row_id, was_stuck in zip(ids, stuck, strict=True):
+            row = world.memory.rows[row_id]
+            if was_stuck and row.stuck_at is None:
+                world.check_stuck(row, f"{self.replica.name} reported row {row_id}'s pod stuck")
+        world.memory.record_terminating(ids=ids, gone=gone, stuck=stuck)
+        world.note(
+            f"{self.replica.name} confirm record "
+            + " ".join(f"{i}:{g}:{t}" for i, g, t in zip(ids, gone, stuck, strict=True))
+        )
+        await asyncio.sleep(world.slow.uniform(0.0, 0.004))
 
 
 class SimStore:
@@ -887,6 +1102,7 @@ class Replica:
         self.db_trouble = False  # a statement of its failed, stalled or lost its answer
         self.in_hand: set[tuple[int, int]] = set()  # (row, epoch) of the claims its pipeline held at the last step
         self.written: set[tuple[int, int]] = set()  # (row, epoch) of every verdict a record statement of its carried
+        self.skew = 0.0  # seconds its wall clock runs ahead of the database's (the script's clock jumps)
         loop = world.loop
         settings = world.settings.model_copy(update={"replica_id": name})
         metrics = _METRICS
@@ -912,6 +1128,11 @@ class Replica:
             loop.create_task(self.sweeper.run(), name=f"{name}-sweeper"),
             loop.create_task(self.outage.run(), name=f"{name}-outage"),
         ]
+        if world.terminating:
+            self.confirmer = Confirmer(
+                settings, pool, self.kube, metrics, self.outage, rows=SimRows(world, self), timer=loop.time
+            )
+            self.tasks.append(loop.create_task(self.confirmer.run(), name=f"{name}-confirmer"))
         for task in self.tasks:
             task.add_done_callback(self._ended)
 

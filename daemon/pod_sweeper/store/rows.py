@@ -1,10 +1,11 @@
 """The rows the sweep pipeline has in hand and the store writes, as data: a claimed row (``Claim``), how its
-round ends (``Verdict``, with the request behind it, ``Attempt``), what one claim took (``ClaimedBatch``),
-what the claim itself decides (``AtClaim``) from what the re-check found (``Recheck``, through the host
-tables attached, ``AttachedTable``), the breaker's window as a claim reads it, and what arming the wakeup
-flag found (``Arming``). The store's interface, the answer table (tasks/rules) and both stores import
-them from here; nothing here does I/O, and nothing here imports a database library, even indirectly
-(an import-linter contract, pyproject.toml)."""
+round ends (``Verdict``, with the request behind it, ``Attempt``), what one claim took
+(``ClaimedBatch``), what the claim itself decides (``AtClaim``) from what the re-check found
+(``Recheck``, through the host tables attached, ``AttachedTable``), the breaker's window as a claim reads
+it, and what arming the wakeup flag found (``Arming``); and a deleted row the confirmer looks at again
+(``Terminating``). The store's interface, the answer table (tasks/rules) and both stores import them from
+here; nothing here does I/O, and nothing here imports a database library, even indirectly (an
+import-linter contract, pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -147,3 +148,17 @@ class Arming(Enum):
     ALREADY = "already"  # armed before: every retire since NOTIFYs, and a claim after it saw the rest
     DEFERRED = "deferred"  # an enqueue that may have read the flag clear is still open: look again soon
     NEEDED = "needed"  # (the turn's read of it) to be armed, in a statement of its own after the turn
+
+
+@dataclass(frozen=True)
+class Terminating:
+    """A deleted row whose pod was left terminating, due for the confirmer's look
+    (store/sweep/terminating.py)."""
+
+    id: int
+    pod_namespace: str
+    pod_name: str
+    pod_uid: str
+    done_at: datetime
+    stuck_at: datetime | None
+    age_seconds: float  # since done_at, on the database's clock (never a replica's wall clock)

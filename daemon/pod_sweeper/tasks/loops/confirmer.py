@@ -6,13 +6,18 @@ UID precondition. Rows are taken with SKIP LOCKED by moving their ``confirm_afte
 number of replicas can share the work; an uncertain answer just waits for the next look. Nothing is
 looked at while the API server cannot be reached (the outage watch), and a look that gets no answer
 asks the watch before the pass goes on.
+
+Whether a pod is stuck is judged by the database's clock: the row's age since its DELETE was recorded
+(``done_at``) comes with it from the database (sql/confirm_claim.sql), never from this replica's wall
+clock, which may run ahead of the database's or jump, and would then call a pod stuck early and force it
+(the simulator's ``stuck_only_by_the_databases_clock``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
+from collections.abc import Callable
 
 import psycopg
 from loguru import logger
@@ -26,7 +31,7 @@ from pod_sweeper.kube.errors import KubeError
 from pod_sweeper.kube.interface import PodKube
 from pod_sweeper.kube.scope import NamespaceScope
 from pod_sweeper.store.db import Connection
-from pod_sweeper.store.sweep import terminating
+from pod_sweeper.store.sweep.terminating import PoolRows, TerminatingRows
 from pod_sweeper.tasks.loops.outage import OutageWatch
 
 BATCH = 50
@@ -41,8 +46,15 @@ class Confirmer:
         kube: PodKube,
         metrics: Metrics,
         outage: OutageWatch,
+        *,
+        rows: TerminatingRows | None = None,
+        timer: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings, self.pool, self.kube, self.metrics, self.outage = settings, pool, kube, metrics, outage
+        # Two seams, which the simulator (tests/sim) drives: ``rows``, the two statements (over ``pool``
+        # unless given); ``timer``, the requests' timings, on the outage watch's clock (time.monotonic).
+        self.rows = rows if rows is not None else PoolRows(pool, settings.cluster)
+        self._timer = timer
         self.interval = min(settings.poll_interval, 5.0)
         self.scope = NamespaceScope(settings.namespaces)
 
@@ -56,16 +68,13 @@ class Confirmer:
     async def pass_once(self) -> int:
         if not self.outage.open:
             return 0
-        async with self.pool.connection() as conn:
-            rows = await terminating.take_due(
-                conn, cluster=self.settings.cluster, batch=BATCH, recheck_seconds=RECHECK_SECONDS
-            )
+        rows = await self.rows.take_due(batch=BATCH, recheck_seconds=RECHECK_SECONDS)
         if not rows:
             return 0
         ids, gone, stuck = [], [], []
         timeout = self.settings.request_timeout
         for row in rows:
-            sent = time.monotonic()
+            sent = self._timer()
             try:
                 state = await asyncio.to_thread(self.kube.pod_state, row.pod_namespace, row.pod_name, timeout=timeout)
             except KubeError as exc:
@@ -81,7 +90,7 @@ class Confirmer:
             self.outage.answered(sent)
             uid = row.pod_uid
             still_there = state is not None and state.uid == uid
-            overdue = (datetime.now(UTC) - row.done_at).total_seconds() > self.settings.stuck_terminating_seconds
+            overdue = row.age_seconds > self.settings.stuck_terminating_seconds  # the database's clock
             ids.append(row.id)
             gone.append(not still_there)
             stuck.append(still_there and overdue)
@@ -95,13 +104,12 @@ class Confirmer:
                     ns=row.pod_namespace,
                     pod=row.pod_name,
                     uid=uid,
-                    s=(datetime.now(UTC) - row.done_at).total_seconds(),
+                    s=row.age_seconds,
                 )
             if overdue and self.settings.force_stuck and state is not None and state.node_name:
                 await self._force_if_node_gone(row.pod_namespace, row.pod_name, uid, state.node_name)
         if ids:
-            async with self.pool.connection() as conn:
-                await terminating.record(conn, cluster=self.settings.cluster, ids=ids, gone=gone, stuck=stuck)
+            await self.rows.record(ids=ids, gone=gone, stuck=stuck)
         return len(rows)
 
     async def _force_if_node_gone(self, namespace: str, name: str, uid: str, node: str) -> None:
@@ -114,7 +122,7 @@ class Confirmer:
         try:
             if await asyncio.to_thread(self.kube.node_exists, node, timeout=timeout):
                 return  # its kubelet may still finish it: never force
-            started = time.monotonic()
+            started = self._timer()
             answer = await asyncio.to_thread(self.kube.force_delete, namespace, name, uid, timeout=timeout)
         except KubeError as exc:
             if exc.answer.said not in (Said.NOT_FOUND, Said.CONFLICT):
@@ -132,5 +140,5 @@ class Confirmer:
             uid=uid,
             node=node,
             status=answer.status,
-            ms=(time.monotonic() - started) * 1000,
+            ms=(self._timer() - started) * 1000,
         )

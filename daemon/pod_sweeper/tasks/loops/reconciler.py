@@ -23,7 +23,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import psycopg
 from loguru import logger
@@ -160,7 +160,8 @@ class Reconciler:
         return result
 
     def _key(self, pod: PodState, now: datetime) -> tuple[str, int] | None:
-        """The pod's (sandbox_id, generation) when the pass may look at it at all, else None."""
+        """The pod's (sandbox_id, generation) when the pass may look at it at all, else None; ``now`` is
+        the database's, at the pass's start."""
         if pod.namespace and pod.namespace != self.namespace:
             return None
         sandbox_id, generation = pod.labels.get(self.sandbox_label), pod.labels.get(self.generation_label)
@@ -182,8 +183,10 @@ class Reconciler:
         self, conn: Connection, started_at: datetime, pods: list[PodState], attachments: dict[int, Attachment]
     ) -> list[_Suspect]:
         """Classify one page; record its suspects and forget the rest; return the suspects now due."""
-        now = datetime.now(UTC)
-        keyed = [(pod, key) for pod in pods if (key := self._key(pod, now)) is not None]
+        # A pod's age is measured against the database's clock at the pass's start (``started_at``), never
+        # this replica's wall clock: one that ran ahead (skew, a jump) would find a pod just created old
+        # enough, and a create whose execution row is not written yet a suspect.
+        keyed = [(pod, key) for pod in pods if (key := self._key(pod, started_at)) is not None]
         async with conn.transaction():
             states = await generations(conn, [key for _, key in keyed], attachments)
             suspects = [
