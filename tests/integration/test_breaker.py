@@ -141,7 +141,7 @@ def test_the_ceilings_window_counts_claims_that_may_still_delete_not_leases_a_go
     """sql/breaker_window.sql's rows claimed right now: a lease still running, or a row whose replica is
     live by its heartbeat (pod_sweeper.replicas) though its lease ran out (it may still record a delete);
     not a lease that ran out under a replica gone (crashed, stale): counted, such rows as many as the
-    ceiling held the breaker tripped for ever (issue 53's simulator, seed 47)."""
+    ceiling held the breaker tripped for ever (issue 53's simulator, seed 47 then, 38 now)."""
     pg.execute("INSERT INTO pod_sweeper.breaker (cluster) VALUES ('default') ON CONFLICT DO NOTHING")
     pg.execute(
         "INSERT INTO pod_sweeper.replicas (replica, host, release, schema_version, cluster, dry_run, rate_limit,"

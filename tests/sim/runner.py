@@ -125,8 +125,7 @@ class Shrunk:
     def save(self, path: str) -> str:
         with open(path, "w") as out:
             json.dump(self.choices, out)
-        mutant = f" --mutant {self.failure.mutant}" if self.failure.mutant else ""
-        return f".venv/bin/python -m tests.sim --seed {self.failure.seed}{mutant} --schedule {path}"
+        return f"{self.failure.replay} --schedule {path}"  # the seed's own command: its mutant, its switches
 
     def __str__(self) -> str:
         return (

@@ -70,7 +70,7 @@ ANSWER_KINDS = ("real", "429", "500", "503", "410", "401", "403", "none", "none_
 # too; rows left claimed by a crash or a lost commit, as many as the ceiling, then held the breaker
 # tripped for ever: their leases can be taken over only by a claim, which the budget no longer allows,
 # and a reset tripped it again at the next claim (issue 53's simulator found it; SIM_BREAKER_AS_SQL=1
-# python -m tests.sim --seed 47 replays that count). Counting only the leases still running is no fix:
+# python -m tests.sim --seed 38 replays that count). Counting only the leases still running is no fix:
 # a replica whose lease ran out behind a stall still holds its rows and records their deletes late, past
 # the ceiling (the simulator showed it). The statement now counts the claims that may still end in a
 # delete, a lease still running or a row a live replica may still hold (live by its heartbeat,
