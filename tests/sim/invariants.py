@@ -36,7 +36,10 @@ NAMES: dict[str, str] = {
     NO_CHARGE_UNSENT: "no attempt is charged by a result whose request was never sent",
     NO_RECORD_OVER_NEWER: "no result is recorded over a claim newer than its own",
     KEPT_NEVER_SENT: "a row held or paused before its claim is never sent",
-    STOP_HANDS_BACK: "a replica whose database answered throughout leaves no row claimed once its stop is done",
+    STOP_HANDS_BACK: (
+        "a replica whose database answered throughout (and before its drain's deadline) leaves no row claimed "
+        "once its stop is done"
+    ),
     OUTAGE_CHARGES_NOTHING: "no attempt is charged for a request sent in an outage before the server answers again",
     BREAKER_BOUND: "no more recorded deletes sent within a minute (since the last reset) than the ceiling",
     NO_TASK_DIES: "no task of a replica dies of an error",

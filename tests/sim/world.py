@@ -918,11 +918,21 @@ class SimSession:
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[object]:
+        replica = self.store.replica
         try:
             yield None
-            if self.world.db_fails(self.store.replica, self.world.faults.commit_lost):
-                self.world.note(f"{self.store.replica.name} commit answer lost")
+            if self.world.db_fails(replica, self.world.faults.commit_lost):
+                self.world.note(f"{replica.name} commit answer lost")
                 raise StoreError("the commit's answer never arrived (scripted)")
+        except asyncio.CancelledError:
+            # Cut off at its drain's deadline with a write applied (Sweeper.drain cancels a claim still
+            # unanswered then): on PostgreSQL it rolled back, or committed with its answer lost; the
+            # memory store keeps it, the second case, whose rows are their lease's, as designed. Before
+            # the deadline a cancelled claim is the bug `claim_cancelled_at_stop` puts back.
+            if self._wrote and replica.deadline is not None and self.world.loop.time() >= replica.deadline:
+                self.world.note(f"{replica.name} transaction cut off at the deadline")
+                replica.db_trouble = True
+            raise
         finally:
             if self._locked:  # the breaker row's lock ends with the transaction
                 self._locked = False
@@ -1100,6 +1110,7 @@ class Replica:
         self.world, self.name = world, name
         self.alive, self.stopping = True, False
         self.db_trouble = False  # a statement of its failed, stalled or lost its answer
+        self.deadline: float | None = None  # its drain's, once stopped
         self.in_hand: set[tuple[int, int]] = set()  # (row, epoch) of the claims its pipeline held at the last step
         self.written: set[tuple[int, int]] = set()  # (row, epoch) of every verdict a record statement of its carried
         self.skew = 0.0  # seconds its wall clock runs ahead of the database's (the script's clock jumps)
@@ -1176,8 +1187,10 @@ class Replica:
         self.world.note(f"{self.name} stop")
         loop = self.world.loop
 
+        self.deadline = deadline = loop.time() + self.world.settings.shutdown_timeout
+
         async def drain() -> None:
-            await self.sweeper.drain(loop.time() + self.world.settings.shutdown_timeout)
+            await self.sweeper.drain(deadline)
             self.world.note(f"{self.name} drained")
             self.kill_quietly()
             left = [row.id for row in self.world.memory.rows.values() if row.claimed_by == self.name]
