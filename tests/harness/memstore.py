@@ -26,7 +26,7 @@ confirmer's two statements (``terminating``: sql/confirm_claim.sql and sql/confi
 columns a record keeps for them, ``done_at`` and the confirmation's, each a time on the store's clock),
 and the breaker's surge watch's three (``arrivals``, ``recent_rate`` and ``trip``: sql/breaker_arrivals.sql,
 sql/breaker_recent_rate.sql and sql/breaker_trip.sql over ``enqueued_at``, the breaker's reason and the
-time of its last reset, ``resumed_at``, which ``reset_breaker`` sets as sql/breaker_reset.sql does).
+time of its last reset, ``reset_at``, which ``reset_breaker`` sets as sql/breaker_reset.sql does).
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ from pod_sweeper.store.rows import (
     Terminating,
     Verdict,
 )
-from pod_sweeper.store.sweep.rates import Arrivals
 
 BREAKER_WINDOW_SECONDS = 60.0
 
@@ -98,7 +97,7 @@ class MemoryStore:
         self.handed_on = 0  # times a replica handed its wakeups on (SweepSession.hand_on)
         self.claims = 0  # claim statements run
         self.tripped: str | None = None
-        self.resumed_at = float("-inf")  # the breaker's last reset (sql/breaker_reset.sql)
+        self.reset_at = float("-inf")  # the breaker's last reset (sql/breaker_reset.sql)
         self.claim_returns: asyncio.Event | None = None  # set: a claim's answer waits for it
         self.record_waits: asyncio.Event | None = None  # set: a record_results call waits for it to go on
         self._active: set[tuple[str, int]] = set()
@@ -183,8 +182,8 @@ class MemoryStore:
             waiting = row.next_attempt_at > now
             applies = {
                 Wait.CLAIMED: row.status is Status.CLAIMED and waiting,
-                Wait.HELD: f"uid:{row.pod_uid}" in kept,
-                Wait.PAUSED: f"ns:{row.pod_namespace}" in kept,
+                Wait.HELD: bool(kept) and f"uid:{row.pod_uid}" in kept,
+                Wait.PAUSED: bool(kept) and f"ns:{row.pod_namespace}" in kept,
                 Wait.BREAKER: tripped,
                 Wait.KUBE_UNAUTHORIZED: waiting and row.last_http_status == 401,
                 Wait.NAMESPACE_REFUSED: waiting and row.last_http_status == 403,
@@ -247,17 +246,18 @@ class MemoryStore:
         dry_run: bool = False,
         shadow: tuple[str, ...] = (),
         transaction_rows: int = 0,
-        resumed_at: float | None = None,
-    ) -> Arrivals:
+        reset_at: float | None = None,
+    ) -> int:
         """sql/breaker_arrivals.sql: the host's retires enqueued within the last ``window`` seconds and
-        since the breaker's last reset (``resumed_at``: another's than this view's, the simulator's world
+        since the breaker's last reset (``reset_at``: another's than this view's, the simulator's world
         keeps it), open ones that no hold, pause or dry run keeps and done ones not recorded as
-        would_delete; none of a host transaction (one ``enqueued_at``) of ``transaction_rows`` or more."""
+        would_delete; none of a host transaction (one ``enqueued_at``) of ``transaction_rows`` or more. The
+        count alone (the statement's ``arrived``; its ``tripped_reason`` is ``tripped``)."""
         now = self.clock()
-        since = max(now - window, self.resumed_at if resumed_at is None else resumed_at)
+        since = max(now - window, self.reset_at if reset_at is None else reset_at)
         by_transaction: dict[float, int] = {}
         for row in self.rows.values():
-            if row.reason not in ("retired", "row_deleted") or row.enqueued_at <= since:
+            if row.enqueued_at <= since or row.reason not in ("retired", "row_deleted"):
                 continue
             if row.status in (Status.PENDING, Status.CLAIMED):
                 counted = (
@@ -276,8 +276,7 @@ class MemoryStore:
                 )
             if counted:
                 by_transaction[row.enqueued_at] = by_transaction.get(row.enqueued_at, 0) + 1
-        arrived = sum(n for n in by_transaction.values() if not transaction_rows or n < transaction_rows)
-        return Arrivals(arrived, window, self.tripped)
+        return sum(n for n in by_transaction.values() if not transaction_rows or n < transaction_rows)
 
     def recent_rate(self, *, seconds: float) -> float:
         """sql/breaker_recent_rate.sql: the host's retires a second over the last ``seconds`` (open, or done
@@ -285,7 +284,7 @@ class MemoryStore:
         since = self.clock() - seconds
         arrived = 0
         for row in self.rows.values():
-            if row.reason not in ("retired", "row_deleted") or row.enqueued_at <= since:
+            if row.enqueued_at <= since or row.reason not in ("retired", "row_deleted"):
                 continue
             done_at = row.done_at
             if row.status in (Status.PENDING, Status.CLAIMED) or (
@@ -301,7 +300,7 @@ class MemoryStore:
 
     def reset_breaker(self) -> None:
         """sql/breaker_reset.sql: the breaker closed, and its arrivals counted from now."""
-        self.tripped, self.resumed_at = None, self.clock()
+        self.tripped, self.reset_at = None, self.clock()
 
     def is_kept(self, row: Row) -> bool:
         """Whether a hold or a pause keeps the row back now."""

@@ -519,13 +519,11 @@ async def arrivals(
     (every retire of the scenario is in it, on either clock): the count, and the breaker's reason."""
     args = {"window": 60.0, "dry_run": dry_run, "shadow": shadow, "transaction_rows": transaction_rows}
     if isinstance(world, MemoryKeeping):
-        seen = world.memory.arrivals(**args)
-    else:
-        assert isinstance(world, PostgresKeeping)
-        async with world.store.pool.connection() as conn:
-            found = await rates.arrivals(conn, cluster=world.cluster, **args)
-        assert found is not None
-        seen = found
+        return world.memory.arrivals(**args), world.memory.tripped
+    assert isinstance(world, PostgresKeeping)
+    async with world.store.pool.connection() as conn:
+        seen = await rates.arrivals(conn, cluster=world.cluster, **args)
+    assert seen is not None
     return seen.arrived, seen.tripped_reason
 
 
