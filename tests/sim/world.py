@@ -238,7 +238,7 @@ class World:
         # The breaker's surge rule on, the replicas' surge watches and bursts of retires that may trip it:
         # a stream of its own again, drawn in some runs only (the runs that draw none run as before it).
         self.surging = random.Random(f"{seed}:surge")
-        self.surge = self.surging.random() < 0.12
+        self.surge = self.surging.random() < 0.06
         self.memory = MemoryStore(_LoopClock(self.loop), replica="nobody")
         update: dict[str, Any] = {"max_deletes_per_minute": self.faults.breaker}
         if self.surge:
