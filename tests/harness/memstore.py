@@ -23,7 +23,10 @@ For the simulator (tests/sim), additions only, none of which a unit test's store
 (a hold of one pod's rows or a pause of a namespace: kept rows are neither claimed nor due, as
 ``pod_sweeper.keeping`` keeps them; rows claimed before are not recalled), ``retire``'s ``uid``, and the
 confirmer's two statements (``terminating``: sql/confirm_claim.sql and sql/confirm_result.sql over the
-columns a record keeps for them, ``done_at`` and the confirmation's, each a time on the store's clock).
+columns a record keeps for them, ``done_at`` and the confirmation's, each a time on the store's clock),
+and the breaker's surge watch's three (``arrivals``, ``recent_rate`` and ``trip``: sql/breaker_arrivals.sql,
+sql/breaker_recent_rate.sql and sql/breaker_trip.sql over ``enqueued_at``, the breaker's reason and the
+time of its last reset, ``reset_at``, which ``reset_breaker`` sets as sql/breaker_reset.sql does).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class Row:
     confirm_after: float | None = None
     confirmed_at: float | None = None
     stuck_at: float | None = None
+    enqueued_at: float = 0.0  # the retire's time (its transaction's start: the rows of one share it)
 
 
 class MemoryStore:
@@ -93,6 +97,7 @@ class MemoryStore:
         self.handed_on = 0  # times a replica handed its wakeups on (SweepSession.hand_on)
         self.claims = 0  # claim statements run
         self.tripped: str | None = None
+        self.reset_at = float("-inf")  # the breaker's last reset (sql/breaker_reset.sql)
         self.claim_returns: asyncio.Event | None = None  # set: a claim's answer waits for it
         self.record_waits: asyncio.Event | None = None  # set: a record_results call waits for it to go on
         self._active: set[tuple[str, int]] = set()
@@ -121,6 +126,7 @@ class MemoryStore:
             name or f"pod-{sandbox_id}",
             uid or uuid.uuid4(),
             self.clock(),
+            enqueued_at=self.clock(),
         )
         self.rows[row.id] = row
         return row
@@ -176,8 +182,8 @@ class MemoryStore:
             waiting = row.next_attempt_at > now
             applies = {
                 Wait.CLAIMED: row.status is Status.CLAIMED and waiting,
-                Wait.HELD: f"uid:{row.pod_uid}" in kept,
-                Wait.PAUSED: f"ns:{row.pod_namespace}" in kept,
+                Wait.HELD: bool(kept) and f"uid:{row.pod_uid}" in kept,
+                Wait.PAUSED: bool(kept) and f"ns:{row.pod_namespace}" in kept,
                 Wait.BREAKER: tripped,
                 Wait.KUBE_UNAUTHORIZED: waiting and row.last_http_status == 401,
                 Wait.NAMESPACE_REFUSED: waiting and row.last_http_status == 403,
@@ -232,6 +238,69 @@ class MemoryStore:
             row.confirm_after = None if was_gone else row.confirm_after
             if was_stuck and row.stuck_at is None:
                 row.stuck_at = now
+
+    def arrivals(
+        self,
+        *,
+        window: float,
+        dry_run: bool = False,
+        shadow: tuple[str, ...] = (),
+        transaction_rows: int = 0,
+        reset_at: float | None = None,
+    ) -> int:
+        """sql/breaker_arrivals.sql: the host's retires enqueued within the last ``window`` seconds and
+        since the breaker's last reset (``reset_at``: another's than this view's, the simulator's world
+        keeps it), open ones that no hold, pause or dry run keeps and done ones not recorded as
+        would_delete; none of a host transaction (one ``enqueued_at``) of ``transaction_rows`` or more. The
+        count alone (the statement's ``arrived``; its ``tripped_reason`` is ``tripped``)."""
+        now = self.clock()
+        since = max(now - window, self.reset_at if reset_at is None else reset_at)
+        by_transaction: dict[float, int] = {}
+        for row in self.rows.values():
+            if row.enqueued_at <= since or row.reason not in ("retired", "row_deleted"):
+                continue
+            if row.status in (Status.PENDING, Status.CLAIMED):
+                counted = (
+                    row.next_attempt_at > since
+                    and not dry_run
+                    and row.pod_namespace not in shadow
+                    and not self.is_kept(row)
+                )
+            else:
+                done_at = row.done_at
+                counted = (
+                    row.status is Status.DONE
+                    and done_at is not None
+                    and done_at > since
+                    and row.outcome is not Outcome.WOULD_DELETE
+                )
+            if counted:
+                by_transaction[row.enqueued_at] = by_transaction.get(row.enqueued_at, 0) + 1
+        return sum(n for n in by_transaction.values() if not transaction_rows or n < transaction_rows)
+
+    def recent_rate(self, *, seconds: float) -> float:
+        """sql/breaker_recent_rate.sql: the host's retires a second over the last ``seconds`` (open, or done
+        within them)."""
+        since = self.clock() - seconds
+        arrived = 0
+        for row in self.rows.values():
+            if row.enqueued_at <= since or row.reason not in ("retired", "row_deleted"):
+                continue
+            done_at = row.done_at
+            if row.status in (Status.PENDING, Status.CLAIMED) or (
+                row.status is Status.DONE and done_at is not None and done_at > since
+            ):
+                arrived += 1
+        return arrived / seconds
+
+    def trip(self, reason: str) -> None:
+        """sql/breaker_trip.sql: the breaker tripped, once (a tripped breaker keeps its first reason)."""
+        if self.tripped is None:
+            self.tripped = reason
+
+    def reset_breaker(self) -> None:
+        """sql/breaker_reset.sql: the breaker closed, and its arrivals counted from now."""
+        self.tripped, self.reset_at = None, self.clock()
 
     def is_kept(self, row: Row) -> bool:
         """Whether a hold or a pause keeps the row back now."""

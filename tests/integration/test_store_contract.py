@@ -23,7 +23,7 @@ from pod_sweeper.store.admin import bulk, controls
 from pod_sweeper.store.interface import SweepStore
 from pod_sweeper.store.reads import waits
 from pod_sweeper.store.rows import Claim, ClaimedBatch, Verdict
-from pod_sweeper.store.sweep import terminating
+from pod_sweeper.store.sweep import breaker, rates, terminating
 from pod_sweeper.store.sweep.pgstore import OutboxStore
 from pod_sweeper.store.sweep.recheck import load_attachments
 from pod_sweeper.tasks.rules import verdicts
@@ -510,3 +510,105 @@ def test_the_confirmers_statements_answer_as_the_real_ones(execs: psycopg.Connec
     }
     assert real[1][1] == [] and real[2][1:] == (["s0", "s4"], True) and real[4][1] == []
     assert real[3][1]["s0"] == (True, False, True, False) and real[3][1]["s4"] == (True, True, False, True)
+
+
+async def arrivals(
+    world: Keeping, *, dry_run: bool = False, shadow: tuple[str, ...] = (), transaction_rows: int = 0
+) -> tuple[int, str | None]:
+    """sql/breaker_arrivals.sql on PostgreSQL, ``MemoryStore.arrivals`` in memory, over a window of a minute
+    (every retire of the scenario is in it, on either clock): the count, and the breaker's reason."""
+    args = {"window": 60.0, "dry_run": dry_run, "shadow": shadow, "transaction_rows": transaction_rows}
+    if isinstance(world, MemoryKeeping):
+        return world.memory.arrivals(**args), world.memory.tripped
+    assert isinstance(world, PostgresKeeping)
+    async with world.store.pool.connection() as conn:
+        seen = await rates.arrivals(conn, cluster=world.cluster, **args)
+    assert seen is not None
+    return seen.arrived, seen.tripped_reason
+
+
+async def recent_rate(world: Keeping) -> float:
+    """sql/breaker_recent_rate.sql on PostgreSQL, ``MemoryStore.recent_rate`` in memory (ten minutes)."""
+    if isinstance(world, MemoryKeeping):
+        return world.memory.recent_rate(seconds=600.0)
+    assert isinstance(world, PostgresKeeping)
+    async with world.store.pool.connection() as conn:
+        return await rates.recent_rate(conn, cluster=world.cluster, seconds=600.0)
+
+
+async def trip_or_reset(world: Keeping, reason: str | None) -> None:
+    """sql/breaker_trip.sql (``reason``) or sql/breaker_reset.sql (None); ``trip`` and ``reset_breaker``."""
+    if isinstance(world, MemoryKeeping):
+        if reason is None:
+            world.memory.reset_breaker()
+        else:
+            world.memory.trip(reason)
+        return
+    assert isinstance(world, PostgresKeeping)
+    async with world.store.pool.connection() as conn:
+        if reason is None:
+            await breaker.reset_breakers(conn, cluster=world.cluster, all_clusters=False, who="contract")
+        else:
+            await breaker.trip_breaker(conn, world.cluster, reason, "contract")
+
+
+async def surge_scenario(world: Keeping) -> list[Any]:
+    """What the breaker's surge watch reads and writes: arrivals as a hold, a pause, dry run, a shadow
+    namespace and the transaction rule count them, as the rows are claimed, deleted, retried, recorded as
+    would_delete and discarded; the recent rate; a trip that keeps its first reason; a reset after which
+    nothing before it counts."""
+    seen: list[Any] = []
+    for sandbox in SANDBOXES:
+        world.retire(sandbox)
+    seen.append(("five retires arrived", await arrivals(world), await recent_rate(world)))
+    await world.hold("s1")
+    seen.append(("a hold keeps one out", await arrivals(world)))
+    await world.pause()
+    seen.append(("a pause keeps them all out, not of the rate", await arrivals(world), await recent_rate(world)))
+    await world.pause(kept=False)
+    await world.hold("s1", kept=False)
+    seen.append(
+        (
+            "dry run, a shadow namespace, another",
+            await arrivals(world, dry_run=True),
+            await arrivals(world, shadow=("sandboxes",)),
+            await arrivals(world, shadow=("elsewhere",)),
+        )
+    )
+    seen.append(
+        (
+            "each retire its own transaction",
+            await arrivals(world, transaction_rows=1),
+            await arrivals(world, transaction_rows=2),
+        )
+    )
+    claimed = by_sandbox((await claim(world, 3)).to_send)
+    seen.append(("three claimed", await arrivals(world)))
+    await record(
+        world,
+        [
+            Verdict(claimed["s0"].id, claimed["s0"].epoch, Result.DELETED, http_status=200),
+            Verdict(claimed["s1"].id, claimed["s1"].epoch, Result.RETRY, delay=600, error="503", http_status=503),
+            Verdict(claimed["s2"].id, claimed["s2"].epoch, Result.WOULD_DELETE),
+        ],
+    )
+    await world.discard(["s4"])
+    seen.append(("deleted, retried, would_delete, discarded", await arrivals(world), await recent_rate(world)))
+    await trip_or_reset(world, "the first surge")
+    await trip_or_reset(world, "a second look")
+    seen.append(("tripped once, its first reason kept", await arrivals(world)))
+    await trip_or_reset(world, None)
+    seen.append(("reset: nothing before it counts", await arrivals(world), await recent_rate(world)))
+    return seen
+
+
+def test_the_surge_watchs_statements_answer_as_the_real_ones(execs: psycopg.Connection[Any], db_url: str) -> None:
+    """``MemoryStore.arrivals``, ``recent_rate``, ``trip`` and ``reset_breaker``, the simulator's surge
+    watch's database, held to sql/breaker_arrivals.sql, sql/breaker_recent_rate.sql, sql/breaker_trip.sql
+    and sql/breaker_reset.sql."""
+    real = both_ways(surge_scenario, execs, db_url)
+    rate = 5 / 600
+    assert real[0][1:] == ((5, None), rate) and real[1][1] == (4, None) and real[2][1:] == ((0, None), rate)
+    assert real[3][1:] == ((0, None), (0, None), (5, None)) and real[4][1:] == ((0, None), (5, None))
+    assert real[5][1] == (5, None) and real[6][1:] == ((4, None), rate)
+    assert real[7][1] == (4, "the first surge") and real[8][1:] == ((0, None), rate)

@@ -28,6 +28,8 @@ REASON_AGREES = "a_waiting_rows_reason_agrees_with_its_state"
 STUCK_BY_THE_DATABASE = "stuck_only_by_the_databases_clock"
 TERMINATING_SETTLED = "a_terminating_pod_is_confirmed_or_reported"
 FORCED_ONLY_NODE_GONE = "a_pod_is_forced_only_once_its_node_is_gone"
+SURGE_TRIPS = "a_surge_trips_the_breaker"
+NO_CLAIM_PAST_TRIPPED = "no_claim_past_a_tripped_breaker"
 
 NAMES: dict[str, str] = {
     UID_PRECONDITION: "every DELETE carries the UID of the row it was sent for",
@@ -52,6 +54,8 @@ NAMES: dict[str, str] = {
     TERMINATING_SETTLED: "once healed, a pod left terminating is confirmed gone, or reported stuck past the limit "
     "and forced once its node is gone",
     FORCED_ONLY_NODE_GONE: "no pod is force-deleted while its node exists",
+    SURGE_TRIPS: "retires arriving faster than the surge rule allows trip the breaker within the watch's interval",
+    NO_CLAIM_PAST_TRIPPED: "no claim takes rows in a transaction whose read of the breaker found it tripped",
 }
 
 

@@ -4,9 +4,9 @@ command (``python -m tests.sim --mutant NAME``); nothing in the shipped code kno
 
 Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelled_at_stop``,
 ``handed_back_charged``, ``outage_ignored``, ``sent_stamped_before_the_hook``, ``budget_ignores_claimed``,
-``one_claim_per_row``, ``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``, ``force_whatever_the_node``
-and ``never_forcing`` patch the daemon's own code;
-``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
+``one_claim_per_row``, ``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``, ``force_whatever_the_node``,
+``never_forcing``, ``surge_looked_at_once_a_minute`` and ``claim_past_a_tripped_breaker`` patch the daemon's
+own code; ``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
 claim-epoch fence (sql/record_results.sql) and the holds and pauses (``pod_sweeper.keeping``) live.
 """
 
@@ -20,15 +20,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
+from loguru import logger
+
 from harness.memstore import MemorySession, MemoryStore, Row
+from pod_sweeper.core import periodic
+from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.kube.answer import Answer, Said
 from pod_sweeper.kube.config import ThrottledRefresh
 from pod_sweeper.kube.errors import KubeError
 from pod_sweeper.kube.interface import PodEvent, SweepKube
+from pod_sweeper.store.interface import SweepSession
 from pod_sweeper.store.rows import Attempt, BreakerWindow, Claim, Verdict
 from pod_sweeper.tasks.loops.confirmer import BATCH, RECHECK_SECONDS, Confirmer
 from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.loops.surge import SurgeWatch
 from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.rules.verdicts import Sent
 from pod_sweeper.tasks.sweep import claimer
@@ -265,6 +272,35 @@ async def never_forcing(self: Confirmer, namespace: str, name: str, uid: str, no
     return  # MUTANT
 
 
+async def surge_looked_at_once_a_minute(self: SurgeWatch) -> None:
+    """``SurgeWatch.run`` looking at the arrivals once a minute, not every half second: a burst is claimed
+    and swept before the watch judges it."""
+    while True:
+        if self.activity is not None:
+            self.activity.clear()
+        try:
+            await self.step()
+        except psycopg.Error as exc:
+            self.quiet = False
+            logger.warning("the breaker's surge watch failed: {error}", error=first_line(exc))
+        await periodic.pause(60.0)  # MUTANT: SURGE_INTERVAL, whatever the last look found
+
+
+async def claim_past_a_tripped_breaker(self: claimer.Claimer, session: SweepSession, want: int) -> int:
+    """``Claimer._breaker_budget`` that, with the surge and transaction rules alone (no per-minute
+    ceiling), reads the breaker tripped and claims all the same (its workers hand the rows back)."""
+    limit = self.settings.max_deletes_per_minute
+    if not self.settings.breaker_on:
+        return want
+    if not limit:
+        self.breaker.observe(await session.breaker_tripped())
+        return want  # MUTANT: 0 while tripped
+    return await _BREAKER_BUDGET(self, session, want)
+
+
+_BREAKER_BUDGET = claimer.Claimer._breaker_budget
+
+
 @dataclass(frozen=True)
 class Mutant:
     target: Any
@@ -291,6 +327,10 @@ MUTANTS: dict[str, Mutant] = {
         Confirmer, "_force_if_node_gone", force_whatever_the_node, inv.FORCED_ONLY_NODE_GONE
     ),
     "never_forcing": Mutant(Confirmer, "_force_if_node_gone", never_forcing, inv.TERMINATING_SETTLED),
+    "surge_looked_at_once_a_minute": Mutant(SurgeWatch, "run", surge_looked_at_once_a_minute, inv.SURGE_TRIPS),
+    "claim_past_a_tripped_breaker": Mutant(
+        claimer.Claimer, "_breaker_budget", claim_past_a_tripped_breaker, inv.NO_CLAIM_PAST_TRIPPED
+    ),
 }
 
 

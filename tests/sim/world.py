@@ -8,7 +8,9 @@ the jitter. What stands in: the database is ``harness.memstore.MemoryStore`` (he
 PostgreSQL by tests/integration/test_store_contract.py), one view per replica, behind ``SimStore``,
 which adds a round trip to every statement and the faults; the API server is ``Cluster``, which keeps
 the pods and answers each DELETE as the real one does (the UID precondition, a 409's GET) unless the
-seed draws a fault. The outage watch's database row goes nowhere (``_NoPool``). The breaker's row is
+seed draws a fault. The outage watch's database row goes nowhere (``_NoPool``). In a run with the
+breaker's surge rule on (``World.surge``), each replica runs the real ``tasks.loops.surge.SurgeWatch`` too,
+its statements the memory store's (``SurgePool``). The breaker's row is
 the world's (its reason, its lock held for a claim's transaction, its reset), read through the memory
 store's window (see ``BREAKER_AS_SQL``).
 
@@ -50,11 +52,15 @@ from pod_sweeper.core.waits import DUE, ROW_ORDER, UNSWEPT_AFTER_SECONDS, Wait
 from pod_sweeper.kube.answer import Answer
 from pod_sweeper.kube.errors import KubeError
 from pod_sweeper.kube.interface import PodEvent, PodPage, PodState
+from pod_sweeper.store import queries
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.interface import StoreError
 from pod_sweeper.store.rows import Arming, AtClaim, BreakerWindow, ClaimedBatch, Terminating, Verdict
 from pod_sweeper.tasks.loops.confirmer import Confirmer
 from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.loops.surge import SurgeWatch
+from pod_sweeper.tasks.rules.gates import BreakerGate
+from pod_sweeper.tasks.rules.surge import SURGE_INTERVAL, SURGE_WINDOW
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 from sim import invariants as inv
 from sim.credentials import Credentials
@@ -84,6 +90,13 @@ SETTLE_LIMIT = 900.0  # virtual seconds the healed world may take to end every r
 STUCK_SECONDS = 12.0
 CONFIRM_LIMIT = 300.0  # virtual seconds the healed world's confirmers may take to settle every terminating pod
 NODES = ("node-a", "node-b")
+# The surge rule in the runs that draw it (``World.surge``): POD_SWEEPER_BREAKER_SURGE_FACTOR and a floor
+# low enough that a burst of a few dozen retires trips it (more than 12 within the watch's two seconds),
+# high enough that the rows a run starts with (10 at most, at once) do not.
+SURGE_FACTOR = 4.0
+SURGE_FLOOR = 6.0
+# How long past the watch's interval a surge the rule trips on may go untripped: the watch's round trips.
+SURGE_SLACK = 0.1
 
 
 def base_settings() -> Settings:
@@ -222,14 +235,24 @@ class World:
         self.slow = random.Random(f"{seed}:terminating")
         self.terminating = self.slow.random() < 0.3
         self.nodes_gone: set[str] = set()
+        # The breaker's surge rule on, the replicas' surge watches and bursts of retires that may trip it:
+        # a stream of its own again, drawn in some runs only (the runs that draw none run as before it).
+        self.surging = random.Random(f"{seed}:surge")
+        self.surge = self.surging.random() < 0.06
         self.memory = MemoryStore(_LoopClock(self.loop), replica="nobody")
-        self.settings = _BASE.model_copy(update={"max_deletes_per_minute": self.faults.breaker})
+        update: dict[str, Any] = {"max_deletes_per_minute": self.faults.breaker}
+        if self.surge:
+            update |= {"breaker_surge_factor": SURGE_FACTOR, "breaker_surge_floor": SURGE_FLOOR}
+        self.settings = _BASE.model_copy(update=update)
         # The cluster's breaker row: its reason, the lock a claim holds it by, when it was last reset,
         # and the send time of each delete recorded (the bound's count).
         self.tripped: str | None = None
         self.breaker_lock = asyncio.Lock()
         self.resumed_at = float("-inf")
         self.recorded_deletes: list[float] = []
+        self.trips = 0  # times the breaker tripped (a claim that read it tripped names the trip it read)
+        self._surging_since: dict[str, float] = {}  # replica -> since when its watch's rule says trip
+        self._surge_checked: tuple[float, int] = (0.0, 0)
         self.pods: dict[tuple[str, str], Pod] = {}
         self.requests: list[Request] = []
         self.issued: dict[str, float] = {}  # every credential token issued -> when it expires
@@ -288,8 +311,8 @@ class World:
             waiting = row.next_attempt_at > now
             truth = {
                 Wait.CLAIMED: row.status is Status.CLAIMED and waiting,
-                Wait.HELD: f"uid:{row.pod_uid}" in self.kept_since,
-                Wait.PAUSED: f"ns:{row.pod_namespace}" in self.kept_since,
+                Wait.HELD: bool(self.kept_since) and f"uid:{row.pod_uid}" in self.kept_since,
+                Wait.PAUSED: bool(self.kept_since) and f"ns:{row.pod_namespace}" in self.kept_since,
                 Wait.BREAKER: tripped,
             }
             expected = next((wait.value for wait in ROW_ORDER if truth.get(wait)), None)
@@ -306,8 +329,53 @@ class World:
                 )
                 return
 
+    def trip(self, replica: Replica, reason: str, by: str) -> None:
+        """The breaker's row tripped (sql/breaker_trip.sql keeps the first reason; the claimer's trip
+        writes its own over it, which no check reads)."""
+        if self.tripped is None:
+            self.trips += 1
+        if by == "the claim" or self.tripped is None:
+            self.tripped = reason
+        self.note(f"{replica.name} trips the breaker" if by == "the claim" else f"{replica.name}'s {by} trips it")
+
+    def _check_surge(self) -> None:
+        """``a_surge_trips_the_breaker``: while the host's retires the surge watch counts (sql/
+        breaker_arrivals.sql in its memory form, held to it by the store contract test) come faster than
+        the surge rule's threshold by a live replica's watch's recent rate, the breaker is tripped within
+        the watch's interval (and its round trips). The count falls only with time between the steps that
+        add or keep rows, so a rule that holds at two steps held between them."""
+        now = self.loop.time()
+        moment = (now, len(self.trace))
+        if moment == self._surge_checked:
+            return
+        self._surge_checked = moment
+        if self.tripped is not None:
+            self._surging_since.clear()
+            return
+        arrived = self.memory.arrivals(window=SURGE_WINDOW, reset_at=self.resumed_at)
+        rate = arrived / SURGE_WINDOW
+        for replica in self.replicas:
+            watch = replica.surge_watch
+            if not replica.alive or watch is None or watch.baseline is None:
+                self._surging_since.pop(replica.name, None)
+                continue
+            threshold = watch.rules.threshold(watch.baseline.rate)
+            if rate <= threshold:
+                self._surging_since.pop(replica.name, None)
+                continue
+            since = self._surging_since.setdefault(replica.name, now)
+            if now - since > SURGE_INTERVAL + SURGE_SLACK:
+                self.broke(
+                    inv.SURGE_TRIPS,
+                    f"{arrived} retires in {SURGE_WINDOW:g} s ({rate:.1f}/s) over {replica.name}'s "
+                    f"threshold {threshold:.1f}/s since {since:.3f}, the breaker not tripped",
+                )
+                return
+
     def _after_step(self) -> None:
         self._check_reasons()
+        if self.surge:
+            self._check_surge()
         for replica in self.replicas:
             if replica.alive:
                 replica.check_hand()
@@ -621,12 +689,28 @@ class World:
                 at(self._reset_breaker)
         for _ in range(self.discards):
             events.append((self.later.uniform(0.0, HORIZON), len(events), self._discard))
+        if self.surge:
+            self._bursts(events, rows + faults.arrivals)
         if self.terminating:
             for _ in range(self.slow.choice((0, 1, 2, 3))):
                 events.append((self.slow.uniform(0.0, HORIZON), len(events), self._jump))
             if self.slow.random() < 0.5:
                 events.append((self.slow.uniform(0.0, HORIZON), len(events), self._node_gone))
         return events
+
+    def _bursts(self, events: list[tuple[float, int, Callable[[], None]]], first: int) -> None:
+        """One or two bursts of retires (a script, a bad migration run in many transactions): 8 to 24
+        within a tenth of a second to a second and a half, some over the surge rule's floor, some under;
+        and the on-call's ``reset-breaker`` once or twice."""
+        surging = self.surging
+        sizes = [surging.randint(8, 24) for _ in range(surging.choice((1, 1, 2)))]
+        ids = iter(range(first, first + sum(sizes)))
+        for size in sizes:
+            start, spread = surging.uniform(0.0, HORIZON - 2.0), surging.uniform(0.1, 1.5)
+            for _ in range(size):
+                events.append((start + surging.uniform(0.0, spread), len(events), lambda: self._arrive(next(ids))))
+        for _ in range(surging.choice((1, 2))):
+            events.append((surging.uniform(0.0, HORIZON), len(events), self._reset_breaker))
 
     def _jump(self) -> None:
         """One live replica's wall clock jumps forward or back (NTP stepping it, a VM resumed); the
@@ -891,6 +975,55 @@ class SimRows:
         await asyncio.sleep(world.slow.uniform(0.0, 0.004))
 
 
+class _Cursor:
+    def __init__(self, row: dict[str, Any] | None) -> None:
+        self.row = row
+
+    async def fetchone(self) -> dict[str, Any] | None:
+        return self.row
+
+
+class SurgePool:
+    """One replica's surge watch's pool (a run with the surge rule on): its three statements, sql/
+    breaker_recent_rate.sql, sql/breaker_arrivals.sql and sql/breaker_trip.sql, are the memory store's
+    ``recent_rate``, ``arrivals`` and ``trip`` (held to them by the store contract test), each a round
+    trip of a few milliseconds; the breaker's reason and its last reset are the world's. Its statements
+    never fail: the watch's own failure is logged and looked at again half a second later."""
+
+    def __init__(self, world: World, replica: Replica) -> None:
+        self.world, self.replica = world, replica
+
+    def connection(self) -> AbstractAsyncContextManager[Connection]:
+        return self._connection()
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Connection]:
+        await asyncio.sleep(self.world.surging.uniform(0.0, 0.004))
+        yield cast(Connection, self)
+
+    async def execute(self, query: str, params: dict[str, Any]) -> _Cursor:
+        world = self.world
+        await asyncio.sleep(world.surging.uniform(0.0, 0.004))
+        row: dict[str, Any] | None = None
+        if query == queries.load("breaker_arrivals"):
+            arrived = world.memory.arrivals(
+                window=params["window"],
+                dry_run=params["dry_run"],
+                shadow=tuple(params["shadow"] or ()),
+                transaction_rows=params["transaction_rows"],
+                reset_at=world.resumed_at,
+            )
+            row = {"arrived": arrived, "tripped_reason": world.tripped}
+        elif query == queries.load("breaker_recent_rate"):
+            row = {"rate": world.memory.recent_rate(seconds=params["seconds"])}
+        elif query == queries.load("breaker_trip"):
+            world.trip(self.replica, params["reason"], "surge watch")
+        else:
+            raise AssertionError(f"the simulator's surge watch knows no statement {query[:60]!r}")
+        await asyncio.sleep(world.surging.uniform(0.0, 0.004))
+        return _Cursor(row)
+
+
 class SimStore:
     """One replica's ``SweepStore``: the memory store's view, each statement a round trip the seed times
     and may fail (before it applies, or, at a commit, after: the answer lost)."""
@@ -915,10 +1048,12 @@ class SimSession:
         self._inner = MemorySession(store.memory)
         self._wrote = False  # a statement of this transaction applied: a later failure would roll it back
         self._locked = False  # this transaction holds the breaker row's lock (breaker_lock.sql)
+        self._saw_trip: int | None = None  # the trip this transaction's read of the breaker found, if any
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[object]:
         replica = self.store.replica
+        self._saw_trip = None
         try:
             yield None
             if self.world.db_fails(replica, self.world.faults.commit_lost):
@@ -971,6 +1106,11 @@ class SimSession:
                 guard=guard,
                 transaction_rows=transaction_rows,
             )
+            if claimed.to_send and world.tripped is not None and self._saw_trip == world.trips:
+                world.broke(
+                    inv.NO_CLAIM_PAST_TRIPPED,
+                    f"{name} claimed {[c.id for c in claimed.to_send]} in a transaction that read the breaker tripped",
+                )
             world.seq += 1
             for claim in [*claimed.to_send, *(c for c, _ in claimed.decided)]:
                 world.claimed_at[(claim.id, claim.epoch)] = (name, world.seq)
@@ -1078,18 +1218,20 @@ class SimSession:
                     if r.status is Status.CLAIMED
                     and (r.next_attempt_at > now or (r.claimed_by, r.id, r.claim_epoch) in held)
                 )
+            self._saw_trip = world.trips if world.tripped is not None else None
             return dataclasses.replace(window, tripped_reason=world.tripped, claimed=claimed)
 
         return await self._statement("breaker_window", read)
 
     async def breaker_tripped(self) -> str | None:
         await self._statement("breaker_tripped", self._inner.breaker_tripped)
-        return self.world.tripped
+        world = self.world
+        self._saw_trip = world.trips if world.tripped is not None else None
+        return world.tripped
 
     async def trip_breaker(self, reason: str) -> None:
         async def trip() -> None:
-            self.world.tripped = reason
-            self.world.note(f"{self.store.replica.name} trips the breaker")
+            self.world.trip(self.store.replica, reason, "the claim")
 
         await self._statement("trip_breaker", trip)
 
@@ -1125,6 +1267,8 @@ class Replica:
         pool = cast(AsyncConnectionPool[Connection], _NoPool())
         rng = random.Random(world.rng.getrandbits(64))
         self.outage = OutageWatch(settings, pool, self.kube, metrics, clock=loop.time, rng=rng)
+        # The breaker's gate, shared by the sweeper and the surge watch as the runner shares it.
+        breaker = BreakerGate() if world.surge else None
         self.sweeper = Sweeper(
             settings,
             self.store,
@@ -1134,6 +1278,7 @@ class Replica:
             clock=loop.time,
             timer=loop.time,
             rng=rng,
+            breaker=breaker,
         )
         self.tasks = [
             loop.create_task(self.sweeper.run(), name=f"{name}-sweeper"),
@@ -1144,6 +1289,11 @@ class Replica:
                 settings, pool, self.kube, metrics, self.outage, rows=SimRows(world, self), timer=loop.time
             )
             self.tasks.append(loop.create_task(self.confirmer.run(), name=f"{name}-confirmer"))
+        self.surge_watch: SurgeWatch | None = None
+        if breaker is not None:
+            surge_pool = cast(AsyncConnectionPool[Connection], SurgePool(world, self))
+            self.surge_watch = SurgeWatch(settings, surge_pool, breaker, metrics, clock=loop.time)
+            self.tasks.append(loop.create_task(self.surge_watch.run(), name=f"{name}-surge"))
         for task in self.tasks:
             task.add_done_callback(self._ended)
 
