@@ -11,6 +11,9 @@ WHERE o.id IN (
     SELECT id FROM pod_sweeper.outbox
     WHERE cluster = %(cluster)s
       AND confirm_after <= now() AND confirmed_at IS NULL AND status = 'done' AND outcome = 'deleted'
+      -- every writer of a done row sets done_at; a row an operator's hand left without one has no age to
+      -- judge, and would stop the confirmer
+      AND done_at IS NOT NULL
     ORDER BY confirm_after
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED

@@ -206,6 +206,7 @@ class MemoryStore:
                 and r.confirmed_at is None
                 and r.status is Status.DONE
                 and r.outcome is Outcome.DELETED
+                and r.done_at is not None
             ),
             key=lambda r: (r.confirm_after or 0.0, r.id),
         )[:batch]

@@ -5,9 +5,10 @@ command (``python -m tests.sim --mutant NAME``); nothing in the shipped code kno
 Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelled_at_stop``,
 ``handed_back_charged``, ``outage_ignored``, ``sent_stamped_before_the_hook``, ``budget_ignores_claimed``,
 ``one_claim_per_row``, ``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``, ``force_whatever_the_node``,
-``never_forcing``, ``surge_looked_at_once_a_minute`` and ``claim_past_a_tripped_breaker`` patch the daemon's
-own code; ``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
-claim-epoch fence (sql/record_results.sql) and the holds and pauses (``pod_sweeper.keeping``) live.
+``never_forcing``, ``grace_not_confirmed``, ``surge_looked_at_once_a_minute`` and
+``claim_past_a_tripped_breaker`` patch the daemon's own code; ``fence_dropped`` and ``keeping_ignored`` patch
+the memory store, which stands for the SQL where the claim-epoch fence (sql/record_results.sql) and the holds
+and pauses (``pod_sweeper.keeping``) live.
 """
 
 from __future__ import annotations
@@ -150,6 +151,15 @@ async def drain_cancelling_the_claim(self: Sweeper, deadline: float) -> None:
     if (claimer := self._task("claimer")) is not None:
         claimer.cancel()  # MUTANT: the drain let a claim in flight come back instead
     await _drain(self, deadline)
+
+
+_DECIDE = verdicts.decide
+
+
+def decide_without_confirming(claim: Claim, sent: Sent, policy: verdicts.Policy, **why: Any) -> Verdict:
+    """``verdicts.decide`` with a DELETE that left its pod terminating taken as done with it: no look
+    after its grace period, the row confirmed at once while its pod is still there."""
+    return dataclasses.replace(_DECIDE(claim, sent, policy, **why), confirm_in=None)  # MUTANT: was the grace's
 
 
 def handed_back_charged(
@@ -327,6 +337,7 @@ MUTANTS: dict[str, Mutant] = {
         Confirmer, "_force_if_node_gone", force_whatever_the_node, inv.FORCED_ONLY_NODE_GONE
     ),
     "never_forcing": Mutant(Confirmer, "_force_if_node_gone", never_forcing, inv.TERMINATING_SETTLED),
+    "grace_not_confirmed": Mutant(verdicts, "decide", decide_without_confirming, inv.TERMINATING_SETTLED),
     "surge_looked_at_once_a_minute": Mutant(SurgeWatch, "run", surge_looked_at_once_a_minute, inv.SURGE_TRIPS),
     "claim_past_a_tripped_breaker": Mutant(
         claimer.Claimer, "_breaker_budget", claim_past_a_tripped_breaker, inv.NO_CLAIM_PAST_TRIPPED

@@ -865,10 +865,16 @@ class World:
         up to ``CONFIRM_LIMIT``."""
         now, found = self.memory.clock(), []
         for row in self.memory.rows.values():
-            if row.confirm_after is None or row.confirmed_at is not None or row.done_at is None:
+            if row.done_at is None or row.outcome is not Outcome.DELETED:
                 continue
             pod = self._pod(row.pod_namespace, row.pod_name)
             age = now - row.done_at
+            if row.confirmed_at is not None or row.confirm_after is None:
+                # Confirmed (by a look, or at once by a DELETE that left nothing terminating): judged by
+                # the world's pods, not the row's columns, so a confirmation the pod belies is found too.
+                if pod is not None and pod.uid == str(row.pod_uid) and not pod.active:
+                    found.append(f"row {row.id} confirmed, its pod still there {age:.3f} s after its DELETE")
+                continue
             if pod is None or pod.uid != str(row.pod_uid):
                 found.append(f"row {row.id}'s pod is gone, not confirmed {age:.3f} s after its DELETE")
             elif pod.node in self.nodes_gone:
@@ -1049,24 +1055,29 @@ class SimSession:
         self._wrote = False  # a statement of this transaction applied: a later failure would roll it back
         self._locked = False  # this transaction holds the breaker row's lock (breaker_lock.sql)
         self._saw_trip: int | None = None  # the trip this transaction's read of the breaker found, if any
+        # (row, epoch) of the claims this transaction took and of the verdicts it carries: what a cut-off
+        # at the drain's deadline leaves to the lease
+        self._at_stake: set[tuple[int, int]] = set()
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[object]:
         replica = self.store.replica
         self._saw_trip = None
+        self._at_stake = set()
         try:
             yield None
             if self.world.db_fails(replica, self.world.faults.commit_lost):
                 self.world.note(f"{replica.name} commit answer lost")
                 raise StoreError("the commit's answer never arrived (scripted)")
         except asyncio.CancelledError:
-            # Cut off at its drain's deadline with a write applied (Sweeper.drain cancels a claim still
-            # unanswered then): on PostgreSQL it rolled back, or committed with its answer lost; the
-            # memory store keeps it, the second case, whose rows are their lease's, as designed. Before
-            # the deadline a cancelled claim is the bug `claim_cancelled_at_stop` puts back.
-            if self._wrote and replica.deadline is not None and self.world.loop.time() >= replica.deadline:
+            # Cut off at its drain's deadline (Sweeper.drain cancels a claim still unanswered then, and
+            # gives the last record until then): on PostgreSQL it rolled back, or committed with its
+            # answer lost; either way the rows it claimed or carried a verdict for are their lease's, as
+            # designed, and only those. Before the deadline a cancelled claim is the bug
+            # `claim_cancelled_at_stop` puts back.
+            if self._at_stake and replica.deadline is not None and self.world.loop.time() >= replica.deadline:
                 self.world.note(f"{replica.name} transaction cut off at the deadline")
-                replica.db_trouble = True
+                replica.cut_off |= self._at_stake
             raise
         finally:
             if self._locked:  # the breaker row's lock ends with the transaction
@@ -1112,6 +1123,7 @@ class SimSession:
                     f"{name} claimed {[c.id for c in claimed.to_send]} in a transaction that read the breaker tripped",
                 )
             world.seq += 1
+            self._at_stake.update((claim.id, claim.epoch) for claim in claimed.to_send)
             for claim in [*claimed.to_send, *(c for c, _ in claimed.decided)]:
                 world.claimed_at[(claim.id, claim.epoch)] = (name, world.seq)
             for claim, verdict in claimed.decided:
@@ -1173,6 +1185,7 @@ class SimSession:
             return owned
 
         self._wrote = True
+        self._at_stake.update((v.id, v.epoch) for v in verdicts)
         return await self._statement("record_results", apply)
 
     def _sent(self, verdict: Verdict) -> Request | None:
@@ -1253,6 +1266,7 @@ class Replica:
         self.alive, self.stopping = True, False
         self.db_trouble = False  # a statement of its failed, stalled or lost its answer
         self.deadline: float | None = None  # its drain's, once stopped
+        self.cut_off: set[tuple[int, int]] = set()  # (row, epoch) its transactions cut off at the deadline left
         self.in_hand: set[tuple[int, int]] = set()  # (row, epoch) of the claims its pipeline held at the last step
         self.written: set[tuple[int, int]] = set()  # (row, epoch) of every verdict a record statement of its carried
         self.skew = 0.0  # seconds its wall clock runs ahead of the database's (the script's clock jumps)
@@ -1344,7 +1358,10 @@ class Replica:
             self.world.note(f"{self.name} drained")
             self.kill_quietly()
             left = [row.id for row in self.world.memory.rows.values() if row.claimed_by == self.name]
-            left = [i for i in left if self.world.memory.rows[i].status is Status.CLAIMED]
+            rows = self.world.memory.rows
+            left = [
+                i for i in left if rows[i].status is Status.CLAIMED and (i, rows[i].claim_epoch) not in self.cut_off
+            ]
             if left and not self.db_trouble:
                 self.world.broke(inv.STOP_HANDS_BACK, f"{self.name} stopped with rows {left} still claimed")
 
