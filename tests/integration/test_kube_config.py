@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.config.config_exception import ConfigException
 
 from pod_sweeper.core.errors import ConfigError
 from pod_sweeper.kube.answer import Said
 from pod_sweeper.kube.api import KubeClient
 from pod_sweeper.kube.config import ThrottledRefresh, load_configuration
+from pod_sweeper.kube.errors import KubeError
 
 
 def test_explicit_kubeconfig_talks_to_the_server(kube: Any) -> None:
@@ -52,16 +54,53 @@ def test_a_delete_says_when_it_went_on_the_wire_after_the_credential_hook(kube: 
     assert conflict.said is Said.CONFLICT and (delete.method, get.method) == ("DELETE", "GET")
     assert conflict.left is not None and hooked[-2] < conflict.left < delete.at < hooked[-1] < get.at
 
-    # A hook that fails as the network does (an OIDC refresh's connection refused): no answer, never
-    # sent, and not stamped with the time of the request this thread sent before.
+    # A hook that fails as the network does (an OIDC refresh's connection refused): never sent, so
+    # unsent rather than no answer, and not stamped with the time of the request this thread sent before.
     def refuse(_: Any) -> None:
         raise ConnectionRefusedError("the token endpoint refused the connection")
 
     configuration.refresh_api_key_hook = refuse
     sent = len(kube.requests)
     unsent = kube_client.delete_pod("ns", "q", "not-its-uid", timeout=2)
-    assert unsent.said is Said.NO_ANSWER and len(kube.requests) == sent
+    assert unsent.said is Said.UNSENT and len(kube.requests) == sent
     assert unsent.left is None
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ConnectionRefusedError("the token endpoint refused the connection"),  # the IdP down
+        ConfigException("exec: process returned 1"),  # what the loader raises for a plugin or provider
+        RuntimeError("invalid_grant: the refresh token was revoked"),  # anything else a hook raises
+    ],
+    ids=lambda failure: type(failure).__name__,
+)
+def test_a_delete_whose_credential_hook_fails_is_unsent_and_charges_nothing(kube: Any, failure: Exception) -> None:
+    """A credential hook that cannot get a token, whatever it raises, sends nothing: the DELETE, a
+    GET and the outage watch's probe come back ``unsent`` (never ``no_answer``, which the outage watch
+    would probe into, nor ``unforeseen``, which is charged: a plugin down for longer than the attempt
+    budget once killed every row it met; the answer table's case is tests/unit/test_verdicts.py's)."""
+    configuration = load_configuration(kube.kubeconfig, None, pool_size=2)
+    kube_client = KubeClient(configuration)
+    uid = kube.create_pod("ns", "p")["metadata"]["uid"]
+
+    def fail(_: Any) -> None:
+        raise failure
+
+    configuration.refresh_api_key_hook = fail
+    sent = len(kube.requests)
+    answer = kube_client.delete_pod("ns", "p", uid, timeout=2)
+    assert (answer.said, answer.label, answer.left) == (Said.UNSENT, "unsent", None)
+    assert type(failure).__name__ in str(answer) and not answer.answered and not answer.needs_probe
+    with pytest.raises(KubeError) as raised:
+        kube_client.pod_state("ns", "p", timeout=2)
+    assert raised.value.answer.said is Said.UNSENT
+    assert kube_client.probe(timeout=2).said is Said.UNSENT
+    assert len(kube.requests) == sent
+
+    # The hook works again: the same client sends, and the server answers.
+    configuration.refresh_api_key_hook = lambda _: None
+    assert kube_client.delete_pod("ns", "p", uid, timeout=2).said is Said.DONE
 
 
 def test_usual_lookup_uses_the_kubeconfig_variable(kube: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,6 +45,7 @@ WHAT_EACH_KIND_TELLS = {
     Said.SERVER_ERROR: (True, False, False),
     Said.NO_ANSWER: (True, False, False),
     Said.UNFORESEEN: (False, False, False),  # a bug is no news about the server
+    Said.UNSENT: (False, False, False),  # a bug is no news about the server
 }
 
 
@@ -60,3 +61,6 @@ def test_the_label_and_the_line() -> None:
     assert str(Answer.none("timed out")) == "no answer from the API server: timed out"
     assert str(Answer.of(404, "NotFound")) == "404 NotFound"
     assert str(Answer.unforeseen(KeyError("x"))) == "KeyError: 'x'"
+    unsent = Answer.unsent(ConnectionRefusedError("the token endpoint"))
+    assert unsent.label == "unsent"
+    assert str(unsent) == "not sent, no credentials: ConnectionRefusedError: the token endpoint"

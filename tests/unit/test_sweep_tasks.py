@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -203,8 +204,13 @@ def test_a_row_whose_lease_ran_short_in_the_queue_goes_back_unsent_and_uncharged
     assert r.kube.calls == [] and (row.status, row.attempts) == (Status.PENDING, 0)
 
 
-def test_a_401_stops_the_rest_of_its_chunk_and_every_row_goes_back_uncharged() -> None:
-    kube = ScriptedKube(answer=lambda name: Answer.of(401, "Unauthorized", "401 Unauthorized"))
+@pytest.mark.parametrize(
+    "refused",
+    [Answer.of(401, "Unauthorized", "401 Unauthorized"), Answer.unsent(RuntimeError("invalid_grant"))],
+    ids=["401", "the credential hook failed"],
+)
+def test_a_401_stops_the_rest_of_its_chunk_and_every_row_goes_back_uncharged(refused: Answer) -> None:
+    kube = ScriptedKube(answer=lambda name: refused)
     r = rig(kube, concurrency=1, batch_size=8)
     r.retire(8)
     pipeline, sender = r.sweeper.pipeline, r.sweeper.sender
@@ -216,9 +222,10 @@ def test_a_401_stops_the_rest_of_its_chunk_and_every_row_goes_back_uncharged() -
         sender.close()
 
     go(scenario())
-    assert r.kube.calls == ["pod-s0"]  # one 401, and the chunk's other seven never went out
+    assert r.kube.calls == ["pod-s0"]  # one refusal, and the chunk's other seven never went out
     assert {(row.status, row.attempts) for row in r.store.rows.values()} == {(Status.PENDING, 0)}
     assert r.sweeper.status.refusing is not None
+    assert r.count("pod_sweeper_kube_responses_total", code=refused.label) == 1
 
 
 # --- the recorder ------------------------------------------------------------------------------------
@@ -450,3 +457,28 @@ def test_the_memory_store_loads_no_database_library() -> None:
     env = {**os.environ, "PYTHONPATH": str(tests)}
     ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, check=True)
     assert ran.stdout.strip() == "[]", ran.stdout
+
+
+def test_a_probe_the_credential_hook_kept_off_the_wire_holds_the_outage_gate_and_charges_nothing() -> None:
+    """A DELETE with no answer sends the outage watch to probe; a probe that cannot be sent (its
+    credential hook failed) says nothing of the server, and nothing can go out: the gate closes and the
+    row goes back uncharged, as in an outage."""
+
+    @dataclass
+    class NoCredentialForTheProbe(ScriptedKube):
+        def probe(self, *, timeout: float) -> Answer:
+            return Answer.unsent(ConnectionRefusedError("the token endpoint"))
+
+    r = rig(NoCredentialForTheProbe(answer=lambda name: Answer.none("timed out")), concurrency=1, batch_size=1)
+    r.retire(1)
+    pipeline, sender = r.sweeper.pipeline, r.sweeper.sender
+
+    async def scenario() -> None:
+        await r.claim(queued=1)
+        await running(sender.worker(), lambda: until(lambda: pipeline.unwritten == 1, what="the verdict"))
+        await r.sweeper.recorder.flush()
+        sender.close()
+
+    go(scenario())
+    assert {(row.status, row.attempts) for row in r.store.rows.values()} == {(Status.PENDING, 0)}
+    assert not sender.outage.open

@@ -97,6 +97,11 @@ ROWS: dict[str, Row] = {
     ),
     "401": Row(refused(401), Result.HANDED_BACK, charged=False),
     "403": Row(refused(403), Result.HANDED_BACK, charged=False),
+    "(not sent) the credential hook failed": Row(
+        after(Answer.unsent(ConnectionRefusedError("the IdP")), refusal=Refusal(4.0, "no credentials")),
+        Result.HANDED_BACK,
+        charged=False,
+    ),
     "any other 4xx (400, 410, 422, ...)": Row(after(Answer.of(422, "Invalid", "422 Invalid")), Result.DEAD),
     "an error nobody foresaw": Row(
         after(Answer.unforeseen(RuntimeError("a bug"))), Result.RETRY, dead_when_used_up=True
@@ -221,3 +226,11 @@ def test_the_attempt_history_keeps_the_reason_and_the_answer_label() -> None:
 
 def test_the_design_tables_result_column_is_the_code_s() -> None:
     assert [ROWS[what].result.value for what in ROWS] == [cell.split()[0] for cell in design_table(column=2)]
+
+
+def test_a_request_the_credential_hook_kept_off_the_wire_leaves_no_attempt_row() -> None:
+    """Nothing reached the server: the attempt history gets no row for it (a 401 keeps its own)."""
+    refusal = Refusal(4.0, "no credentials")
+    unsent = after(Answer.unsent(RuntimeError("invalid_grant")), refusal=refusal)(claim())
+    assert (unsent.attempt, unsent.delay, unsent.error) == (None, 4.0, "no credentials")
+    assert refused(401)(claim()).attempt is not None

@@ -30,6 +30,7 @@ class Said(StrEnum):
     REJECTED = "rejected"  # any other 4xx: the request itself is wrong, and repeating it cannot help
     NO_ANSWER = "no_answer"  # no HTTP answer: a timeout, a refused connection, a TLS failure
     UNFORESEEN = "unforeseen"  # a failure of ours nobody foresaw (a bug): no news about the server
+    UNSENT = "unsent"  # the client failed before the request went on the wire (its credential hook)
 
 
 # The 4xx statuses with a meaning of their own; any other 4xx is a rejection.
@@ -97,6 +98,14 @@ class Answer:
         """A failure nobody foresaw while asking (a bug)."""
         return cls(Said.UNFORESEEN, reason=type(exc).__name__, message=f"{type(exc).__name__}: {exc}"[:500])
 
+    @classmethod
+    def unsent(cls, exc: BaseException) -> Answer:
+        """The request never went on the wire: the client failed before it, in the credential hook (an
+        exec plugin or an OIDC refresh that cannot get a token). The daemon's trouble, not the row's nor
+        the server's: no news about either."""
+        why = f"{type(exc).__name__}: {exc}"
+        return cls(Said.UNSENT, reason=type(exc).__name__, message=f"not sent, no credentials: {why}"[:500])
+
     @property
     def needs_probe(self) -> bool:
         """Whether this could be the API server's trouble rather than the row's (no answer, or a 5xx):
@@ -106,7 +115,7 @@ class Answer:
     @property
     def answered(self) -> bool:
         """Whether the server gave an answer about the request (so it was up when it did)."""
-        return self.said is not Said.UNFORESEEN and not self.needs_probe
+        return self.said not in (Said.UNFORESEEN, Said.UNSENT) and not self.needs_probe
 
     @property
     def past_authorization(self) -> bool:
@@ -116,7 +125,10 @@ class Answer:
 
     @property
     def label(self) -> str:
-        """The ``code`` label of ``pod_sweeper_kube_responses_total``: the HTTP status, or ``none``."""
+        """The ``code`` label of ``pod_sweeper_kube_responses_total``: the HTTP status, ``none``, or
+        ``unsent`` (the request never left: its credential hook failed)."""
+        if self.said is Said.UNSENT:
+            return "unsent"
         return str(self.status or "none")
 
     def __str__(self) -> str:

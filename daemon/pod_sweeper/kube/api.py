@@ -113,13 +113,21 @@ class KubeClient:
 
     def _call(self, method: Any, *args: Any, timeout: float, **kwargs: Any) -> Any:
         """Run one client call and return its raw response (no model deserialization); every
-        failure comes out as a KubeError holding its Answer, with the cause chained."""
+        failure comes out as a KubeError holding its Answer, with the cause chained. A failure before
+        the request went on the wire (the credential hook's: an exec plugin or an OIDC refresh that
+        cannot get a token, whatever it raises) is ``unsent``: nothing reached the server, so it says
+        nothing about the server or the row."""
+        self._wire.left = None
         try:
             return method(*args, _request_timeout=timeout, _preload_content=False, **kwargs)
         except ApiException as exc:
             raise KubeError(answer_of(exc)) from exc
-        except _TRANSPORT_ERRORS as exc:
-            raise KubeError(_unanswered(exc)) from exc
+        except Exception as exc:
+            if self._left() is None:
+                raise KubeError(Answer.unsent(exc)) from exc
+            if isinstance(exc, _TRANSPORT_ERRORS):
+                raise KubeError(_unanswered(exc)) from exc
+            raise
 
     def pod_state(self, namespace: str, name: str, *, timeout: float) -> PodState | None:
         """The pod now holding ``name`` (its UID and node), or None when there is none."""
@@ -169,15 +177,24 @@ class KubeClient:
         when there is none or it is a 5xx (its message then names the failing checks). A 401 or 403 is
         an answer: the credentials are the auth gate's business. Every identity may read /readyz (the
         default ClusterRole system:public-info-viewer), and it fails when etcd does, so it tells "the
-        server is down" from "this pod's DELETE failed"."""
-        method, url, headers, _, _ = self._api_client.param_serialize("GET", "/readyz", auth_settings=["BearerToken"])
+        server is down" from "this pod's DELETE failed". A probe whose credential hook fails is ``unsent``
+        (the watch holds every row on it as on no answer: nothing can go out)."""
+        self._wire.left = None
         try:
+            # The credential hook runs here, before the wire: the client adds the token.
+            method, url, headers, _, _ = self._api_client.param_serialize(
+                "GET", "/readyz", auth_settings=["BearerToken"]
+            )
             response = self._api_client.call_api(method, url, header_params=headers, _request_timeout=timeout)
             body = response.read() or b""
         except ApiException as exc:  # a TLS failure: the client says status 0
             return Answer.none(str(exc.reason), kind="ApiException")
-        except _TRANSPORT_ERRORS as exc:
-            return _unanswered(exc)
+        except Exception as exc:
+            if self._left() is None:
+                return Answer.unsent(exc)
+            if isinstance(exc, _TRANSPORT_ERRORS):
+                return _unanswered(exc)
+            raise
         status = int(response.status)
         if status >= 500:
             checks = " ".join(line for line in body.decode(errors="replace").splitlines() if "failed" in line)
@@ -241,18 +258,14 @@ class KubeClient:
             return Answer.unforeseen(exc)
 
     def _left(self) -> float | None:
-        """When this thread's last request went on the wire; None if none has since ``_leaving``."""
+        """When this thread's last request went on the wire; None if none has since its last ``_call`` began."""
         left: float | None = getattr(self._wire, "left", None)
         return left
-
-    def _leaving(self) -> None:
-        self._wire.left = None
 
     def _delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool) -> Answer:
         body: dict[str, Any] = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
         if dry_run:
             body["dryRun"] = ["All"]
-        self._leaving()
         try:
             response = self._call(self._core.delete_namespaced_pod, name, namespace, body=body, timeout=timeout)
         except KubeError as exc:
@@ -260,7 +273,6 @@ class KubeClient:
             if answer.said is not Said.CONFLICT:
                 return replace(answer, dry_run=dry_run)
             # Either another pod holds the name, or ours vanished mid-delete: the GET tells them apart.
-            self._leaving()
             try:
                 holder = self.pod_state(namespace, name, timeout=timeout)
             except KubeError as failed:

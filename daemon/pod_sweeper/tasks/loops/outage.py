@@ -33,6 +33,7 @@ from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.metrics import Metrics
 from pod_sweeper.core.settings import Settings
+from pod_sweeper.kube.answer import Said
 from pod_sweeper.kube.interface import SweepKube
 from pod_sweeper.store.db import Connection
 from pod_sweeper.store.sweep import outages
@@ -104,7 +105,7 @@ class OutageWatch:
     async def _probe_once(self) -> None:
         started = self._clock()
         answer = await asyncio.to_thread(self.kube.probe, timeout=self.settings.request_timeout)
-        if answer.needs_probe:  # no answer, or a 5xx: the server is down
+        if answer.needs_probe or answer.said is Said.UNSENT:  # no answer or a 5xx: down; unsent: nothing goes out
             self._close(str(answer))
         elif self.gate.open:
             self.answered(started)

@@ -37,7 +37,7 @@ from types import MappingProxyType
 from prometheus_client import Gauge
 
 from pod_sweeper.core.backoff import Backoff
-from pod_sweeper.kube.answer import Answer
+from pod_sweeper.kube.answer import Answer, Said
 from pod_sweeper.store.rows import BreakerWindow
 
 
@@ -81,10 +81,15 @@ class AuthGate:
         return self._state.error
 
     def refused(self, answer: Answer) -> Refusal:
-        """Kubernetes did not accept the credentials (a 401 ``answer``): close for a while."""
+        """Kubernetes did not accept the credentials (a 401 ``answer``), or the client could not get any
+        (``unsent``: its credential hook failed): close for a while."""
         failures = self._state.failures + 1
         delay = self._backoff.delay(failures, at_least=self._floor)
-        error = f"{answer}; the API server does not accept the daemon's credentials (check the token or kubeconfig)"
+        if answer.said is Said.UNSENT:
+            why = "the daemon cannot get its credentials (check the kubeconfig's exec plugin or auth provider)"
+        else:
+            why = "the API server does not accept the daemon's credentials (check the token or kubeconfig)"
+        error = f"{answer}; {why}"
         self._state = _Auth(failures, self._clock() + delay, error)
         return Refusal(delay, error, answer.status)
 

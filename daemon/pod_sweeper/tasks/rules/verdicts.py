@@ -82,6 +82,10 @@ def decide(
             # The daemon's fault (its credentials; its RBAC there), not the row's: back, uncharged.
             assert refusal is not None, "a 401 or 403 is the gate's to take first"
             return handed_back(claim, delay=refusal.delay, error=refusal.error, http_status=status, attempt=attempt)
+        case Said.UNSENT:
+            # Never on the wire (no credential could be had): the daemon's fault, and no attempt to keep.
+            assert refusal is not None, "a request never sent is the auth gate's to take first"
+            return handed_back(claim, delay=refusal.delay, error=refusal.error)
         case Said.THROTTLED:  # the server's load, not the row: wait as long as asked, charge nothing
             delay = policy.backoff.delay(max(claim.attempts, 1), at_least=answer.retry_after)
             return handed_back(claim, delay=delay, error=str(answer), http_status=status, attempt=attempt)

@@ -190,7 +190,8 @@ class Sender:
                 timeout=timeout,
                 dry_run=self._dry_everywhere or claim.pod_namespace in self._dry_namespaces,
             )
-            unauthorized = answer.said is Said.UNAUTHORIZED
+            # A 401, or a credential the client could not get: the next row would fare no better.
+            unauthorized = answer.said in (Said.UNAUTHORIZED, Said.UNSENT)
             if answer.said is Said.FORBIDDEN:
                 forbidden.add(claim.pod_namespace)
             unanswered = answer.said is Said.NO_ANSWER
@@ -227,10 +228,13 @@ class Sender:
         """A 401 closes the auth gate, a 403 the namespace's (their refusal for the row); any answer
         given past authorization opens them again."""
         namespace = claim.pod_namespace
-        if answer.said is Said.UNAUTHORIZED:
+        if answer.said in (Said.UNAUTHORIZED, Said.UNSENT):
             refusal = self.auth.refused(answer)
             logger.error(
-                "Kubernetes refused our credentials (401); not claiming for {delay:.0f} s: {error}",
+                "{what}; not claiming for {delay:.0f} s: {error}",
+                what="Kubernetes refused our credentials (401)"
+                if answer.said is Said.UNAUTHORIZED
+                else "no request could be sent: the credential hook failed",
                 delay=refusal.delay,
                 error=refusal.error,
             )
