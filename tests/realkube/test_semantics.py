@@ -7,6 +7,7 @@ from API Priority and Fairness."""
 from __future__ import annotations
 
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -78,6 +79,38 @@ def test_a_wrong_uid_is_409_and_the_get_decides_replaced(
     absent = admin.delete_pod(ns, "p", new, timeout=5)
     assert (absent.said, absent.status, absent.reason) == (Said.NOT_FOUND, 404, "NotFound")
     assert result_of(absent, new) is Result.ABSENT
+
+
+def test_the_answer_says_when_the_delete_went_on_the_wire_after_its_hook_and_before_the_get(
+    kube_apiserver: KubeApiServer, ns: str, tmp_path: Path
+) -> None:
+    """``Answer.left`` on the real server's 409 path (kube/api.py): the DELETE's stamp, taken after its
+    credential hook and before the GET's hook, not the GET's. A bearer token (a service account's, allowed
+    to get and delete the namespace's pods), since the client runs the hook only for a token."""
+    kube_apiserver.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "wire"}})
+    kube_apiserver.kubectl("create", "role", "wire", "--verb=get,delete", "--resource=pods", f"--namespace={ns}")
+    kube_apiserver.kubectl(
+        "create", "rolebinding", "wire", "--role=wire", f"--serviceaccount={ns}:wire", f"--namespace={ns}"
+    )
+    token = kube_apiserver.kubectl("create", "token", "wire", f"--namespace={ns}").strip()
+    wired = kube_apiserver.token_kubeconfig(tmp_path / "wire.kubeconfig", token, namespace=ns)
+    configuration = load_configuration(wired, None, pool_size=2)
+    hooked: list[float] = []
+    configuration.refresh_api_key_hook = lambda _: hooked.append(time.monotonic())
+    client = KubeClient(configuration, clock=time.monotonic)
+    # The binding reaches the authorizer's cache a moment after it is written.
+    wait_until(lambda: client.may("delete", "pods", ns, timeout=5), what="the role binding to take effect")
+    hooked.clear()
+    core = core_api(kube_apiserver.admin_kubeconfig)
+    old = core.create_namespaced_pod(ns, manifest("p")).metadata.uid
+    core.delete_namespaced_pod("p", ns)
+    core.create_namespaced_pod(ns, manifest("p"))
+    try:
+        replaced = client.delete_pod(ns, "p", old, timeout=5)
+        assert replaced.said is Said.CONFLICT and replaced.holder_uid is not None and len(hooked) == 2
+        assert replaced.left is not None and hooked[0] < replaced.left < hooked[1]
+    finally:
+        client.close()
 
 
 def test_a_pod_on_a_node_without_kubelet_is_confirmed_stuck_then_forced_once_its_node_is_gone(
