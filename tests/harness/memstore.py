@@ -117,7 +117,15 @@ class MemoryStore:
         uid: uuid.UUID | None = None,
     ) -> Row:
         """What the trigger enqueues when a generation is retired: a row due now (its pod's UID drawn
-        unless given)."""
+        unless given). As its ``ON CONFLICT (pod_uid)``: a pod's row already there is reopened only when
+        it ended ``skipped_active`` (the generation was active again at its claim), else left as it is."""
+        if uid is not None and (row := next((r for r in self.rows.values() if r.pod_uid == uid), None)):
+            if row.status is Status.DONE and row.outcome is Outcome.SKIPPED_ACTIVE:
+                now = self.clock()
+                row.status, row.outcome, row.attempts, row.next_attempt_at = Status.PENDING, None, 0, now
+                row.last_error = row.last_http_status = None
+                row.enqueued_at, row.done_at, row.reason = now, None, "retired"
+            return row
         row = Row(
             len(self.rows) + 1,
             sandbox_id,
@@ -479,7 +487,7 @@ class MemorySession:
         return self._store.tripped
 
     async def trip_breaker(self, reason: str) -> None:
-        self._store.tripped = reason
+        self._store.trip(reason)  # sql/breaker_trip.sql: a tripped breaker keeps its first reason
 
     async def keep_back_transaction(self, at: datetime, rows: int, reason: str) -> int | None:
         # Rows here have no host transaction (see claim): nothing finds one to hold.

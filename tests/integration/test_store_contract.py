@@ -79,7 +79,8 @@ class Memory:
         self.store = self.memory = MemoryStore(self.clock, replica="contract")
 
     def retire(self, sandbox: str) -> None:
-        self.memory.retire(sandbox)
+        # Each sandbox's one pod, as its execution row names it on PostgreSQL.
+        self.memory.retire(sandbox, uid=uuid.uuid5(uuid.NAMESPACE_OID, sandbox))
         self.clock.advance(0.001)  # each retire its own transaction, so each its own enqueue time
 
     def activate(self, sandbox: str) -> None:
@@ -541,6 +542,7 @@ async def trip_or_reset(world: Keeping, reason: str | None) -> None:
     if isinstance(world, MemoryKeeping):
         if reason is None:
             world.memory.reset_breaker()
+            world.clock.advance(0.001)  # its own transaction: a retire after it comes after it
         else:
             world.memory.trip(reason)
         return
@@ -550,6 +552,19 @@ async def trip_or_reset(world: Keeping, reason: str | None) -> None:
             await breaker.reset_breakers(conn, cluster=world.cluster, all_clusters=False, who="contract")
         else:
             await breaker.trip_breaker(conn, world.cluster, reason, "contract")
+
+
+def enqueued_earlier(world: Keeping, sandbox: str, seconds: float) -> None:
+    """The sandbox's row as if its retire had come ``seconds`` earlier (its ``enqueued_at`` moved back)."""
+    if isinstance(world, MemoryKeeping):
+        (row,) = [row for row in world.memory.rows.values() if row.sandbox_id == sandbox]
+        row.enqueued_at -= seconds
+        return
+    assert isinstance(world, PostgresKeeping)
+    world.conn.execute(
+        "UPDATE pod_sweeper.outbox SET enqueued_at = enqueued_at - make_interval(secs => %s) WHERE sandbox_id = %s",
+        (seconds, sandbox),
+    )
 
 
 async def surge_scenario(world: Keeping) -> list[Any]:
@@ -594,11 +609,19 @@ async def surge_scenario(world: Keeping) -> list[Any]:
     )
     await world.discard(["s4"])
     seen.append(("deleted, retried, would_delete, discarded", await arrivals(world), await recent_rate(world)))
+    enqueued_earlier(world, "s3", 120.0)
+    seen.append(("one older than the window, not of the rate's", await arrivals(world), await recent_rate(world)))
     await trip_or_reset(world, "the first surge")
     await trip_or_reset(world, "a second look")
     seen.append(("tripped once, its first reason kept", await arrivals(world)))
     await trip_or_reset(world, None)
     seen.append(("reset: nothing before it counts", await arrivals(world), await recent_rate(world)))
+    await trip_or_reset(world, None)
+    world.activate("s3")  # its claim finds it active again (skipped_active), and its next retire reopens it
+    seen.append(("s3 skipped at its claim", [c.sandbox_id for c, _ in (await claim(world, 5)).decided]))
+    world.retire("s3")
+    world.retire("s0")  # a pod whose row ended deleted: the trigger leaves it as it is
+    seen.append(("reset again, untripped; a retire after it counts", await arrivals(world), await recent_rate(world)))
     return seen
 
 
@@ -611,4 +634,6 @@ def test_the_surge_watchs_statements_answer_as_the_real_ones(execs: psycopg.Conn
     assert real[0][1:] == ((5, None), rate) and real[1][1] == (4, None) and real[2][1:] == ((0, None), rate)
     assert real[3][1:] == ((0, None), (0, None), (5, None)) and real[4][1:] == ((0, None), (5, None))
     assert real[5][1] == (5, None) and real[6][1:] == ((4, None), rate)
-    assert real[7][1] == (4, "the first surge") and real[8][1:] == ((0, None), rate)
+    assert real[7][1:] == ((3, None), rate)
+    assert real[8][1] == (3, "the first surge") and real[9][1:] == ((0, None), rate)
+    assert real[10][1] == ["s3"] and real[11][1:] == ((1, None), rate)
