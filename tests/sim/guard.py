@@ -8,7 +8,9 @@ or two standbys, and the world has those standbys. Each flushes the primary's WA
 the episodes the seed draws: it falls behind for seconds (its flush position stands still, then catches
 up at once) or it disconnects for seconds (gone from ``pg_stat_replication``, its flush position standing
 still; it comes back caught up). Every episode ends within the script's horizon, so the healed world
-sweeps every row.
+sweeps every row. The script may also retire again a generation whose row ended skipped_active (its
+generation active again at its claim): the trigger reopens the row (``MemoryStore.reopen``), with a new
+enqueue the old mark does not vouch for.
 
 The daemon sees the standbys only as the memory store's ``pg_stat_replication`` shows them (``Standbys``,
 read at each statement); the world judges by what each standby has really flushed, connected or not:
@@ -90,6 +92,7 @@ class Guard:
 
     names: list[str]
     standbys: dict[str, Standby]
+    reopens: tuple[float, ...] = ()  # when, in the script, a generation ended skipped_active is retired again
 
     def describe(self) -> str:
         parts = []
@@ -132,7 +135,8 @@ def draw(seed: int, began: float, horizon: float) -> Guard | None:
             episodes.append(Episode(start, end, gone=rng.random() < 0.4))
         lag = rng.choice((0.0005, 0.002, 0.01, 0.03))
         standbys[name] = Standby(name, lag, tuple(sorted(episodes, key=lambda e: e.start)))
-    return Guard(names, standbys)
+    reopens = tuple(rng.uniform(0.0, horizon) for _ in range(rng.choice((0, 1, 2))))
+    return Guard(names, standbys, reopens)
 
 
 def check_send(guard: Guard, row: Row, replication: Replication, now: float) -> tuple[str, str] | None:

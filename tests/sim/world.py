@@ -712,6 +712,9 @@ class World:
             events.append((self.later.uniform(0.0, HORIZON), len(events), self._discard))
         if self.surge:
             self._bursts(events, rows + faults.arrivals)
+        if self.guard is not None:
+            for when in self.guard.reopens:
+                events.append((when, len(events), self._reopen))
         if self.terminating:
             for _ in range(self.slow.choice((0, 1, 2, 3))):
                 events.append((self.slow.uniform(0.0, HORIZON), len(events), self._jump))
@@ -759,6 +762,20 @@ class World:
         for row_id in self.memory.discard([row.id]):
             self.done[row_id] = self.done.get(row_id, 0) + 1
             self.note(f"discard row {row_id}")
+
+    def _reopen(self) -> None:
+        """A generation whose row ended skipped_active is retired again (a run with the replication guard):
+        the trigger reopens its row, a new enqueue at a new WAL position, and its pod is no longer active."""
+        skipped = [r for r in self.memory.rows.values() if r.outcome is Outcome.SKIPPED_ACTIVE]
+        if not skipped:
+            return
+        row = skipped[0]
+        if self.memory.reopen(row):
+            self.done[row.id] = self.done.get(row.id, 0) - 1  # open again: it ends done once more
+            pod = self.pods.get((row.pod_namespace, row.pod_name))
+            if pod is not None and pod.uid == str(row.pod_uid):
+                pod.active = False
+            self.note(f"reopen row {row.id} (enqueued at WAL {row.enqueue_lsn})")
 
     def _reset_breaker(self) -> None:
         """The on-call's ``reset-breaker``: closed, and the minute counted from now (``resumed_at``)."""
