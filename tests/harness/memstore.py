@@ -259,7 +259,7 @@ class MemoryStore:
                 Wait.HELD: bool(kept) and f"uid:{row.pod_uid}" in kept,
                 Wait.PAUSED: bool(kept) and f"ns:{row.pod_namespace}" in kept,
                 Wait.BREAKER: tripped,
-                Wait.REPLICATION_GUARD: any(self.guard_keeps_back(row, guard) for guard in guards)
+                Wait.REPLICATION_GUARD: (bool(guards) and any(self.guard_keeps_back(row, guard) for guard in guards))
                 or (not fleet and row.guard_enqueued_at == row.enqueued_at),
                 Wait.KUBE_UNAUTHORIZED: waiting and row.last_http_status == 401,
                 Wait.NAMESPACE_REFUSED: waiting and row.last_http_status == 403,
