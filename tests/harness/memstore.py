@@ -8,8 +8,7 @@ the claimed status, gives an uncharged attempt back, and sets the due time of a 
 ``tests/integration/test_store_contract.py`` runs the same scenarios on it and on the real store and
 compares every row. Not modelled: several replicas' row locks (each statement is applied whole, one
 at a time), pauses and holds beyond ``keep`` (no scope but a namespace or a pod, no ``until``), the
-replication guard's standbys (``guard_mark`` marks nothing), the attempt history's columns beyond the
-result.
+attempt history's columns beyond the result.
 
 What a test may look at or arrange: ``rows`` (by id), ``writes`` (every ``record_results`` call's
 ids, in order), ``activate`` (a generation active again: the re-check finds it), ``fail`` (the next
@@ -27,6 +26,14 @@ columns a record keeps for them, ``done_at`` and the confirmation's, each a time
 and the breaker's surge watch's three (``arrivals``, ``recent_rate`` and ``trip``: sql/breaker_arrivals.sql,
 sql/breaker_recent_rate.sql and sql/breaker_trip.sql over ``enqueued_at``, the breaker's reason and the
 time of its last reset, ``reset_at``, which ``reset_breaker`` sets as sql/breaker_reset.sql does).
+And the replication guard (migration 0014): a WAL insert position (``replication.position``) that every
+write applied advances (an enqueue or a reopen, ``reopen``, each statement that changes something; each
+row's ``enqueue_lsn`` is its enqueue's), the standbys by name with their flush positions as
+``pg_stat_replication`` shows them (``replication.standbys``; missing or None: not connected), each row's
+mark (``guard_lsn``, ``guard_enqueued_at``) as sql/guard_mark.sql sets it, and ``claim``, ``next_due``
+(with the view's ``guard`` and its look-again interval, ``GUARD_RECHECK``, as
+``OutboxStore`` keeps them) and ``row_reasons`` honouring it as sql/claim.sql, sql/next_due.sql and
+sql/row_waits.sql do.
 """
 
 from __future__ import annotations
@@ -34,12 +41,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from harness.clock import FakeClock
+from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.core.waits import DUE, ROW_ORDER, UNSWEPT_AFTER_SECONDS, Wait
 from pod_sweeper.store.interface import StoreError
@@ -55,6 +63,10 @@ from pod_sweeper.store.rows import (
 )
 
 BREAKER_WINDOW_SECONDS = 60.0
+# store.sweep.outbox.GUARD_RECHECK's bounds (that module loads psycopg, which this one must not; the store
+# contract test holds the two equal): how soon a read that found the guard keeping rows back looks again.
+GUARD_RECHECK_SECONDS = (0.05, 5.0)
+GUARD_RECHECK = Backoff(*GUARD_RECHECK_SECONDS)
 
 
 @dataclass
@@ -83,6 +95,28 @@ class Row:
     confirmed_at: float | None = None
     stuck_at: float | None = None
     enqueued_at: float = 0.0  # the retire's time (its transaction's start: the rows of one share it)
+    # The replication guard (migration 0014): the WAL position of the enqueue (or reopen) this row is of,
+    # and the mark sql/guard_mark.sql sets: the insert position then, and the enqueue it vouches for.
+    enqueue_lsn: int = 0
+    guard_lsn: int | None = None
+    guard_enqueued_at: float | None = None
+
+
+@dataclass
+class Replication:
+    """The primary's WAL insert position (each write applied advances it by one; ``at[i]``: when position
+    ``i + 1`` was written) and the standbys as ``pg_stat_replication`` shows them: name -> flush position
+    (missing or None: not connected). Shared by every view of one store."""
+
+    position: int = 0
+    at: list[float] = field(default_factory=list)
+    standbys: Mapping[str, int | None] = field(default_factory=dict)
+
+    def flushed(self, guard: Sequence[str]) -> int | None:
+        """What every standby ``guard`` names has flushed (sql/claim.sql's ``standbys``); None: one of them
+        is not connected."""
+        positions = [self.standbys.get(name) for name in guard]
+        return None if any(p is None for p in positions) else min(p for p in positions if p is not None)
 
 
 class MemoryStore:
@@ -104,6 +138,9 @@ class MemoryStore:
         self._failing: dict[str, int] = {}
         self._deleted_at: list[tuple[float, str]] = []  # (when, namespace): the breaker's window
         self._kept: set[str] = set()  # held pod UIDs ("uid:<uid>") and paused namespaces ("ns:<name>")
+        self.replication = Replication()  # the WAL and the standbys (the replication guard's)
+        self.guard: list[str] | None = None  # the standbys this view's replica's guard names (None: off)
+        self.guard_waits = 0  # next-due reads in a row the guard kept rows back at (OutboxStore's)
 
     # --- arranging and reading, for the tests -------------------------------------------------------
 
@@ -120,11 +157,7 @@ class MemoryStore:
         unless given). As its ``ON CONFLICT (pod_uid)``: a pod's row already there is reopened only when
         it ended ``skipped_active`` (the generation was active again at its claim), else left as it is."""
         if uid is not None and (row := next((r for r in self.rows.values() if r.pod_uid == uid), None)):
-            if row.status is Status.DONE and row.outcome is Outcome.SKIPPED_ACTIVE:
-                now = self.clock()
-                row.status, row.outcome, row.attempts, row.next_attempt_at = Status.PENDING, None, 0, now
-                row.last_error = row.last_http_status = None
-                row.enqueued_at, row.done_at, row.reason = now, None, "retired"
+            self.reopen(row)
             return row
         row = Row(
             len(self.rows) + 1,
@@ -136,8 +169,35 @@ class MemoryStore:
             self.clock(),
             enqueued_at=self.clock(),
         )
+        row.enqueue_lsn = self.wrote()
         self.rows[row.id] = row
         return row
+
+    def reopen(self, row: Row) -> bool:
+        """A later retire of a row that ended skipped_active (``pod_sweeper.enqueue``'s ON CONFLICT): pending
+        again, due now, a new enqueue time (and WAL position); whether it was reopened."""
+        if row.status is not Status.DONE or row.outcome is not Outcome.SKIPPED_ACTIVE:
+            return False
+        now = self.clock()
+        row.status, row.outcome, row.attempts, row.next_attempt_at = Status.PENDING, None, 0, now
+        row.last_error = row.last_http_status = row.done_at = None
+        row.enqueued_at, row.enqueue_lsn, row.reason = now, self.wrote(), "retired"
+        self._active.discard((row.sandbox_id, row.generation))
+        return True
+
+    def wrote(self) -> int:
+        """A write applied: the WAL insert position moves on; the position of that write."""
+        replication = self.replication
+        replication.position += 1
+        replication.at.append(self.clock())
+        return replication.position
+
+    def guard_keeps_back(self, row: Row, guard: Sequence[str]) -> bool:
+        """Whether a guard naming ``guard`` keeps the row from a claim: its mark does not vouch for its
+        enqueue, or a named standby has not flushed the mark (or is not connected)."""
+        flushed = self.replication.flushed(guard)
+        current = row.guard_enqueued_at == row.enqueued_at and row.guard_lsn is not None
+        return not (current and flushed is not None and row.guard_lsn is not None and row.guard_lsn <= flushed)
 
     def activate(self, sandbox_id: str, generation: int = 1) -> None:
         """The generation is active again: the claim's re-check finds it so."""
@@ -154,6 +214,7 @@ class MemoryStore:
             self._deleted_at,
             self._kept,
         )
+        other.replication = self.replication
         return other
 
     def keep(self, *, pod_uid: uuid.UUID | None = None, namespace: str | None = None, kept: bool = True) -> None:
@@ -176,11 +237,20 @@ class MemoryStore:
                 discarded.append(row_id)
         return discarded
 
-    def row_reasons(self, *, tripped: bool | None = None) -> dict[int, str]:
+    def row_reasons(
+        self,
+        *,
+        tripped: bool | None = None,
+        guards: Sequence[Sequence[str]] = (),
+        fleet: bool = True,
+    ) -> dict[int, str]:
         """What sql/row_waits.sql says of each open row (``store.reads.waits.row_reasons``): every reason
         that applies, the first of them in ``core.waits.ROW_ORDER`` (``DUE``: none). The memory store keeps
-        no large transaction, replication guard or outage report, so never gives those. ``tripped``: the
-        breaker's state when another's than this view's (the simulator's world keeps it)."""
+        no large transaction or outage report, so never gives those. ``tripped``: the breaker's state when
+        another's than this view's (the simulator's world keeps it). The replication guard's: ``guards``,
+        the standbys each replica of the cluster's fleet (``pod_sweeper.replicas``: the live ones, else the
+        last known) names, those with the guard on; ``fleet``: whether any replica of the cluster is known
+        (none: a row whose mark vouches for its enqueue is kept back too)."""
         now, kept = self.clock(), self._kept
         tripped = self.tripped is not None if tripped is None else tripped
         reasons: dict[int, str] = {}
@@ -193,6 +263,8 @@ class MemoryStore:
                 Wait.HELD: bool(kept) and f"uid:{row.pod_uid}" in kept,
                 Wait.PAUSED: bool(kept) and f"ns:{row.pod_namespace}" in kept,
                 Wait.BREAKER: tripped,
+                Wait.REPLICATION_GUARD: (bool(guards) and any(self.guard_keeps_back(row, guard) for guard in guards))
+                or (not fleet and row.guard_enqueued_at == row.enqueued_at),
                 Wait.KUBE_UNAUTHORIZED: waiting and row.last_http_status == 401,
                 Wait.NAMESPACE_REFUSED: waiting and row.last_http_status == 403,
                 Wait.BACKOFF: waiting,
@@ -369,7 +441,10 @@ class MemorySession:
             (
                 r
                 for r in store.rows.values()
-                if r.status in (Status.PENDING, Status.CLAIMED) and r.next_attempt_at <= now and not store.is_kept(r)
+                if r.status in (Status.PENDING, Status.CLAIMED)
+                and r.next_attempt_at <= now
+                and not store.is_kept(r)
+                and (guard is None or not store.guard_keeps_back(r, guard))
             ),
             key=lambda r: (r.next_attempt_at, r.id),
         )[:batch]
@@ -397,6 +472,8 @@ class MemorySession:
                     expired_from,
                 )
             )
+        if claims:
+            store.wrote()
         active = frozenset(c.id for c in claims if (c.sandbox_id, c.generation) in store._active)
         checked = Recheck(active, {}, {})
         decided = [(c, verdict) for c in claims if (verdict := at_claim(c, checked)) is not None]
@@ -408,7 +485,21 @@ class MemorySession:
         return ClaimedBatch([c for c in claims if c.id not in ended], decided, {})
 
     async def guard_mark(self) -> int:
-        return 0
+        """sql/guard_mark.sql: the open rows whose enqueue no mark vouches for yet, marked with the WAL
+        insert position now and the enqueue they are of; how many."""
+        store = self._store
+        store._maybe_fail("guard_mark")
+        position = store.replication.position
+        marked = [
+            r
+            for r in store.rows.values()
+            if r.status in (Status.PENDING, Status.CLAIMED) and r.guard_enqueued_at != r.enqueued_at
+        ][:5000]
+        for row in marked:
+            row.guard_lsn, row.guard_enqueued_at = position, row.enqueued_at
+        if marked:
+            store.wrote()
+        return len(marked)
 
     async def record_results(self, verdicts: list[Verdict]) -> set[int]:
         if self._store.record_waits is not None:  # a writer inside its write, held there
@@ -419,7 +510,7 @@ class MemorySession:
 
     def _record(self, verdicts: list[Verdict]) -> set[int]:
         store, now = self._store, self._store.clock()
-        owned = set()
+        owned: set[int] = set()
         for verdict in verdicts:
             row = store.rows.get(verdict.id)
             if row is None:
@@ -445,17 +536,30 @@ class MemorySession:
             row.confirm_after = None if verdict.confirm_in is None else now + verdict.confirm_in
             deleted = verdict.outcome is Outcome.DELETED
             row.confirmed_at = now if deleted and verdict.confirm_in is None else None
+        if owned:
+            store.wrote()
         return owned
 
     async def next_due(self) -> float | None:
         store = self._store
         store._maybe_fail("next_due")
+        now, guard = store.clock(), store.guard
         open_rows = [
-            r.next_attempt_at
-            for r in store.rows.values()
-            if r.status in (Status.PENDING, Status.CLAIMED) and not store.is_kept(r)
+            r for r in store.rows.values() if r.status in (Status.PENDING, Status.CLAIMED) and not store.is_kept(r)
         ]
-        return min(open_rows) - store.clock() if open_rows else None
+        # sql/next_due.sql's guard: a row whose mark vouches for its enqueue and is not yet flushed (or a
+        # standby missing) is not due; one otherwise due now is looked at again in the recheck interval.
+        kept = {
+            r.id: r
+            for r in open_rows
+            if guard is not None and r.guard_enqueued_at == r.enqueued_at and store.guard_keeps_back(r, guard)
+        }
+        kept_back = any(r.next_attempt_at <= now for r in kept.values())
+        due = [r.next_attempt_at for r in open_rows if r.id not in kept]
+        if kept_back:
+            due.append(now + GUARD_RECHECK.ceiling(store.guard_waits + 1))
+        store.guard_waits = store.guard_waits + 1 if kept_back else 0
+        return min(due) - now if due else None
 
     async def arm(self, *, take_over: bool = False) -> Arming:
         store = self._store

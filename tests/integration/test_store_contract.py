@@ -12,10 +12,13 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 import psycopg
+from psycopg.rows import dict_row
 
+from harness import memstore
 from harness.clock import FakeClock
 from harness.memstore import MemoryStore
-from helpers import settings_for
+from harness.postgres import ThrowawayCluster
+from helpers import attach_table, create_executions, settings_for, wait_until
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Result
 from pod_sweeper.store import db
@@ -23,7 +26,8 @@ from pod_sweeper.store.admin import bulk, controls
 from pod_sweeper.store.interface import SweepStore
 from pod_sweeper.store.reads import waits
 from pod_sweeper.store.rows import Claim, ClaimedBatch, Verdict
-from pod_sweeper.store.sweep import breaker, rates, terminating
+from pod_sweeper.store.schema import migrations
+from pod_sweeper.store.sweep import breaker, outbox, presence, rates, terminating
 from pod_sweeper.store.sweep.pgstore import OutboxStore
 from pod_sweeper.store.sweep.recheck import load_attachments
 from pod_sweeper.tasks.rules import verdicts
@@ -637,3 +641,299 @@ def test_the_surge_watchs_statements_answer_as_the_real_ones(execs: psycopg.Conn
     assert real[7][1:] == ((3, None), rate)
     assert real[8][1] == (3, "the first surge") and real[9][1:] == ((0, None), rate)
     assert real[10][1] == ["s3"] and real[11][1:] == ((1, None), rate)
+
+
+# The replication guard (migration 0014) on one server: no standby is connected, so a guard naming one
+# holds every claim (the flushed case needs a streaming standby: tests/failover's tier starts one, at the
+# cost of a base backup; the simulator's standbys are held to the same rule, sql/claim.sql's, through
+# ``MemoryStore.guard_keeps_back``). A standby's name no server has.
+NO_STANDBY = "contract-standby"
+
+
+class Guarded(World, Protocol):
+    async def mark(self) -> int: ...
+    def marks(self) -> dict[str, bool]: ...
+    async def guard_reasons(self) -> dict[str, str]: ...
+    async def beat(self) -> None: ...
+
+
+class PostgresGuarded(Postgres):
+    """The real guard: sql/guard_mark.sql, sql/claim.sql and sql/next_due.sql with ``guard``, sql/row_waits.sql
+    reading the replicas' guard from their heartbeats (``pod_sweeper.replicas``)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], store: OutboxStore, cluster: str) -> None:
+        super().__init__(conn, store)
+        self.cluster = cluster
+
+    async def mark(self) -> int:
+        async with self.store.session() as session:
+            return await session.guard_mark()
+
+    def marks(self) -> dict[str, bool]:
+        found = self.conn.execute(
+            "SELECT sandbox_id, guard_lsn IS NOT NULL AND guard_enqueued_at = enqueued_at AS vouches"
+            " FROM pod_sweeper.outbox"
+        ).fetchall()
+        return {r["sandbox_id"]: r["vouches"] for r in found}
+
+    async def guard_reasons(self) -> dict[str, str]:
+        by_id = {row_id: sandbox for sandbox, row_id in ids(self).items()}
+        async with self.store.pool.connection() as conn:
+            found = await waits.row_reasons(conn, list(by_id))
+        return {by_id[row_id]: reason for row_id, reason in sorted(found.items())}
+
+    async def beat(self) -> None:
+        guard = (NO_STANDBY,)
+        beat = presence.Beat(
+            "contract", "h", "0", 20, self.cluster, None, False, None, guard, 100.0, 8, True, {}, 60.0, 1.0
+        )
+        async with self.store.pool.connection() as conn:
+            await presence.beat(conn, beat)
+
+
+class MemoryGuarded(Memory):
+    """``MemoryStore``'s guard: no standby connected (``replication.standbys`` empty)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memory.guard = [NO_STANDBY]
+        self.fleet = False
+
+    def retire(self, sandbox: str) -> None:
+        row = next((r for r in self.memory.rows.values() if r.sandbox_id == sandbox), None)
+        if row is None:
+            super().retire(sandbox)
+        else:  # the trigger's enqueue of a pod UID seen before: a reopen if it ended skipped_active
+            self.memory.reopen(row)
+            self.clock.advance(0.001)
+
+    async def mark(self) -> int:
+        async with self.store.session() as session:
+            return await session.guard_mark()
+
+    def marks(self) -> dict[str, bool]:
+        rows = self.memory.rows.values()
+        return {r.sandbox_id: r.guard_lsn is not None and r.guard_enqueued_at == r.enqueued_at for r in rows}
+
+    async def guard_reasons(self) -> dict[str, str]:
+        by_id = {r.id: r.sandbox_id for r in self.memory.rows.values()}
+        guards = [[NO_STANDBY]] if self.fleet else []
+        found = self.memory.row_reasons(guards=guards, fleet=self.fleet)
+        return {by_id[row_id]: reason for row_id, reason in sorted(found.items())}
+
+    async def beat(self) -> None:
+        self.fleet = True
+
+
+async def guarded_claim(world: World, guard: list[str] | None) -> list[str]:
+    async with world.store.session() as session:
+        claimed = await session.claim(
+            batch=10,
+            lease_seconds=30,
+            disarm=True,
+            at_claim=lambda c, checked: verdicts.at_claim(c, checked, POLICY),
+            guard=guard,
+        )
+    decided = sorted(f"{c.sandbox_id}:{v.result}" for c, v in claimed.decided)
+    return sorted(c.sandbox_id for c in claimed.to_send) + decided
+
+
+async def guard_scenario(world: Guarded) -> list[Any]:
+    """Rows marked, a guard naming a standby that is not connected holding every claim and putting the
+    next look off by the recheck's backoff, the marks after a claim and a reopen, and each row's reason
+    with no replica known and with one whose guard names that standby."""
+    seen: list[Any] = []
+    for sandbox in SANDBOXES[:3]:
+        world.retire(sandbox)
+    seen.append(("no mark yet, no replica known: due", world.marks(), await world.guard_reasons()))
+    seen.append(("unmarked rows are due to the guard's next-due read", (await next_due(world) or 1.0) <= 0))
+    seen.append(("the mark takes every open row", await world.mark(), world.marks()))
+    seen.append(("a mark with no replica known keeps the row back", await world.guard_reasons()))
+    seen.append(("marked again: nothing", await world.mark()))
+    seen.append(("a standby not connected holds every claim", await guarded_claim(world, [NO_STANDBY])))
+    looks = [await next_due(world) for _ in range(2)]
+    seen.append(("and the next look is the recheck's", *(None if d is None else round(d, 3) for d in looks)))
+    world.activate("s1")
+    seen.append(("without the guard, claimed", await guarded_claim(world, None), world.rows()))
+    world.retire("s1")  # ended skipped_active: the retire reopens it, and its mark vouches no more
+    seen.append(("a reopen's mark is stale", world.marks(), world.rows()))
+    await world.beat()
+    seen.append(("a live replica's guard names the standby", await world.guard_reasons()))
+    seen.append(("the reopened row is marked again", await world.mark(), world.marks()))
+    seen.append(("and still held", await guarded_claim(world, [NO_STANDBY]), await world.guard_reasons()))
+    return seen
+
+
+def test_the_replication_guards_mark_claim_and_reason_answer_as_the_real_ones(
+    execs: psycopg.Connection[Any], db_url: str
+) -> None:
+    """``MemoryStore``'s replication guard, which the simulator runs with standbys that fall behind, held to
+    sql/guard_mark.sql, sql/claim.sql's and sql/next_due.sql's ``guard`` and sql/row_waits.sql's guard on
+    one server: a standby that is not connected holds every claim; which rows a mark takes, and that a
+    reopen needs a new one; the recheck interval; each row's reason."""
+    assert memstore.GUARD_RECHECK_SECONDS == (outbox.GUARD_RECHECK_MIN_SECONDS, outbox.GUARD_RECHECK_MAX_SECONDS)
+    settings = settings_for(db_url, replica_id="contract")
+
+    async def on_postgres() -> list[Any]:
+        pool = db.make_pool(settings, max_size=2)
+        await pool.open(wait=True, timeout=10)
+        try:
+            async with pool.connection() as conn:
+                attachments = await load_attachments(conn)
+            store = OutboxStore(
+                pool, cluster=settings.cluster, replica="contract", attachments=attachments, guard=[NO_STANDBY]
+            )
+            return await guard_scenario(PostgresGuarded(execs, store, settings.cluster))
+        finally:
+            await pool.close()
+
+    real = asyncio.run(on_postgres())
+    memory = asyncio.run(guard_scenario(MemoryGuarded()))
+    for step_real, step_memory in zip(real, memory, strict=True):
+        assert step_memory == step_real, step_real[0]
+    # It reached what it meant to: marks, a held claim, the recheck's backoff, a reopen, the guard's reason.
+    assert real[2][1] == 3 and real[5][1] == [] and real[6][1:] == (0.05, 0.1)
+    assert real[3][1] == {"s0": "replication_guard", "s1": "replication_guard", "s2": "replication_guard"}
+    assert real[7][1] == ["s0", "s2", "s1:skipped_active"] and real[8][2]["s1"][0] == "pending"
+    assert real[8][1] == {"s0": True, "s1": False, "s2": True}
+    assert real[9][1] == {"s0": "claimed", "s1": "replication_guard", "s2": "claimed"}
+    assert real[10][1] == 1 and real[11][1] == []
+
+
+# The flushed case needs a streaming standby: a throwaway primary of the tests' binaries and an
+# asynchronous standby of it built by pg_basebackup, as the failover tier builds them (two seconds).
+STANDBY = "contract-dr"
+
+
+class Flushing(Guarded, Protocol):
+    def until_flushed(self) -> None: ...
+    def disconnect(self) -> None: ...
+
+
+class PostgresFlushing(PostgresGuarded):
+    """The primary, and its standby ``STANDBY`` streaming (asynchronous)."""
+
+    def __init__(
+        self, conn: psycopg.Connection[Any], store: OutboxStore, cluster: str, standby: ThrowawayCluster
+    ) -> None:
+        super().__init__(conn, store, cluster)
+        self.standby = standby
+
+    def until_flushed(self) -> None:
+        """Until the standby has flushed everything written so far."""
+        at = self.conn.execute("SELECT pg_current_wal_insert_lsn() AS at").fetchone()
+        assert at is not None
+        wait_until(
+            lambda: self.conn.execute(
+                "SELECT 1 FROM pg_stat_replication WHERE application_name = %s AND flush_lsn >= %s",
+                (STANDBY, at["at"]),
+            ).fetchone(),
+            what="the standby's flush",
+        )
+
+    def disconnect(self) -> None:
+        self.standby.stop("fast")
+        wait_until(
+            lambda: (
+                not self.conn.execute(
+                    "SELECT 1 FROM pg_stat_replication WHERE application_name = %s", (STANDBY,)
+                ).fetchone()
+            ),
+            what="the standby gone from pg_stat_replication",
+        )
+
+    async def beat(self) -> None:
+        beat = presence.Beat(
+            "contract", "h", "0", 20, self.cluster, None, False, None, (STANDBY,), 100.0, 8, True, {}, 60.0, 1.0
+        )
+        async with self.store.pool.connection() as conn:
+            await presence.beat(conn, beat)
+
+
+class MemoryFlushing(MemoryGuarded):
+    def __init__(self) -> None:
+        super().__init__()
+        self.memory.guard = [STANDBY]
+
+    def until_flushed(self) -> None:
+        replication = self.memory.replication
+        replication.standbys = {STANDBY: replication.position}
+
+    def disconnect(self) -> None:
+        self.memory.replication.standbys = {}
+
+    async def guard_reasons(self) -> dict[str, str]:
+        by_id = {r.id: r.sandbox_id for r in self.memory.rows.values()}
+        guards = [[STANDBY]] if self.fleet else []
+        found = self.memory.row_reasons(guards=guards, fleet=self.fleet)
+        return {by_id[row_id]: reason for row_id, reason in sorted(found.items())}
+
+
+async def flushing_scenario(world: Flushing) -> list[Any]:
+    """Marked rows claimed once the standby has flushed the marks; a retire after them held until it is
+    marked and flushed; the standby gone, every claim held and every unclaimed row's reason the guard's."""
+    seen: list[Any] = []
+    await world.beat()
+    world.retire("s0")
+    world.retire("s1")
+    seen.append(("unmarked rows are held", await guarded_claim(world, [STANDBY]), await world.guard_reasons()))
+    seen.append(("marked", await world.mark()))
+    world.until_flushed()
+    seen.append(("flushed: claimed", await guarded_claim(world, [STANDBY]), await world.guard_reasons()))
+    world.retire("s2")
+    seen.append(("a later retire, unmarked, held", await guarded_claim(world, [STANDBY]), await world.guard_reasons()))
+    seen.append(("marked", await world.mark()))
+    world.until_flushed()
+    seen.append(("flushed: due", await world.guard_reasons(), (await next_due(world) or 1.0) <= 0))
+    world.disconnect()
+    seen.append(("the standby gone: held", await world.guard_reasons(), await guarded_claim(world, [STANDBY])))
+    seen.append(("looked at again in the recheck's interval", round(await next_due(world) or 0.0, 3)))
+    return seen
+
+
+def test_a_standbys_flush_releases_the_guards_claim_as_on_a_real_standby() -> None:
+    """The memory store's guard with a standby's flush position, held to sql/guard_mark.sql, sql/claim.sql,
+    sql/next_due.sql and sql/row_waits.sql on a primary with a real streaming standby: rows are claimed
+    once it has flushed their marks, and held again once it is gone. (A standby connected but behind
+    cannot be arranged at a chosen moment on PostgreSQL: the simulator's standbys fall behind by schedule.)"""
+    with ThrowawayCluster(extra_settings={"synchronous_commit": "on"}) as primary:
+        standby = primary.standby(name=STANDBY)
+        try:
+            url = primary.url()
+            with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+                wait_until(
+                    lambda: conn.execute(
+                        "SELECT 1 FROM pg_stat_replication WHERE application_name = %s", (STANDBY,)
+                    ).fetchone(),
+                    timeout=30,
+                    what="the standby streaming",
+                )
+                settings = settings_for(url, replica_id="contract")
+
+                async def on_postgres() -> list[Any]:
+                    async with db.connection(settings) as migrating:
+                        await migrations.migrate(migrating)
+                    create_executions(conn)
+                    await attach_table(url)
+                    pool = db.make_pool(settings, max_size=2)
+                    await pool.open(wait=True, timeout=10)
+                    try:
+                        async with pool.connection() as pooled:
+                            attachments = await load_attachments(pooled)
+                        store = OutboxStore(
+                            pool, cluster=settings.cluster, replica="contract", attachments=attachments, guard=[STANDBY]
+                        )
+                        return await flushing_scenario(PostgresFlushing(conn, store, settings.cluster, standby))
+                    finally:
+                        await pool.close()
+
+                real = asyncio.run(on_postgres())
+        finally:
+            standby.cleanup()
+    memory = asyncio.run(flushing_scenario(MemoryFlushing()))
+    for step_real, step_memory in zip(real, memory, strict=True):
+        assert step_memory == step_real, step_real[0]
+    assert real[0][1] == [] and real[2][1] == ["s0", "s1"] and real[3][1] == []
+    assert real[5][1] == {"s0": "claimed", "s1": "claimed", "s2": "due"}
+    assert real[6][1] == {"s0": "claimed", "s1": "claimed", "s2": "replication_guard"} and real[6][2] == []
+    assert real[7][1] == 0.05

@@ -30,6 +30,7 @@ TERMINATING_SETTLED = "a_terminating_pod_is_confirmed_or_reported"
 FORCED_ONLY_NODE_GONE = "a_pod_is_forced_only_once_its_node_is_gone"
 SURGE_TRIPS = "a_surge_trips_the_breaker"
 NO_CLAIM_PAST_TRIPPED = "no_claim_past_a_tripped_breaker"
+GUARD_FLUSHED = "no_delete_before_the_standbys_flush_its_retire"
 
 NAMES: dict[str, str] = {
     UID_PRECONDITION: "every DELETE carries the UID of the row it was sent for",
@@ -56,6 +57,8 @@ NAMES: dict[str, str] = {
     FORCED_ONLY_NODE_GONE: "no pod is force-deleted while its node exists",
     SURGE_TRIPS: "retires arriving faster than the surge rule allows trip the breaker within the watch's interval",
     NO_CLAIM_PAST_TRIPPED: "no claim takes rows in a transaction whose read of the breaker found it tripped",
+    GUARD_FLUSHED: "with the replication guard on, no DELETE goes out for a row whose retire a named standby "
+    "has not flushed (a failover to it then could lose the retire)",
 }
 
 

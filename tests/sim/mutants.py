@@ -5,10 +5,10 @@ command (``python -m tests.sim --mutant NAME``); nothing in the shipped code kno
 Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelled_at_stop``,
 ``handed_back_charged``, ``outage_ignored``, ``sent_stamped_before_the_hook``, ``budget_ignores_claimed``,
 ``one_claim_per_row``, ``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``, ``force_whatever_the_node``,
-``never_forcing``, ``grace_not_confirmed``, ``surge_looked_at_once_a_minute`` and
-``claim_past_a_tripped_breaker`` patch the daemon's own code; ``fence_dropped`` and ``keeping_ignored`` patch
-the memory store, which stands for the SQL where the claim-epoch fence (sql/record_results.sql) and the holds
-and pauses (``pod_sweeper.keeping``) live.
+``never_forcing``, ``grace_not_confirmed``, ``surge_looked_at_once_a_minute``,
+``claim_past_a_tripped_breaker`` and ``guard_flush_check_skipped`` patch the daemon's own code;
+``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
+claim-epoch fence (sql/record_results.sql) and the holds and pauses (``pod_sweeper.keeping``) live.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pod_sweeper.kube.config import ThrottledRefresh
 from pod_sweeper.kube.errors import KubeError
 from pod_sweeper.kube.interface import PodEvent, SweepKube
 from pod_sweeper.store.interface import SweepSession
-from pod_sweeper.store.rows import Attempt, BreakerWindow, Claim, Verdict
+from pod_sweeper.store.rows import Attempt, BreakerWindow, Claim, ClaimedBatch, LargeTransaction, Verdict
 from pod_sweeper.tasks.loops.confirmer import BATCH, RECHECK_SECONDS, Confirmer
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.loops.surge import SurgeWatch
@@ -311,6 +311,40 @@ async def claim_past_a_tripped_breaker(self: claimer.Claimer, session: SweepSess
 _BREAKER_BUDGET = claimer.Claimer._breaker_budget
 
 
+async def turn_without_the_guards_flush_check(
+    self: claimer.Claimer, want: int, *, disarm: bool, arm: bool, polled: bool
+) -> claimer.Turn | None:
+    """``Claimer._turn`` whose claim does not pass the replication guard's standbys: the rows are marked,
+    and claimed whether or not the standbys have flushed the marks (a DELETE a failover could lose the
+    retire of)."""
+    guard = self.settings.guard_standbys
+    if guard is not None:
+        async with self.store.session() as session:
+            await session.guard_mark()
+    turn: claimer.Turn | None = None
+    async with self.store.session() as session:
+        try:
+            async with session.transaction():
+                want = await self._breaker_budget(session, want)
+                if want > 0:
+                    batch = await session.claim(
+                        batch=want,
+                        lease_seconds=self.settings.lease_seconds,
+                        disarm=disarm,
+                        at_claim=self._at_claim,
+                        guard=None,  # MUTANT: was guard
+                        transaction_rows=self.rules.transaction_rows,
+                    )
+                    turn = claimer.Turn(batch)
+                    if batch.taken < want:
+                        take_over = self._take_over or (polled and batch.taken > 0)
+                        turn = claimer.Turn(batch, *await session.look_ahead(arm=arm, take_over=take_over))
+        except LargeTransaction as large:
+            await self._keep_back(session, large)
+            turn = claimer.Turn(ClaimedBatch([], [], {}), due=0.0)
+    return turn
+
+
 @dataclass(frozen=True)
 class Mutant:
     target: Any
@@ -341,6 +375,9 @@ MUTANTS: dict[str, Mutant] = {
     "surge_looked_at_once_a_minute": Mutant(SurgeWatch, "run", surge_looked_at_once_a_minute, inv.SURGE_TRIPS),
     "claim_past_a_tripped_breaker": Mutant(
         claimer.Claimer, "_breaker_budget", claim_past_a_tripped_breaker, inv.NO_CLAIM_PAST_TRIPPED
+    ),
+    "guard_flush_check_skipped": Mutant(
+        claimer.Claimer, "_turn", turn_without_the_guards_flush_check, inv.GUARD_FLUSHED
     ),
 }
 

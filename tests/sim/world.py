@@ -64,6 +64,8 @@ from pod_sweeper.tasks.rules.surge import SURGE_INTERVAL, SURGE_WINDOW
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 from sim import invariants as inv
 from sim.credentials import Credentials
+from sim.guard import Standbys, check_send
+from sim.guard import draw as draw_guard
 from sim.invariants import Broken, Violation
 from sim.loop import SimLoop
 
@@ -243,6 +245,12 @@ class World:
         update: dict[str, Any] = {"max_deletes_per_minute": self.faults.breaker}
         if self.surge:
             update |= {"breaker_surge_factor": SURGE_FACTOR, "breaker_surge_floor": SURGE_FLOOR}
+        # The replication guard on, with standbys that fall behind or disconnect (tests/sim/guard.py): a
+        # stream of its own once more, drawn in some runs only (the runs that draw none run as before it).
+        self.guard = draw_guard(seed, self.loop.time(), HORIZON)
+        if self.guard is not None:
+            self.memory.replication.standbys = Standbys(self.guard, self.memory.replication, self.loop)
+            update["replication_guard"] = frozenset(self.guard.names)
         self.settings = _BASE.model_copy(update=update)
         # The cluster's breaker row: its reason, the lock a claim holds it by, when it was last reset,
         # and the send time of each delete recorded (the bound's count).
@@ -306,7 +314,9 @@ class World:
         if moment == self._reasons_checked:
             return
         self._reasons_checked = moment
-        for row_id, reason in self.memory.row_reasons(tripped=tripped).items():
+        guard = self.guard
+        guards = [guard.names] if guard is not None else []
+        for row_id, reason in self.memory.row_reasons(tripped=tripped, guards=guards).items():
             row = self.memory.rows[row_id]
             waiting = row.next_attempt_at > now
             truth = {
@@ -314,6 +324,9 @@ class World:
                 Wait.HELD: bool(self.kept_since) and f"uid:{row.pod_uid}" in self.kept_since,
                 Wait.PAUSED: bool(self.kept_since) and f"ns:{row.pod_namespace}" in self.kept_since,
                 Wait.BREAKER: tripped,
+                # the guard: the row's mark vouches for no enqueue of it, or a standby the replicas' guard
+                # names is not connected or has not flushed the mark (the world's standbys, sim/guard.py)
+                Wait.REPLICATION_GUARD: guard is not None and guard.keeps_back(row, self.memory.replication, now),
             }
             expected = next((wait.value for wait in ROW_ORDER if truth.get(wait)), None)
             if expected is None:
@@ -433,6 +446,12 @@ class World:
             self.broke(inv.UID_PRECONDITION, f"DELETE {namespace}/{name} with uid {uid!r}, no row's UID for it")
         elif (kept := self.kept_before_claim(row)) is not None:
             self.broke(inv.KEPT_NEVER_SENT, f"row {row.id} sent while {kept} (kept before its claim)")
+        # the replication guard: a failover as the request goes out could lose the retire
+        broken = (
+            None if self.guard is None or row is None else check_send(self.guard, row, self.memory.replication, left_at)
+        )
+        if broken is not None:
+            self.broke(*broken)
         kind = "none" if self.down else "401" if expired else self._draw_answer()
         answer, applied = self._answer(kind, namespace, name, uid, timeout)
         self.seq += 1
@@ -648,6 +667,8 @@ class World:
         loop.close()
 
     async def _main(self) -> None:
+        if self.guard is not None:
+            self.note(self.guard.describe())
         rows = self.rng.randint(3, 10)
         for i in range(rows):
             self.add_row(i)
@@ -691,6 +712,9 @@ class World:
             events.append((self.later.uniform(0.0, HORIZON), len(events), self._discard))
         if self.surge:
             self._bursts(events, rows + faults.arrivals)
+        if self.guard is not None:
+            for when in self.guard.reopens:
+                events.append((when, len(events), self._reopen))
         if self.terminating:
             for _ in range(self.slow.choice((0, 1, 2, 3))):
                 events.append((self.slow.uniform(0.0, HORIZON), len(events), self._jump))
@@ -738,6 +762,20 @@ class World:
         for row_id in self.memory.discard([row.id]):
             self.done[row_id] = self.done.get(row_id, 0) + 1
             self.note(f"discard row {row_id}")
+
+    def _reopen(self) -> None:
+        """A generation whose row ended skipped_active is retired again (a run with the replication guard):
+        the trigger reopens its row, a new enqueue at a new WAL position, and its pod is no longer active."""
+        skipped = [r for r in self.memory.rows.values() if r.outcome is Outcome.SKIPPED_ACTIVE]
+        if not skipped:
+            return
+        row = skipped[0]
+        if self.memory.reopen(row):
+            self.done[row.id] = self.done.get(row.id, 0) - 1  # open again: it ends done once more
+            pod = self.pods.get((row.pod_namespace, row.pod_name))
+            if pod is not None and pod.uid == str(row.pod_uid):
+                pod.active = False
+            self.note(f"reopen row {row.id} (enqueued at WAL {row.enqueue_lsn})")
 
     def _reset_breaker(self) -> None:
         """The on-call's ``reset-breaker``: closed, and the minute counted from now (``resumed_at``)."""
@@ -1277,7 +1315,9 @@ class Replica:
         self.credentials = Credentials(
             loop, random.Random(world.rng.getrandbits(64)), world.issued, name, lambda: self.alive
         )
-        self.store = SimStore(world, self, world.memory.view(name))
+        memory = world.memory.view(name)
+        memory.guard = settings.guard_standbys  # as the runner gives OutboxStore its guard
+        self.store = SimStore(world, self, memory)
         pool = cast(AsyncConnectionPool[Connection], _NoPool())
         rng = random.Random(world.rng.getrandbits(64))
         self.outage = OutageWatch(settings, pool, self.kube, metrics, clock=loop.time, rng=rng)
