@@ -30,6 +30,8 @@ TERMINATING_SETTLED = "a_terminating_pod_is_confirmed_or_reported"
 FORCED_ONLY_NODE_GONE = "a_pod_is_forced_only_once_its_node_is_gone"
 SURGE_TRIPS = "a_surge_trips_the_breaker"
 NO_CLAIM_PAST_TRIPPED = "no_claim_past_a_tripped_breaker"
+RECONCILE_SPARES = "the_reconciler_spares_the_young_and_the_active"
+ORPHANS_SWEPT = "every_old_orphan_is_swept"
 
 NAMES: dict[str, str] = {
     UID_PRECONDITION: "every DELETE carries the UID of the row it was sent for",
@@ -56,6 +58,11 @@ NAMES: dict[str, str] = {
     FORCED_ONLY_NODE_GONE: "no pod is force-deleted while its node exists",
     SURGE_TRIPS: "retires arriving faster than the surge rule allows trip the breaker within the watch's interval",
     NO_CLAIM_PAST_TRIPPED: "no claim takes rows in a transaction whose read of the breaker found it tripped",
+    RECONCILE_SPARES: "the reconciliation pass makes no pod a suspect, nor enqueues it, while it is younger than the "
+    "min-age by the database's clock or its generation was active when the pass began; and enqueues none without "
+    "a fresh GET of it, nor one whose generation was active before that GET",
+    ORPHANS_SWEPT: "once healed, every labelled pod older than the min-age whose generation has no active row is "
+    "deleted by a reconciled row, or left to the row the outbox already keeps for it",
 }
 
 

@@ -63,6 +63,7 @@ from pod_sweeper.tasks.rules.gates import BreakerGate
 from pod_sweeper.tasks.rules.surge import SURGE_INTERVAL, SURGE_WINDOW
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 from sim import invariants as inv
+from sim import reconcile
 from sim.credentials import Credentials
 from sim.invariants import Broken, Violation
 from sim.loop import SimLoop
@@ -240,9 +241,16 @@ class World:
         self.surging = random.Random(f"{seed}:surge")
         self.surge = self.surging.random() < 0.06
         self.memory = MemoryStore(_LoopClock(self.loop), replica="nobody")
+        # The reconciliation pass on every replica, over orphans, live and young labelled pods
+        # (tests/sim/reconcile.py): a stream of its own again, drawn in some runs only.
+        reconciling = random.Random(f"{seed}:reconcile")
+        drawn = reconciling.random() < reconcile.SHARE
+        self.reconcile = reconcile.Reconciling(self, reconciling) if drawn else None
         update: dict[str, Any] = {"max_deletes_per_minute": self.faults.breaker}
         if self.surge:
             update |= {"breaker_surge_factor": SURGE_FACTOR, "breaker_surge_floor": SURGE_FLOOR}
+        if self.reconcile is not None:
+            update |= reconcile.settings_update()
         self.settings = _BASE.model_copy(update=update)
         # The cluster's breaker row: its reason, the lock a claim holds it by, when it was last reset,
         # and the send time of each delete recorded (the bound's count).
@@ -651,6 +659,8 @@ class World:
         rows = self.rng.randint(3, 10)
         for i in range(rows):
             self.add_row(i)
+        if self.reconcile is not None:
+            self.reconcile.populate()
         for _ in range(self.n_replicas):
             self.start_replica()
         start = self.loop.time()
@@ -691,6 +701,8 @@ class World:
             events.append((self.later.uniform(0.0, HORIZON), len(events), self._discard))
         if self.surge:
             self._bursts(events, rows + faults.arrivals)
+        if self.reconcile is not None:
+            self.reconcile.script(events)
         if self.terminating:
             for _ in range(self.slow.choice((0, 1, 2, 3))):
                 events.append((self.slow.uniform(0.0, HORIZON), len(events), self._jump))
@@ -839,6 +851,8 @@ class World:
                 break
             self._reset_breaker()  # the on-call resets it while the world settles
             await asyncio.sleep(1.0)
+        if self.reconcile is not None:  # and until the passes have swept every old orphan
+            await self.reconcile.settle()
         if self.terminating:  # and until the confirmer has settled every pod left terminating
             for _ in range(int(CONFIRM_LIMIT)):
                 if not self.unsettled():
@@ -1308,6 +1322,9 @@ class Replica:
             surge_pool = cast(AsyncConnectionPool[Connection], SurgePool(world, self))
             self.surge_watch = SurgeWatch(settings, surge_pool, breaker, metrics, clock=loop.time)
             self.tasks.append(loop.create_task(self.surge_watch.run(), name=f"{name}-surge"))
+        if world.reconcile is not None:
+            reconciler = world.reconcile.start(self, metrics)
+            self.tasks.append(loop.create_task(reconciler.run(), name=f"{name}-reconciler"))
         for task in self.tasks:
             task.add_done_callback(self._ended)
 
