@@ -153,9 +153,7 @@ class MemoryReconcile:
         for uid in [u for u, s in self.suspects.items() if s.last_seen_at < started_at]:
             del self.suspects[uid]
 
-    def finish(
-        self, *, replica: str, started_at: datetime, seen: int, enqueued: int, error: str | None
-    ) -> int | None:
+    def finish(self, *, replica: str, started_at: datetime, seen: int, enqueued: int, error: str | None) -> int | None:
         """sql/reconcile_finish.sql: the pass recorded and the lease handed back if it still holds it; the
         suspects in quarantine then, or None (another's pass took the lease over)."""
         if self.last_replica != replica or self.last_started_at != started_at:

@@ -5,8 +5,9 @@ command (``python -m tests.sim --mutant NAME``); nothing in the shipped code kno
 Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelled_at_stop``,
 ``handed_back_charged``, ``outage_ignored``, ``sent_stamped_before_the_hook``, ``budget_ignores_claimed``,
 ``one_claim_per_row``, ``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``, ``force_whatever_the_node``,
-``never_forcing``, ``grace_not_confirmed``, ``surge_looked_at_once_a_minute`` and
-``claim_past_a_tripped_breaker`` patch the daemon's own code; ``fence_dropped`` and ``keeping_ignored`` patch
+``never_forcing``, ``grace_not_confirmed``, ``surge_looked_at_once_a_minute``,
+``claim_past_a_tripped_breaker`` and ``reconcile_age_by_the_wall_clock`` patch the daemon's own code;
+``fence_dropped`` and ``keeping_ignored`` patch
 the memory store, which stands for the SQL where the claim-epoch fence (sql/record_results.sql) and the holds
 and pauses (``pod_sweeper.keeping``) live.
 """
@@ -19,7 +20,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from loguru import logger
@@ -31,11 +32,15 @@ from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.kube.answer import Answer, Said
 from pod_sweeper.kube.config import ThrottledRefresh
 from pod_sweeper.kube.errors import KubeError
-from pod_sweeper.kube.interface import PodEvent, SweepKube
+from pod_sweeper.kube.interface import PodEvent, PodState, SweepKube
+from pod_sweeper.store.db import Connection
 from pod_sweeper.store.interface import SweepSession
 from pod_sweeper.store.rows import Attempt, BreakerWindow, Claim, Verdict
+from pod_sweeper.store.sweep import quarantine
+from pod_sweeper.store.sweep.recheck import Attachment, Generation, generations
 from pod_sweeper.tasks.loops.confirmer import BATCH, RECHECK_SECONDS, Confirmer
 from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.loops.reconciler import Reconciler, _Suspect
 from pod_sweeper.tasks.loops.surge import SurgeWatch
 from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.rules.verdicts import Sent
@@ -311,6 +316,49 @@ async def claim_past_a_tripped_breaker(self: claimer.Claimer, session: SweepSess
 _BREAKER_BUDGET = claimer.Claimer._breaker_budget
 
 
+async def sight_by_the_wall_clock(
+    self: Reconciler, conn: Connection, started_at: datetime, pods: list[PodState], attachments: dict[int, Attachment]
+) -> list[_Suspect]:
+    """``Reconciler._sight`` judging a pod's age by the replica's wall clock, not the database's at the pass's
+    start: a replica whose clock runs ahead finds a pod just created old enough, and a create whose execution
+    row is not written yet a suspect."""
+    now = cast(Any, self.kube).wall_now()  # MUTANT: started_at (the simulator's host clock: SimKube.wall_now)
+    keyed = [(pod, key) for pod in pods if (key := self._key(pod, now)) is not None]
+    async with conn.transaction():
+        states = await generations(conn, [key for _, key in keyed], attachments)
+        suspects = [
+            _Suspect(pod, key[0], key[1], attachment_id, state)
+            for (pod, key), (state, attachment_id) in zip(keyed, states, strict=True)
+            if state in (Generation.RETIRED, Generation.NO_ROW) and attachment_id is not None
+        ]
+        suspect_uids = {s.pod.uid for s in suspects}
+        cleared = [pod.uid for pod in pods if pod.uid not in suspect_uids]
+        if cleared:
+            await quarantine.forget(conn, cleared, cluster=self.settings.cluster)
+        if not suspects:
+            return []
+        sightings = [
+            quarantine.Sighting(
+                s.pod.uid,
+                s.pod.namespace or self.namespace,
+                s.pod.name,
+                s.sandbox_id,
+                s.generation,
+                s.attachment_id,
+                s.why.value,
+            )
+            for s in suspects
+        ]
+        due = await quarantine.sight(
+            conn,
+            sightings,
+            started_at=started_at,
+            quarantine=self.settings.reconcile_quarantine,
+            cluster=self.settings.cluster,
+        )
+    return [s for s in suspects if s.pod.uid in due]
+
+
 @dataclass(frozen=True)
 class Mutant:
     target: Any
@@ -342,6 +390,7 @@ MUTANTS: dict[str, Mutant] = {
     "claim_past_a_tripped_breaker": Mutant(
         claimer.Claimer, "_breaker_budget", claim_past_a_tripped_breaker, inv.NO_CLAIM_PAST_TRIPPED
     ),
+    "reconcile_age_by_the_wall_clock": Mutant(Reconciler, "_sight", sight_by_the_wall_clock, inv.RECONCILE_SPARES),
 }
 
 

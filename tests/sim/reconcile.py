@@ -79,9 +79,7 @@ ATTACHMENT = {
     "id": 1,
     "table_schema": "public",
     "table_name": "executions",
-    "column_map": {
-        c: c for c in ("sandbox_id", "generation", "pod_namespace", "pod_name", "pod_uid", "active")
-    },
+    "column_map": {c: c for c in ("sandbox_id", "generation", "pod_namespace", "pod_name", "pod_uid", "active")},
     "sandbox_id_type": "text",
     "generation_type": "bigint",
     "cluster": "default",
@@ -350,9 +348,9 @@ class ReconcilePool:
         memory = rec.memory
         await self._trip()
         reads = (STATEMENTS["reconcile_begin"], STATEMENTS["attachments"])
-        if (isinstance(query, sql.Composed) or query in reads) and not world.healed:
-            if rec.rng.random() < world.faults.db_fail:
-                raise psycopg.OperationalError("connection lost (scripted)")
+        read = isinstance(query, sql.Composed) or query in reads
+        if read and not world.healed and rec.rng.random() < world.faults.db_fail:
+            raise psycopg.OperationalError("connection lost (scripted)")
         rec.note_activations()
         rows: list[dict[str, Any]] = []
         if isinstance(query, sql.Composed):  # store.sweep.recheck's lookup of the one attached table
