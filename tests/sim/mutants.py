@@ -6,7 +6,8 @@ Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelle
 ``handed_back_charged``, ``outage_ignored``, ``sent_stamped_before_the_hook``, ``budget_ignores_claimed``,
 ``one_claim_per_row``, ``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``, ``force_whatever_the_node``,
 ``never_forcing``, ``grace_not_confirmed``, ``surge_looked_at_once_a_minute``,
-``claim_past_a_tripped_breaker`` and ``reconcile_age_by_the_wall_clock`` patch the daemon's own code;
+``claim_past_a_tripped_breaker``, ``reconcile_age_by_the_wall_clock``, ``reconcile_active_suspected`` and
+``reconcile_generation_label_misread`` patch the daemon's own code;
 ``fence_dropped`` and ``keeping_ignored`` patch
 the memory store, which stands for the SQL where the claim-epoch fence (sql/record_results.sql) and the holds
 and pauses (``pod_sweeper.keeping``) live.
@@ -322,14 +323,79 @@ async def sight_by_the_wall_clock(
     """``Reconciler._sight`` judging a pod's age by the replica's wall clock, not the database's at the pass's
     start: a replica whose clock runs ahead finds a pod just created old enough, and a create whose execution
     row is not written yet a suspect."""
-    now = cast(Any, self.kube).wall_now()  # MUTANT: started_at (the simulator's host clock: SimKube.wall_now)
+    now = cast(Any, self.kube).wall_now()  # MUTANT: started_at (the simulator's host clock: ReconcileKube.wall_now)
+    return await _sight(self, conn, started_at, now, pods, attachments, (Generation.RETIRED, Generation.NO_ROW))
+
+
+async def sight_the_active_too(
+    self: Reconciler, conn: Connection, started_at: datetime, pods: list[PodState], attachments: dict[int, Attachment]
+) -> list[_Suspect]:
+    """``Reconciler._sight`` taking a pod of an active generation for a suspect as well (the tables' answer
+    misread). The confirmation's fresh read still finds it active and forgets it: the sighting is the bug."""
+    suspected = (Generation.RETIRED, Generation.NO_ROW, Generation.ACTIVE)  # MUTANT: RETIRED and NO_ROW
+    return await _sight(self, conn, started_at, started_at, pods, attachments, suspected)
+
+
+async def confirm_by_the_labels_type(
+    self: Reconciler, conn: Connection, due: list[_Suspect], attachments: dict[int, Attachment]
+) -> int:
+    """``Reconciler._confirm`` comparing the fresh GET's generation label with the suspect's sandbox id (the
+    two labels mixed up): never equal, so every due suspect is taken for a pod changed since, forgotten, and
+    sighted again into a new quarantine for ever. No orphan is ever enqueued."""
+    still: list[_Suspect] = []
+    changed: list[str] = []
+    for suspect in due:
+        pod = suspect.pod
+        try:
+            fresh = await asyncio.to_thread(
+                self.kube.pod_state, self.namespace, pod.name, timeout=self.settings.request_timeout
+            )
+        except KubeError:
+            continue
+        if (
+            fresh is None
+            or fresh.uid != pod.uid
+            or fresh.deleting
+            or fresh.labels.get(self.sandbox_label) != suspect.sandbox_id
+            or fresh.labels.get(self.generation_label) != suspect.sandbox_id  # MUTANT: pod.labels.get(the same)
+        ):
+            changed.append(pod.uid)
+        else:
+            still.append(suspect)
+    async with conn.transaction():
+        if still:
+            states = await generations(conn, [(s.sandbox_id, s.generation) for s in still], attachments)
+            verdicts = zip(still, states, strict=True)
+            confirmed = [s for s, (state, _) in verdicts if state in (Generation.RETIRED, Generation.NO_ROW)]
+            kept = {s.pod.uid for s in confirmed}
+            changed += [s.pod.uid for s in still if s.pod.uid not in kept]
+        else:
+            confirmed = []
+        if changed:
+            await quarantine.forget(conn, changed, cluster=self.settings.cluster)
+        if not confirmed:
+            return 0
+        return await quarantine.enqueue(conn, [s.pod.uid for s in confirmed], cluster=self.settings.cluster)
+
+
+async def _sight(
+    self: Reconciler,
+    conn: Connection,
+    started_at: datetime,
+    now: datetime,
+    pods: list[PodState],
+    attachments: dict[int, Attachment],
+    suspected: tuple[Generation, ...],
+) -> list[_Suspect]:
+    """``Reconciler._sight``'s body, with the age judged against ``now`` and ``suspected`` the states taken
+    for suspects."""
     keyed = [(pod, key) for pod in pods if (key := self._key(pod, now)) is not None]
     async with conn.transaction():
         states = await generations(conn, [key for _, key in keyed], attachments)
         suspects = [
             _Suspect(pod, key[0], key[1], attachment_id, state)
             for (pod, key), (state, attachment_id) in zip(keyed, states, strict=True)
-            if state in (Generation.RETIRED, Generation.NO_ROW) and attachment_id is not None
+            if state in suspected and attachment_id is not None
         ]
         suspect_uids = {s.pod.uid for s in suspects}
         cleared = [pod.uid for pod in pods if pod.uid not in suspect_uids]
@@ -391,6 +457,8 @@ MUTANTS: dict[str, Mutant] = {
         claimer.Claimer, "_breaker_budget", claim_past_a_tripped_breaker, inv.NO_CLAIM_PAST_TRIPPED
     ),
     "reconcile_age_by_the_wall_clock": Mutant(Reconciler, "_sight", sight_by_the_wall_clock, inv.RECONCILE_SPARES),
+    "reconcile_active_suspected": Mutant(Reconciler, "_sight", sight_the_active_too, inv.RECONCILE_SPARES),
+    "reconcile_generation_label_misread": Mutant(Reconciler, "_confirm", confirm_by_the_labels_type, inv.ORPHANS_SWEPT),
 }
 
 
