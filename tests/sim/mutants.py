@@ -322,7 +322,9 @@ async def sight_by_the_wall_clock(
 ) -> list[_Suspect]:
     """``Reconciler._sight`` judging a pod's age by the replica's wall clock, not the database's at the pass's
     start: a replica whose clock runs ahead finds a pod just created old enough, and a create whose execution
-    row is not written yet a suspect."""
+    row is not written yet a suspect (``the_reconciler_spares_the_young_and_the_active``, first at seed 53);
+    one whose clock runs behind holds every orphan back by as much, minutes past the healed world's wait
+    (``every_old_orphan_is_swept``, first at seed 9: the test's)."""
     now = cast(Any, self.kube).wall_now()  # MUTANT: started_at (the simulator's host clock: ReconcileKube.wall_now)
     return await _sight(self, conn, started_at, now, pods, attachments, (Generation.RETIRED, Generation.NO_ROW))
 
@@ -456,7 +458,7 @@ MUTANTS: dict[str, Mutant] = {
     "claim_past_a_tripped_breaker": Mutant(
         claimer.Claimer, "_breaker_budget", claim_past_a_tripped_breaker, inv.NO_CLAIM_PAST_TRIPPED
     ),
-    "reconcile_age_by_the_wall_clock": Mutant(Reconciler, "_sight", sight_by_the_wall_clock, inv.RECONCILE_SPARES),
+    "reconcile_age_by_the_wall_clock": Mutant(Reconciler, "_sight", sight_by_the_wall_clock, inv.ORPHANS_SWEPT),
     "reconcile_active_suspected": Mutant(Reconciler, "_sight", sight_the_active_too, inv.RECONCILE_SPARES),
     "reconcile_generation_label_misread": Mutant(Reconciler, "_confirm", confirm_by_the_labels_type, inv.ORPHANS_SWEPT),
 }

@@ -4,7 +4,7 @@ Every replica runs the real ``tasks.loops.reconciler.Reconciler`` beside its swe
 (its seams ``timer`` and ``rng``), with a short interval, quarantine and min-age so that a run holds many
 passes. Its statements go to ``ReconcilePool``, whose connection answers each with the memory form of it
 (``harness.memreconcile.MemoryReconcile``, held to sql/reconcile_*.sql and the pass's read of the attached
-tables by tests/integration/test_store_contract.py), a round trip of a few milliseconds each, and at the
+tables by tests/integration/test_store_contract.py), after a round trip of a few milliseconds each, and at the
 seed's rate a read that fails before it applies. Its list requests and GETs go to ``ReconcileKube``, the
 world's scripted API server: the credential hook, the outage, a 500 now and then, an expired ``continue``
 token (410) now and then.
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 SHARE = 1 / 12
 NAMESPACE = "sandboxes"  # the pass's namespace; the sweep's own rows are in world.NAMESPACES
 SANDBOX_LABEL, GENERATION_LABEL = "sim.example/sandbox", "sim.example/generation"
-INTERVAL = 2.0  # POD_SWEEPER_RECONCILE_INTERVAL: passes every two seconds or so, counted across replicas
+INTERVAL = 3.0  # POD_SWEEPER_RECONCILE_INTERVAL: passes every three seconds or so, counted across replicas
 QUARANTINE = 3.0  # POD_SWEEPER_RECONCILE_QUARANTINE
 MIN_AGE = 10.0  # POD_SWEEPER_RECONCILE_MIN_AGE
 PAGE_SIZE = 3  # POD_SWEEPER_RECONCILE_PAGE_SIZE: a listing of a few pages
@@ -318,8 +318,9 @@ class _Rows:
 
 class ReconcilePool:
     """One replica's reconciler's pool: one connection whose statements are ``MemoryReconcile``'s, each
-    applied whole between two round trips; a read (the lease's take, the attachments, the tables' lookup,
-    each its transaction's first statement) fails before it applies at the seed's rate."""
+    applied whole after a round trip of a few milliseconds (its answer back at once: a simulated step less
+    each); a read (the lease's take, the attachments, the tables' lookup, each its transaction's first
+    statement) fails before it applies at the seed's rate."""
 
     def __init__(self, reconciling: Reconciling, replica: Replica) -> None:
         self.reconciling, self.replica = reconciling, replica
@@ -330,7 +331,6 @@ class ReconcilePool:
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Connection]:
-        await self._trip()
         yield cast(Connection, self)
 
     def transaction(self) -> AbstractAsyncContextManager[object]:
@@ -404,7 +404,6 @@ class ReconcilePool:
             rows = [] if left is None else [{"last_suspects": left}]
         else:
             raise AssertionError(f"the simulator's reconciler knows no statement {query!r:.80}")
-        await self._trip()
         return _Rows(rows)
 
 
