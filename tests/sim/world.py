@@ -10,7 +10,9 @@ which adds a round trip to every statement and the faults; the API server is ``C
 the pods and answers each DELETE as the real one does (the UID precondition, a 409's GET) unless the
 seed draws a fault. The outage watch's database row goes nowhere (``_NoPool``). In a run with the
 breaker's surge rule on (``World.surge``), each replica runs the real ``tasks.loops.surge.SurgeWatch`` too,
-its statements the memory store's (``SurgePool``). The breaker's row is
+its statements the memory store's (``SurgePool``). In a run with the reconciliation pass
+(``World.reconcile``), each replica runs the real ``tasks.loops.reconciler.Reconciler`` too, over labelled
+pods of one namespace (tests/sim/reconcile.py). The breaker's row is
 the world's (its reason, its lock held for a claim's transaction, its reset), read through the memory
 store's window (see ``BREAKER_AS_SQL``).
 
@@ -940,7 +942,7 @@ class SimKube:
     def list_pods(
         self, namespace: str, label_selector: str, *, limit: int, continue_token: str | None, timeout: float
     ) -> PodPage:
-        raise AssertionError("the simulator runs no reconciliation pass")
+        raise AssertionError("the reconciler's requests are tests/sim/reconcile.py's ReconcileKube's")
 
     def node_exists(self, name: str, *, timeout: float) -> bool:
         return self.world.node_exists(self.replica, name)
