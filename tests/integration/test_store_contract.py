@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import psycopg
@@ -16,18 +16,19 @@ from psycopg.rows import dict_row
 
 from harness import memstore
 from harness.clock import FakeClock
+from harness.memreconcile import MemoryReconcile
 from harness.memstore import MemoryStore
 from harness.postgres import ThrowawayCluster
 from helpers import attach_table, create_executions, settings_for, wait_until
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Result
-from pod_sweeper.store import db
+from pod_sweeper.store import db, queries
 from pod_sweeper.store.admin import bulk, controls
 from pod_sweeper.store.interface import SweepStore
 from pod_sweeper.store.reads import waits
 from pod_sweeper.store.rows import Claim, ClaimedBatch, Verdict
 from pod_sweeper.store.schema import migrations
-from pod_sweeper.store.sweep import breaker, outbox, presence, rates, terminating
+from pod_sweeper.store.sweep import breaker, outbox, presence, quarantine, rates, recheck, terminating
 from pod_sweeper.store.sweep.pgstore import OutboxStore
 from pod_sweeper.store.sweep.recheck import load_attachments
 from pod_sweeper.tasks.rules import verdicts
@@ -798,6 +799,243 @@ def test_the_replication_guards_mark_claim_and_reason_answer_as_the_real_ones(
     assert real[8][1] == {"s0": True, "s1": False, "s2": True}
     assert real[9][1] == {"s0": "claimed", "s1": "replication_guard", "s2": "claimed"}
     assert real[10][1] == 1 and real[11][1] == []
+
+
+# --- the reconciliation pass's statements (harness.memreconcile, the simulator's) ----------------------
+
+UIDS = {name: str(uuid.UUID(int=i + 1)) for i, name in enumerate(("r", "a", "n", "h", "o"))}
+
+
+def sighting(sandbox: str, *, name: str | None = None, generation: int = 1) -> quarantine.Sighting:
+    return quarantine.Sighting(UIDS[sandbox], "sandboxes", name or f"pod-{sandbox}", sandbox, generation, 1, "retired")
+
+
+class Reconciling(Protocol):
+    def execution(self, sandbox: str, *, active: bool) -> None: ...
+    def retire(self, sandbox: str) -> None: ...
+    async def hold(self, sandbox: str) -> None: ...
+    async def generations(self, sandboxes: list[str]) -> list[tuple[str, int | None]]: ...
+    async def begin(self, replica: str, *, gap: float) -> datetime | None: ...
+    async def sight(self, sightings: list[quarantine.Sighting], started_at: datetime, wait: float) -> list[str]: ...
+    async def forget(self, sandboxes: list[str]) -> None: ...
+    async def enqueue(self, sandboxes: list[str]) -> int: ...
+    async def prune(self, started_at: datetime) -> None: ...
+    async def finish(self, replica: str, started_at: datetime) -> int | None: ...
+    def suspects(self) -> list[str]: ...
+    def rows(self) -> dict[str, tuple[str, str]]: ...
+    def tick(self) -> None: ...
+
+
+class PostgresReconciling:
+    """sql/reconcile_*.sql through ``store.sweep.quarantine``, and ``recheck.generations``, on PostgreSQL."""
+
+    def __init__(self, conn: psycopg.Connection[Any], pool: Any, cluster: str) -> None:
+        self.conn, self.pool, self.cluster = conn, pool, cluster
+        conn.execute("DELETE FROM pod_sweeper.suspects")
+        conn.execute(
+            "UPDATE pod_sweeper.reconcile_state SET last_started_at = NULL, last_finished_at = NULL WHERE cluster = %s",
+            (cluster,),
+        )
+
+    def execution(self, sandbox: str, *, active: bool) -> None:
+        self.conn.execute(
+            "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+            " VALUES (%s, 1, 'sandboxes', %s, %s, %s)",
+            # A row inserted retired with its UID would be enqueued by the trigger: a retired one here never
+            # recorded its pod's UID (the pass's case), an active one did.
+            (sandbox, f"pod-{sandbox}", UIDS[sandbox] if active else None, active),
+        )
+
+    def retire(self, sandbox: str) -> None:
+        self.conn.execute("UPDATE executions SET active = false WHERE sandbox_id = %s", (sandbox,))
+
+    async def hold(self, sandbox: str) -> None:
+        async with self.pool.connection() as conn:
+            await controls.hold(
+                conn,
+                cluster=self.cluster,
+                namespace="sandboxes",
+                name=f"pod-{sandbox}",
+                uid=uuid.UUID(UIDS[sandbox]),
+                window=controls.Window(length=timedelta(hours=1)),
+                reason="the contract",
+                actor="contract",
+            )
+
+    async def generations(self, sandboxes: list[str]) -> list[tuple[str, int | None]]:
+        async with self.pool.connection() as conn:
+            attachments = await load_attachments(conn)
+            found = await recheck.generations(conn, [(s, 1) for s in sandboxes], attachments)
+        return [(state.value, attachment) for state, attachment in found]
+
+    async def begin(self, replica: str, *, gap: float) -> datetime | None:
+        async with self.pool.connection() as conn:
+            return await quarantine.begin(conn, replica=replica, gap=gap, lease=600, cluster=self.cluster)
+
+    async def sight(self, sightings: list[quarantine.Sighting], started_at: datetime, wait: float) -> list[str]:
+        async with self.pool.connection() as conn:
+            due = await quarantine.sight(conn, sightings, started_at=started_at, quarantine=wait, cluster=self.cluster)
+        return sorted(s.sandbox_id for s in sightings if s.pod_uid in due)
+
+    async def forget(self, sandboxes: list[str]) -> None:
+        async with self.pool.connection() as conn:
+            await quarantine.forget(conn, [UIDS[s] for s in sandboxes], cluster=self.cluster)
+
+    async def enqueue(self, sandboxes: list[str]) -> int:
+        async with self.pool.connection() as conn:
+            return await quarantine.enqueue(conn, [UIDS[s] for s in sandboxes], cluster=self.cluster)
+
+    async def prune(self, started_at: datetime) -> None:
+        async with self.pool.connection() as conn:
+            await quarantine.prune(conn, started_at=started_at, cluster=self.cluster)
+
+    async def finish(self, replica: str, started_at: datetime) -> int | None:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                queries.load("reconcile_finish"),
+                {
+                    "seen": 1,
+                    "enqueued": 0,
+                    "error": None,
+                    "replica": replica,
+                    "started_at": started_at,
+                    "cluster": self.cluster,
+                },
+            )
+            row = await cur.fetchone()
+        return None if row is None else int(row["last_suspects"])
+
+    def suspects(self) -> list[str]:
+        found = self.conn.execute("SELECT sandbox_id, pod_name FROM pod_sweeper.suspects").fetchall()
+        return sorted(f"{r['sandbox_id']}:{r['pod_name']}" for r in found)
+
+    def rows(self) -> dict[str, tuple[str, str]]:
+        found = self.conn.execute("SELECT sandbox_id, reason, status FROM pod_sweeper.outbox").fetchall()
+        return {r["sandbox_id"]: (r["reason"], r["status"]) for r in found}
+
+    def tick(self) -> None:
+        pass  # the database's clock moves by itself
+
+
+class MemoryReconciling:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.memory = MemoryStore(self.clock, replica="contract")
+        self.passes = MemoryReconcile(self.memory)
+
+    def execution(self, sandbox: str, *, active: bool) -> None:
+        self.passes.executions[(sandbox, 1)] = active
+
+    def retire(self, sandbox: str) -> None:
+        self.passes.executions[(sandbox, 1)] = False
+        self.memory.retire(sandbox, name=f"pod-{sandbox}", uid=uuid.UUID(UIDS[sandbox]))
+
+    async def hold(self, sandbox: str) -> None:
+        self.memory.keep(pod_uid=uuid.UUID(UIDS[sandbox]))
+
+    async def generations(self, sandboxes: list[str]) -> list[tuple[str, int | None]]:
+        found = self.passes.generation_rows([(s, 1) for s in sandboxes])
+        out: list[tuple[str, int | None]] = []
+        for i in range(len(sandboxes)):
+            state = {None: "no_execution_row", True: "active", False: "retired"}[found.get(i)]
+            out.append((state, 1))
+        return out
+
+    async def begin(self, replica: str, *, gap: float) -> datetime | None:
+        return self.passes.begin(replica=replica, gap=gap, lease=600)
+
+    async def sight(self, sightings: list[quarantine.Sighting], started_at: datetime, wait: float) -> list[str]:
+        due = self.passes.sight(sightings, started_at=started_at, quarantine=wait)
+        return sorted(s.sandbox_id for s in sightings if s.pod_uid in due)
+
+    async def forget(self, sandboxes: list[str]) -> None:
+        self.passes.forget([UIDS[s] for s in sandboxes])
+
+    async def enqueue(self, sandboxes: list[str]) -> int:
+        return self.passes.enqueue([UIDS[s] for s in sandboxes])
+
+    async def prune(self, started_at: datetime) -> None:
+        self.passes.prune(started_at=started_at)
+
+    async def finish(self, replica: str, started_at: datetime) -> int | None:
+        return self.passes.finish(replica=replica, started_at=started_at, seen=1, enqueued=0, error=None)
+
+    def suspects(self) -> list[str]:
+        return sorted(f"{s.sighting.sandbox_id}:{s.sighting.pod_name}" for s in self.passes.suspects.values())
+
+    def rows(self) -> dict[str, tuple[str, str]]:
+        return {r.sandbox_id: (r.reason, r.status.value) for r in self.memory.rows.values()}
+
+    def tick(self) -> None:
+        self.clock.advance(0.01)
+
+
+async def reconciling_scenario(world: Reconciling) -> list[Any]:
+    """Two passes of two replicas: the lease and its gap, sightings and their quarantine (a changed name
+    starts it again), a pass that outlived its lease, an enqueue past a hold and an open row, a prune."""
+    seen: list[Any] = []
+    world.execution("r", active=False)  # retired, its retire before the outbox (no row)
+    world.execution("a", active=True)
+    world.execution("h", active=False)
+    world.execution("o", active=True)
+    world.retire("o")  # the trigger's row: open
+    await world.hold("h")
+    seen.append(("the tables' answers", await world.generations(["r", "a", "n", "h"])))
+    first = await world.begin("A", gap=0)
+    world.tick()
+    seen.append(("one pass at a time", first is not None, await world.begin("B", gap=0) is None))
+    assert first is not None
+    found = [sighting("r"), sighting("n"), sighting("h"), sighting("o")]
+    seen.append(("first sightings are not due", await world.sight(found, first, 0), world.suspects()))
+    world.tick()
+    seen.append(("the pass ends", await world.finish("A", first)))
+    world.tick()
+    seen.append(("the gap", await world.begin("B", gap=600) is None))
+    second = await world.begin("B", gap=0)
+    assert second is not None
+    world.tick()
+    seen.append(("a pass that outlived its lease records nothing", await world.finish("A", first)))
+    again = [sighting("r"), sighting("n", name="pod-n2"), sighting("h"), sighting("o")]
+    seen.append(("seen again: due, but the renamed", await world.sight(again, second, 0), world.suspects()))
+    seen.append(("a long quarantine is not over", await world.sight([sighting("r")], second, 600)))
+    world.tick()
+    seen.append(("enqueued past the hold and the open row", await world.enqueue(["r", "h", "o"]), world.rows()))
+    seen.append(("held stays, others go", world.suspects()))
+    await world.forget(["n"])
+    seen.append(("forgotten", world.suspects()))
+    world.tick()
+    seen.append(("the second pass ends", await world.finish("B", second)))
+    world.tick()
+    third = await world.begin("A", gap=0)
+    assert third is not None
+    world.tick()
+    await world.prune(third)
+    seen.append(("a complete pass that saw none prunes them", world.suspects(), await world.finish("A", third)))
+    return seen
+
+
+def test_the_reconcilers_statements_answer_as_the_real_ones(execs: psycopg.Connection[Any], db_url: str) -> None:
+    """``MemoryReconcile``, the simulator's reconciler's database, held to sql/reconcile_begin.sql,
+    reconcile_suspect, reconcile_forget, reconcile_enqueue (pod_sweeper.enqueue and the hold), reconcile_prune
+    and reconcile_finish, and its read of the attached table to ``recheck.generations``."""
+    settings = settings_for(db_url, replica_id="contract")
+
+    async def on_postgres() -> list[Any]:
+        pool = db.make_pool(settings, max_size=2)
+        await pool.open(wait=True, timeout=10)
+        try:
+            return await reconciling_scenario(PostgresReconciling(execs, pool, settings.cluster))
+        finally:
+            await pool.close()
+
+    real = asyncio.run(on_postgres())
+    memory = asyncio.run(reconciling_scenario(MemoryReconciling()))
+    for step_real, step_memory in zip(real, memory, strict=True):
+        assert step_memory == step_real, step_real[0]
+    # It reached what it meant to: a suspect due, one renamed, one held, one left to its row, one pruned.
+    assert real[6][1] == ["h", "o", "r"] and real[8][1] == 1 and real[8][2]["r"] == ("reconciled", "pending")
+    assert real[8][2]["o"] == ("retired", "pending") and real[9][1] == ["h:pod-h", "n:pod-n2"]
+    assert real[11][1] == 1 and real[12][1] == [] and real[12][2] == 0
 
 
 # The flushed case needs a streaming standby: a throwaway primary of the tests' binaries and an

@@ -31,6 +31,8 @@ FORCED_ONLY_NODE_GONE = "a_pod_is_forced_only_once_its_node_is_gone"
 SURGE_TRIPS = "a_surge_trips_the_breaker"
 NO_CLAIM_PAST_TRIPPED = "no_claim_past_a_tripped_breaker"
 GUARD_FLUSHED = "no_delete_before_the_standbys_flush_its_retire"
+RECONCILE_SPARES = "the_reconciler_spares_the_young_and_the_active"
+ORPHANS_SWEPT = "every_old_orphan_is_swept"
 
 NAMES: dict[str, str] = {
     UID_PRECONDITION: "every DELETE carries the UID of the row it was sent for",
@@ -59,6 +61,11 @@ NAMES: dict[str, str] = {
     NO_CLAIM_PAST_TRIPPED: "no claim takes rows in a transaction whose read of the breaker found it tripped",
     GUARD_FLUSHED: "with the replication guard on, no DELETE goes out for a row whose retire a named standby "
     "has not flushed (a failover to it then could lose the retire)",
+    RECONCILE_SPARES: "the reconciliation pass makes no pod a suspect, nor enqueues it, while it is younger than the "
+    "min-age by the database's clock or its generation was active when the pass began; and enqueues none without "
+    "a fresh GET of it, nor one whose generation was active before that GET",
+    ORPHANS_SWEPT: "once healed, every labelled pod older than the min-age whose generation has no active row is "
+    "deleted by a reconciled row, or left to the row the outbox already keeps for it",
 }
 
 

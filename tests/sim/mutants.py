@@ -6,7 +6,8 @@ Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelle
 ``handed_back_charged``, ``outage_ignored``, ``sent_stamped_before_the_hook``, ``budget_ignores_claimed``,
 ``one_claim_per_row``, ``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``, ``force_whatever_the_node``,
 ``never_forcing``, ``grace_not_confirmed``, ``surge_looked_at_once_a_minute``,
-``claim_past_a_tripped_breaker`` and ``guard_flush_check_skipped`` patch the daemon's own code;
+``claim_past_a_tripped_breaker``, ``guard_flush_check_skipped``, ``reconcile_age_by_the_wall_clock``,
+``reconcile_active_suspected`` and ``reconcile_generation_label_misread`` patch the daemon's own code;
 ``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
 claim-epoch fence (sql/record_results.sql) and the holds and pauses (``pod_sweeper.keeping``) live.
 """
@@ -19,7 +20,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from loguru import logger
@@ -31,11 +32,15 @@ from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.kube.answer import Answer, Said
 from pod_sweeper.kube.config import ThrottledRefresh
 from pod_sweeper.kube.errors import KubeError
-from pod_sweeper.kube.interface import PodEvent, SweepKube
+from pod_sweeper.kube.interface import PodEvent, PodState, SweepKube
+from pod_sweeper.store.db import Connection
 from pod_sweeper.store.interface import SweepSession
 from pod_sweeper.store.rows import Attempt, BreakerWindow, Claim, ClaimedBatch, LargeTransaction, Verdict
+from pod_sweeper.store.sweep import quarantine
+from pod_sweeper.store.sweep.recheck import Attachment, Generation, generations
 from pod_sweeper.tasks.loops.confirmer import BATCH, RECHECK_SECONDS, Confirmer
 from pod_sweeper.tasks.loops.outage import OutageWatch
+from pod_sweeper.tasks.loops.reconciler import Reconciler, _Suspect
 from pod_sweeper.tasks.loops.surge import SurgeWatch
 from pod_sweeper.tasks.rules import verdicts
 from pod_sweeper.tasks.rules.verdicts import Sent
@@ -345,6 +350,116 @@ async def turn_without_the_guards_flush_check(
     return turn
 
 
+async def sight_by_the_wall_clock(
+    self: Reconciler, conn: Connection, started_at: datetime, pods: list[PodState], attachments: dict[int, Attachment]
+) -> list[_Suspect]:
+    """``Reconciler._sight`` judging a pod's age by the replica's wall clock, not the database's at the pass's
+    start: a replica whose clock runs ahead finds a pod just created old enough, and a create whose execution
+    row is not written yet a suspect (``the_reconciler_spares_the_young_and_the_active``, first at seed 53);
+    one whose clock runs behind holds every orphan back by as much, minutes past the healed world's wait
+    (``every_old_orphan_is_swept``, first at seed 9: the test's)."""
+    now = cast(Any, self.kube).wall_now()  # MUTANT: started_at (the simulator's host clock: ReconcileKube.wall_now)
+    return await _sight(self, conn, started_at, now, pods, attachments, (Generation.RETIRED, Generation.NO_ROW))
+
+
+async def sight_the_active_too(
+    self: Reconciler, conn: Connection, started_at: datetime, pods: list[PodState], attachments: dict[int, Attachment]
+) -> list[_Suspect]:
+    """``Reconciler._sight`` taking a pod of an active generation for a suspect as well (the tables' answer
+    misread). The confirmation's fresh read still finds it active and forgets it: the sighting is the bug."""
+    suspected = (Generation.RETIRED, Generation.NO_ROW, Generation.ACTIVE)  # MUTANT: RETIRED and NO_ROW
+    return await _sight(self, conn, started_at, started_at, pods, attachments, suspected)
+
+
+async def confirm_by_the_labels_type(
+    self: Reconciler, conn: Connection, due: list[_Suspect], attachments: dict[int, Attachment]
+) -> int:
+    """``Reconciler._confirm`` comparing the fresh GET's generation label with the suspect's sandbox id (the
+    two labels mixed up): never equal, so every due suspect is taken for a pod changed since, forgotten, and
+    sighted again into a new quarantine for ever. No orphan is ever enqueued."""
+    still: list[_Suspect] = []
+    changed: list[str] = []
+    for suspect in due:
+        pod = suspect.pod
+        try:
+            fresh = await asyncio.to_thread(
+                self.kube.pod_state, self.namespace, pod.name, timeout=self.settings.request_timeout
+            )
+        except KubeError:
+            continue
+        if (
+            fresh is None
+            or fresh.uid != pod.uid
+            or fresh.deleting
+            or fresh.labels.get(self.sandbox_label) != suspect.sandbox_id
+            or fresh.labels.get(self.generation_label) != suspect.sandbox_id  # MUTANT: pod.labels.get(the same)
+        ):
+            changed.append(pod.uid)
+        else:
+            still.append(suspect)
+    async with conn.transaction():
+        if still:
+            states = await generations(conn, [(s.sandbox_id, s.generation) for s in still], attachments)
+            verdicts = zip(still, states, strict=True)
+            confirmed = [s for s, (state, _) in verdicts if state in (Generation.RETIRED, Generation.NO_ROW)]
+            kept = {s.pod.uid for s in confirmed}
+            changed += [s.pod.uid for s in still if s.pod.uid not in kept]
+        else:
+            confirmed = []
+        if changed:
+            await quarantine.forget(conn, changed, cluster=self.settings.cluster)
+        if not confirmed:
+            return 0
+        return await quarantine.enqueue(conn, [s.pod.uid for s in confirmed], cluster=self.settings.cluster)
+
+
+async def _sight(
+    self: Reconciler,
+    conn: Connection,
+    started_at: datetime,
+    now: datetime,
+    pods: list[PodState],
+    attachments: dict[int, Attachment],
+    suspected: tuple[Generation, ...],
+) -> list[_Suspect]:
+    """``Reconciler._sight``'s body, with the age judged against ``now`` and ``suspected`` the states taken
+    for suspects."""
+    keyed = [(pod, key) for pod in pods if (key := self._key(pod, now)) is not None]
+    async with conn.transaction():
+        states = await generations(conn, [key for _, key in keyed], attachments)
+        suspects = [
+            _Suspect(pod, key[0], key[1], attachment_id, state)
+            for (pod, key), (state, attachment_id) in zip(keyed, states, strict=True)
+            if state in suspected and attachment_id is not None
+        ]
+        suspect_uids = {s.pod.uid for s in suspects}
+        cleared = [pod.uid for pod in pods if pod.uid not in suspect_uids]
+        if cleared:
+            await quarantine.forget(conn, cleared, cluster=self.settings.cluster)
+        if not suspects:
+            return []
+        sightings = [
+            quarantine.Sighting(
+                s.pod.uid,
+                s.pod.namespace or self.namespace,
+                s.pod.name,
+                s.sandbox_id,
+                s.generation,
+                s.attachment_id,
+                s.why.value,
+            )
+            for s in suspects
+        ]
+        due = await quarantine.sight(
+            conn,
+            sightings,
+            started_at=started_at,
+            quarantine=self.settings.reconcile_quarantine,
+            cluster=self.settings.cluster,
+        )
+    return [s for s in suspects if s.pod.uid in due]
+
+
 @dataclass(frozen=True)
 class Mutant:
     target: Any
@@ -379,6 +494,9 @@ MUTANTS: dict[str, Mutant] = {
     "guard_flush_check_skipped": Mutant(
         claimer.Claimer, "_turn", turn_without_the_guards_flush_check, inv.GUARD_FLUSHED
     ),
+    "reconcile_age_by_the_wall_clock": Mutant(Reconciler, "_sight", sight_by_the_wall_clock, inv.ORPHANS_SWEPT),
+    "reconcile_active_suspected": Mutant(Reconciler, "_sight", sight_the_active_too, inv.RECONCILE_SPARES),
+    "reconcile_generation_label_misread": Mutant(Reconciler, "_confirm", confirm_by_the_labels_type, inv.ORPHANS_SWEPT),
 }
 
 

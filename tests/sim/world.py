@@ -10,7 +10,9 @@ which adds a round trip to every statement and the faults; the API server is ``C
 the pods and answers each DELETE as the real one does (the UID precondition, a 409's GET) unless the
 seed draws a fault. The outage watch's database row goes nowhere (``_NoPool``). In a run with the
 breaker's surge rule on (``World.surge``), each replica runs the real ``tasks.loops.surge.SurgeWatch`` too,
-its statements the memory store's (``SurgePool``). The breaker's row is
+its statements the memory store's (``SurgePool``). In a run with the reconciliation pass
+(``World.reconcile``), each replica runs the real ``tasks.loops.reconciler.Reconciler`` too, over labelled
+pods of one namespace (tests/sim/reconcile.py). The breaker's row is
 the world's (its reason, its lock held for a claim's transaction, its reset), read through the memory
 store's window (see ``BREAKER_AS_SQL``).
 
@@ -63,6 +65,7 @@ from pod_sweeper.tasks.rules.gates import BreakerGate
 from pod_sweeper.tasks.rules.surge import SURGE_INTERVAL, SURGE_WINDOW
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 from sim import invariants as inv
+from sim import reconcile
 from sim.credentials import Credentials
 from sim.guard import Standbys, check_send
 from sim.guard import draw as draw_guard
@@ -242,6 +245,11 @@ class World:
         self.surging = random.Random(f"{seed}:surge")
         self.surge = self.surging.random() < 0.06
         self.memory = MemoryStore(_LoopClock(self.loop), replica="nobody")
+        # The reconciliation pass on every replica, over orphans, live and young labelled pods
+        # (tests/sim/reconcile.py): a stream of its own again, drawn in some runs only.
+        reconciling = random.Random(f"{seed}:reconcile")
+        drawn = reconciling.random() < reconcile.SHARE
+        self.reconcile = reconcile.Reconciling(self, reconciling) if drawn else None
         update: dict[str, Any] = {"max_deletes_per_minute": self.faults.breaker}
         if self.surge:
             update |= {"breaker_surge_factor": SURGE_FACTOR, "breaker_surge_floor": SURGE_FLOOR}
@@ -251,6 +259,8 @@ class World:
         if self.guard is not None:
             self.memory.replication.standbys = Standbys(self.guard, self.memory.replication, self.loop)
             update["replication_guard"] = frozenset(self.guard.names)
+        if self.reconcile is not None:
+            update |= reconcile.settings_update()
         self.settings = _BASE.model_copy(update=update)
         # The cluster's breaker row: its reason, the lock a claim holds it by, when it was last reset,
         # and the send time of each delete recorded (the bound's count).
@@ -672,6 +682,8 @@ class World:
         rows = self.rng.randint(3, 10)
         for i in range(rows):
             self.add_row(i)
+        if self.reconcile is not None:
+            self.reconcile.populate()
         for _ in range(self.n_replicas):
             self.start_replica()
         start = self.loop.time()
@@ -715,6 +727,8 @@ class World:
         if self.guard is not None:
             for when in self.guard.reopens:
                 events.append((when, len(events), self._reopen))
+        if self.reconcile is not None:
+            self.reconcile.script(events)
         if self.terminating:
             for _ in range(self.slow.choice((0, 1, 2, 3))):
                 events.append((self.slow.uniform(0.0, HORIZON), len(events), self._jump))
@@ -877,6 +891,8 @@ class World:
                 break
             self._reset_breaker()  # the on-call resets it while the world settles
             await asyncio.sleep(1.0)
+        if self.reconcile is not None:  # and until the passes have swept every old orphan
+            await self.reconcile.settle()
         if self.terminating:  # and until the confirmer has settled every pod left terminating
             for _ in range(int(CONFIRM_LIMIT)):
                 if not self.unsettled():
@@ -964,7 +980,7 @@ class SimKube:
     def list_pods(
         self, namespace: str, label_selector: str, *, limit: int, continue_token: str | None, timeout: float
     ) -> PodPage:
-        raise AssertionError("the simulator runs no reconciliation pass")
+        raise AssertionError("the reconciler's requests are tests/sim/reconcile.py's ReconcileKube's")
 
     def node_exists(self, name: str, *, timeout: float) -> bool:
         return self.world.node_exists(self.replica, name)
@@ -1348,6 +1364,9 @@ class Replica:
             surge_pool = cast(AsyncConnectionPool[Connection], SurgePool(world, self))
             self.surge_watch = SurgeWatch(settings, surge_pool, breaker, metrics, clock=loop.time)
             self.tasks.append(loop.create_task(self.surge_watch.run(), name=f"{name}-surge"))
+        if world.reconcile is not None:
+            reconciler = world.reconcile.start(self, metrics)
+            self.tasks.append(loop.create_task(reconciler.run(), name=f"{name}-reconciler"))
         for task in self.tasks:
             task.add_done_callback(self._ended)
 

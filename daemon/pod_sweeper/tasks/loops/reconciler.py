@@ -22,6 +22,7 @@ import asyncio
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -70,10 +71,17 @@ class Reconciler:
         kube: PodKube,
         metrics: Metrics,
         outage: OutageWatch,
+        *,
+        timer: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
         assert settings.reconcile_sandbox_label and settings.reconcile_generation_label
         assert settings.reconcile_namespace
         self.settings, self.pool, self.kube, self.metrics, self.outage = settings, pool, kube, metrics, outage
+        # Two seams, which the simulator (tests/sim) drives: ``timer``, the list requests' timings, on the
+        # outage watch's clock (time.monotonic); ``rng``, the passes' jitter (the module's unseeded one).
+        self._timer = timer
+        self._uniform: Callable[[float, float], float] = random.uniform if rng is None else rng.uniform
         self.sandbox_label = settings.reconcile_sandbox_label
         self.generation_label = settings.reconcile_generation_label
         self.namespace = settings.reconcile_namespace
@@ -84,7 +92,7 @@ class Reconciler:
         """Pass after pass; a failed pass (database or API) is logged and the next one tries again."""
         # Jitter so that replicas started together do not contend for the lease on every tick.
         await periodic.every(
-            lambda: self.settings.reconcile_interval * random.uniform(0.9, 1.1),
+            lambda: self.settings.reconcile_interval * self._uniform(0.9, 1.1),
             "reconciliation pass",
             self.pass_once,
             expected=(psycopg.Error,),
@@ -108,10 +116,10 @@ class Reconciler:
         attachments = await load_attachments(conn)
         result = PassResult()
         token: str | None = None
-        sent = time.monotonic()
+        sent = self._timer()
         try:
             while True:
-                sent = time.monotonic()
+                sent = self._timer()
                 page = await asyncio.to_thread(
                     self.kube.list_pods,
                     self.namespace,
