@@ -683,10 +683,11 @@ class PostgresGuarded(Postgres):
             found = await waits.row_reasons(conn, list(by_id))
         return {by_id[row_id]: reason for row_id, reason in sorted(found.items())}
 
+    named = NO_STANDBY  # the standby its guard names
+
     async def beat(self) -> None:
-        guard = (NO_STANDBY,)
         beat = presence.Beat(
-            "contract", "h", "0", 20, self.cluster, None, False, None, guard, 100.0, 8, True, {}, 60.0, 1.0
+            "contract", "h", "0", 20, self.cluster, None, False, None, (self.named,), 100.0, 8, True, {}, 60.0, 1.0
         )
         async with self.store.pool.connection() as conn:
             await presence.beat(conn, beat)
@@ -699,14 +700,6 @@ class MemoryGuarded(Memory):
         super().__init__()
         self.memory.guard = [NO_STANDBY]
         self.fleet = False
-
-    def retire(self, sandbox: str) -> None:
-        row = next((r for r in self.memory.rows.values() if r.sandbox_id == sandbox), None)
-        if row is None:
-            super().retire(sandbox)
-        else:  # the trigger's enqueue of a pod UID seen before: a reopen if it ended skipped_active
-            self.memory.reopen(row)
-            self.clock.advance(0.001)
 
     async def mark(self) -> int:
         async with self.store.session() as session:
@@ -1051,6 +1044,8 @@ class Flushing(Guarded, Protocol):
 class PostgresFlushing(PostgresGuarded):
     """The primary, and its standby ``STANDBY`` streaming (asynchronous)."""
 
+    named = STANDBY
+
     def __init__(
         self, conn: psycopg.Connection[Any], store: OutboxStore, cluster: str, standby: ThrowawayCluster
     ) -> None:
@@ -1079,13 +1074,6 @@ class PostgresFlushing(PostgresGuarded):
             ),
             what="the standby gone from pg_stat_replication",
         )
-
-    async def beat(self) -> None:
-        beat = presence.Beat(
-            "contract", "h", "0", 20, self.cluster, None, False, None, (STANDBY,), 100.0, 8, True, {}, 60.0, 1.0
-        )
-        async with self.store.pool.connection() as conn:
-            await presence.beat(conn, beat)
 
 
 class MemoryFlushing(MemoryGuarded):

@@ -204,6 +204,20 @@ def test_a_row_whose_lease_ran_short_in_the_queue_goes_back_unsent_and_uncharged
     assert r.kube.calls == [] and (row.status, row.attempts) == (Status.PENDING, 0)
 
 
+def sweep_and_record(r: Rig, n: int) -> None:
+    """``n`` rows retired, claimed, sent by one worker until each has its verdict, and recorded."""
+    r.retire(n)
+    pipeline, sender = r.sweeper.pipeline, r.sweeper.sender
+
+    async def scenario() -> None:
+        await r.claim(queued=n)
+        await running(sender.worker(), lambda: until(lambda: pipeline.unwritten == n, what=f"{n} verdicts"))
+        await r.sweeper.recorder.flush()
+        sender.close()
+
+    go(scenario())
+
+
 @pytest.mark.parametrize(
     "refused",
     [Answer.of(401, "Unauthorized", "401 Unauthorized"), Answer.unsent(RuntimeError("invalid_grant"))],
@@ -212,16 +226,7 @@ def test_a_row_whose_lease_ran_short_in_the_queue_goes_back_unsent_and_uncharged
 def test_a_401_stops_the_rest_of_its_chunk_and_every_row_goes_back_uncharged(refused: Answer) -> None:
     kube = ScriptedKube(answer=lambda name: refused)
     r = rig(kube, concurrency=1, batch_size=8)
-    r.retire(8)
-    pipeline, sender = r.sweeper.pipeline, r.sweeper.sender
-
-    async def scenario() -> None:
-        await r.claim(queued=8)
-        await running(sender.worker(), lambda: until(lambda: pipeline.unwritten == 8, what="8 verdicts"))
-        await r.sweeper.recorder.flush()
-        sender.close()
-
-    go(scenario())
+    sweep_and_record(r, 8)
     assert r.kube.calls == ["pod-s0"]  # one refusal, and the chunk's other seven never went out
     assert {(row.status, row.attempts) for row in r.store.rows.values()} == {(Status.PENDING, 0)}
     assert r.sweeper.status.refusing is not None
@@ -470,15 +475,6 @@ def test_a_probe_the_credential_hook_kept_off_the_wire_holds_the_outage_gate_and
             return Answer.unsent(ConnectionRefusedError("the token endpoint"))
 
     r = rig(NoCredentialForTheProbe(answer=lambda name: Answer.none("timed out")), concurrency=1, batch_size=1)
-    r.retire(1)
-    pipeline, sender = r.sweeper.pipeline, r.sweeper.sender
-
-    async def scenario() -> None:
-        await r.claim(queued=1)
-        await running(sender.worker(), lambda: until(lambda: pipeline.unwritten == 1, what="the verdict"))
-        await r.sweeper.recorder.flush()
-        sender.close()
-
-    go(scenario())
+    sweep_and_record(r, 1)
     assert {(row.status, row.attempts) for row in r.store.rows.values()} == {(Status.PENDING, 0)}
-    assert not sender.outage.open
+    assert not r.sweeper.sender.outage.open
