@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from harness.memstore import MemoryStore, Row
-from pod_sweeper.core.states import Outcome, Status
 from pod_sweeper.store.sweep.quarantine import Sighting
 
 
@@ -132,17 +131,12 @@ class MemoryReconcile:
                     reason="reconciled",
                     enqueued_at=now,
                 )
+                row.enqueue_lsn = store.wrote()  # the enqueue's own WAL position, which the guard's mark vouches for
                 store.rows[row.id] = by_uid[uid] = row
-            elif row.status is Status.DONE and row.outcome is Outcome.SKIPPED_ACTIVE:
-                row.sandbox_id, row.generation, row.pod_namespace, row.pod_name = (
-                    s.sandbox_id,
-                    s.generation,
-                    s.pod_namespace,
-                    s.pod_name,
-                )
-                row.reason, row.status, row.outcome, row.attempts = "reconciled", Status.PENDING, None, 0
-                row.next_attempt_at, row.enqueued_at, row.done_at = now, now, None
-                row.last_error, row.last_http_status = None, None
+            elif store.reopen(
+                row, sandbox_id=s.sandbox_id, generation=s.generation, name=s.pod_name, reason="reconciled"
+            ):
+                row.pod_namespace = s.pod_namespace
             else:
                 continue
             enqueued += 1

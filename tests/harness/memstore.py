@@ -157,7 +157,8 @@ class MemoryStore:
         unless given). As its ``ON CONFLICT (pod_uid)``: a pod's row already there is reopened only when
         it ended ``skipped_active`` (the generation was active again at its claim), else left as it is."""
         if uid is not None and (row := next((r for r in self.rows.values() if r.pod_uid == uid), None)):
-            self.reopen(row)
+            if self.reopen(row, sandbox_id=sandbox_id, generation=generation, name=name or f"pod-{sandbox_id}"):
+                row.pod_namespace = namespace
             return row
         row = Row(
             len(self.rows) + 1,
@@ -173,16 +174,28 @@ class MemoryStore:
         self.rows[row.id] = row
         return row
 
-    def reopen(self, row: Row) -> bool:
-        """A later retire of a row that ended skipped_active (``pod_sweeper.enqueue``'s ON CONFLICT): pending
-        again, due now, a new enqueue time (and WAL position); whether it was reopened."""
+    def reopen(
+        self,
+        row: Row,
+        *,
+        sandbox_id: str | None = None,
+        generation: int | None = None,
+        name: str | None = None,
+        reason: str = "retired",
+    ) -> bool:
+        """A later enqueue of a row's pod UID (``pod_sweeper.enqueue``'s ON CONFLICT (pod_uid)): a row that
+        ended skipped_active is pending again, due now, with the new enqueue's key, name and reason, a new
+        enqueue time and WAL position; any other is left as it is. Whether it was reopened."""
         if row.status is not Status.DONE or row.outcome is not Outcome.SKIPPED_ACTIVE:
             return False
         now = self.clock()
+        self._active.discard((row.sandbox_id, row.generation))
+        row.sandbox_id = row.sandbox_id if sandbox_id is None else sandbox_id
+        row.generation = row.generation if generation is None else generation
+        row.pod_name = row.pod_name if name is None else name
         row.status, row.outcome, row.attempts, row.next_attempt_at = Status.PENDING, None, 0, now
         row.last_error = row.last_http_status = row.done_at = None
-        row.enqueued_at, row.enqueue_lsn, row.reason = now, self.wrote(), "retired"
-        self._active.discard((row.sandbox_id, row.generation))
+        row.enqueued_at, row.enqueue_lsn, row.reason = now, self.wrote(), reason
         return True
 
     def wrote(self) -> int:

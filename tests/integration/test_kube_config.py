@@ -8,9 +8,10 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from pod_sweeper.core.errors import ConfigError
@@ -70,8 +71,9 @@ def test_a_delete_says_when_it_went_on_the_wire_after_the_credential_hook(kube: 
     "failure",
     [
         ConnectionRefusedError("the token endpoint refused the connection"),  # the IdP down
-        ConfigException("exec: process returned 1"),  # what the loader raises for a plugin or provider
+        ConfigException("oidc: no refresh token"),  # what the loader raises for an auth provider
         RuntimeError("invalid_grant: the refresh token was revoked"),  # anything else a hook raises
+        ApiException(status=0, reason="TLS handshake with the token endpoint"),  # the client's own, in a refresh
     ],
     ids=lambda failure: type(failure).__name__,
 )
@@ -101,6 +103,16 @@ def test_a_delete_whose_credential_hook_fails_is_unsent_and_charges_nothing(kube
     # The hook works again: the same client sends, and the server answers.
     configuration.refresh_api_key_hook = lambda _: None
     assert kube_client.delete_pod("ns", "p", uid, timeout=2).said is Said.DONE
+
+
+def test_a_failure_of_ours_before_the_wire_that_is_not_the_hooks_stays_unforeseen(kube: Any) -> None:
+    """Only the credential hook's failure is ``unsent``: a bug before the wire (here the client refusing a
+    name it must have) is a failure nobody foresaw, logged with its traceback and kept for another round,
+    not a credential problem that would hold every row behind the auth gate."""
+    kube_client = KubeClient(load_configuration(kube.kubeconfig, None, pool_size=2))
+    sent = len(kube.requests)
+    answer = kube_client.delete_pod("ns", cast(str, None), "some-uid", timeout=2)
+    assert answer.said is Said.UNFORESEEN and answer.reason == "ValidationError" and len(kube.requests) == sent
 
 
 def test_usual_lookup_uses_the_kubeconfig_variable(kube: Any, monkeypatch: pytest.MonkeyPatch) -> None:

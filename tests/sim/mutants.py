@@ -29,7 +29,7 @@ from harness.memstore import MemorySession, MemoryStore, Row
 from pod_sweeper.core import periodic
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.states import Outcome, Result, Status
-from pod_sweeper.kube.answer import Answer, Said
+from pod_sweeper.kube.answer import Answer
 from pod_sweeper.kube.config import ThrottledRefresh
 from pod_sweeper.kube.errors import KubeError
 from pod_sweeper.kube.interface import PodEvent, PodState, SweepKube
@@ -50,52 +50,17 @@ from pod_sweeper.tasks.sweep.sender import Sender
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 from sim import invariants as inv
 
-
-def send_without_uid(self: Sender, chunk: list[Work]) -> list[Sent | None]:
-    """``Sender._send`` with the UID precondition dropped: the DELETE goes by name alone."""
-    out: list[Sent | None] = []
-    unauthorized = unanswered = False
-    forbidden: set[str] = set()
-    for i, work in enumerate(chunk):
-        claim = work.claim
-        if (
-            unauthorized
-            or unanswered
-            or claim.pod_namespace in forbidden
-            or (i and self.stop.stopping)
-            or not self._may_send(work)
-        ):
-            out.append(None)
-            continue
-        timeout = min(self.settings.request_timeout, self._lease_left(work) / 2)
-        started_at, sent = datetime.now(UTC), self._timer()
-        answer = self.kube.delete_pod(
-            claim.pod_namespace,
-            claim.pod_name,
-            "",  # MUTANT: was str(claim.pod_uid)
-            timeout=timeout,
-            dry_run=self._dry_everywhere or claim.pod_namespace in self._dry_namespaces,
-        )
-        unauthorized = answer.said is Said.UNAUTHORIZED
-        if answer.said is Said.FORBIDDEN:
-            forbidden.add(claim.pod_namespace)
-        unanswered = answer.said is Said.NO_ANSWER
-        out.append(Sent(started_at, sent, self._timer() - sent, answer))
-    return out
-
-
 _SEND = Sender._send
 
 
-class _NoWireStamp:
-    """A ``SweepKube`` whose DELETEs' answers do not say when the request went on the wire."""
+class _KubeProxy:
+    """A ``SweepKube`` passing every call to the real one (a mutant overrides the DELETE)."""
 
     def __init__(self, kube: SweepKube) -> None:
         self.kube = kube
 
     def delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool = False) -> Answer:
-        answer = self.kube.delete_pod(namespace, name, uid, timeout=timeout, dry_run=dry_run)
-        return dataclasses.replace(answer, left=None)
+        return self.kube.delete_pod(namespace, name, uid, timeout=timeout, dry_run=dry_run)
 
     def probe(self, *, timeout: float) -> Answer:
         return self.kube.probe(timeout=timeout)
@@ -104,15 +69,38 @@ class _NoWireStamp:
         return self.kube.create_event(event, timeout=timeout)
 
 
-def send_stamped_before_the_hook(self: Sender, chunk: list[Work]) -> list[Sent | None]:
-    """``Sender._send`` judging each request from its own stamp, taken before the client's credential
-    hook (issue 53's simulator found it): the answers' ``left`` withheld, the sender falls back to it."""
+class _NoUid(_KubeProxy):
+    def delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool = False) -> Answer:
+        return self.kube.delete_pod(namespace, name, "", timeout=timeout, dry_run=dry_run)  # MUTANT: was uid
+
+
+class _NoWireStamp(_KubeProxy):
+    """DELETEs whose answers do not say when the request went on the wire."""
+
+    def delete_pod(self, namespace: str, name: str, uid: str, *, timeout: float, dry_run: bool = False) -> Answer:
+        answer = self.kube.delete_pod(namespace, name, uid, timeout=timeout, dry_run=dry_run)
+        return dataclasses.replace(answer, left=None)  # MUTANT: was the client's answer, with when it left
+
+
+def _sending_through(self: Sender, chunk: list[Work], proxy: type[_KubeProxy]) -> list[Sent | None]:
+    """The real ``Sender._send``, its client wrapped in ``proxy`` for the chunk."""
     kube = self.kube
-    self.kube = _NoWireStamp(kube)  # MUTANT: was the client's answer, which says when it left
+    self.kube = proxy(kube)
     try:
         return _SEND(self, chunk)
     finally:
         self.kube = kube
+
+
+def send_without_uid(self: Sender, chunk: list[Work]) -> list[Sent | None]:
+    """``Sender._send`` with the UID precondition dropped: the DELETE goes by name alone."""
+    return _sending_through(self, chunk, _NoUid)
+
+
+def send_stamped_before_the_hook(self: Sender, chunk: list[Work]) -> list[Sent | None]:
+    """``Sender._send`` judging each request from its own stamp, taken before the client's credential
+    hook (issue 53's simulator found it): the answers' ``left`` withheld, the sender falls back to it."""
+    return _sending_through(self, chunk, _NoWireStamp)
 
 
 def record_without_fence(self: MemorySession, batch: list[Verdict]) -> set[int]:

@@ -154,6 +154,13 @@ class Reconciling:
         if live is not None and live.uid == pod.uid:
             live.active = True
 
+    def retired(self, key: tuple[str, int]) -> None:
+        """The generation is retired again (``World._reopen``, a run with the replication guard too): its
+        execution row, if the pass's table has one, is inactive, and it is active no more from now."""
+        if key in self.memory.executions:
+            self.memory.executions[key] = False
+        self.activated_at.pop(key, None)
+
     def populate(self) -> None:
         """The pods the run starts with: old orphans (retired, or no row), live pods, a young one or two."""
         rng, now = self.rng, self.world.loop.time()

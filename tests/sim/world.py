@@ -789,6 +789,8 @@ class World:
             pod = self.pods.get((row.pod_namespace, row.pod_name))
             if pod is not None and pod.uid == str(row.pod_uid):
                 pod.active = False
+            if self.reconcile is not None:  # one generation, one truth: the pass's table retires it too
+                self.reconcile.retired((row.sandbox_id, row.generation))
             self.note(f"reopen row {row.id} (enqueued at WAL {row.enqueue_lsn})")
 
     def _reset_breaker(self) -> None:

@@ -45,7 +45,7 @@ WHAT_EACH_KIND_TELLS = {
     Said.SERVER_ERROR: (True, False, False),
     Said.NO_ANSWER: (True, False, False),
     Said.UNFORESEEN: (False, False, False),  # a bug is no news about the server
-    Said.UNSENT: (False, False, False),  # a bug is no news about the server
+    Said.UNSENT: (False, False, False),  # never sent: no news about the server
 }
 
 

@@ -100,9 +100,9 @@ class Answer:
 
     @classmethod
     def unsent(cls, exc: BaseException) -> Answer:
-        """The request never went on the wire: the client failed before it, in the credential hook (an
-        exec plugin or an OIDC refresh that cannot get a token). The daemon's trouble, not the row's nor
-        the server's: no news about either."""
+        """The request never went on the wire: the client's credential hook failed before it (an OIDC or
+        GCP auth provider's refresh that cannot get a token). The daemon's trouble, not the row's nor the
+        server's: no news about either."""
         why = f"{type(exc).__name__}: {exc}"
         return cls(Said.UNSENT, reason=type(exc).__name__, message=f"not sent, no credentials: {why}"[:500])
 

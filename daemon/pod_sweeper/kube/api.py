@@ -84,6 +84,31 @@ def _grace_seconds(body: bytes) -> int:
     return int(metadata.get("deletionGracePeriodSeconds") or 0)
 
 
+class _NoCredential(Exception):
+    """The client's credential hook failed (its cause): nothing went on the wire."""
+
+
+def _mark_credential_failures(configuration: client.Configuration) -> None:
+    """Raise whatever the credential hook raises as ``_NoCredential``, so that ``KubeClient`` tells it,
+    and it alone, from a failure on the wire or a bug before it. The client runs the hook
+    (``refresh_api_key_hook``: an exec plugin, an OIDC or GCP refresh, ``TokenFile``, whichever is set
+    when a request is made) in ``get_api_key_with_prefix``, as it adds the token to a request, and
+    nowhere else; any of them may raise anything (an OIDC refresh whose identity provider is down raises
+    a connection error, or the client's own ``ApiException`` for a TLS failure)."""
+    marked: Any = configuration  # an instance attribute over the method, as ``rest_client.request`` above
+    fetch: Callable[..., Any] = marked.get_api_key_with_prefix
+
+    def fetched(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fetch(*args, **kwargs)
+        except _NoCredential:
+            raise  # a second client on the same configuration marked it already
+        except Exception as exc:
+            raise _NoCredential(str(exc)) from exc
+
+    marked.get_api_key_with_prefix = fetched
+
+
 class KubeClient:
     """The daemon's one client of the API server; one instance per process, safe to call from many threads."""
 
@@ -107,27 +132,26 @@ class KubeClient:
             return send(*args, **kwargs)
 
         transport.request = stamped
+        _mark_credential_failures(configuration)
 
     def close(self) -> None:
         self._api_client.close()
 
     def _call(self, method: Any, *args: Any, timeout: float, **kwargs: Any) -> Any:
         """Run one client call and return its raw response (no model deserialization); every
-        failure comes out as a KubeError holding its Answer, with the cause chained. A failure before
-        the request went on the wire (the credential hook's: an exec plugin or an OIDC refresh that
-        cannot get a token, whatever it raises) is ``unsent``: nothing reached the server, so it says
-        nothing about the server or the row."""
+        failure comes out as a KubeError holding its Answer, with the cause chained. The credential
+        hook's failure (an OIDC or GCP refresh that cannot get a token, whatever it raises) is ``unsent``:
+        nothing reached the server, so it says nothing about the server or the row. A bug before the wire
+        is not caught here (``delete_pod`` answers it ``unforeseen``, with its traceback)."""
         self._wire.left = None
         try:
             return method(*args, _request_timeout=timeout, _preload_content=False, **kwargs)
+        except _NoCredential as exc:
+            raise KubeError(Answer.unsent(exc.__cause__ or exc)) from exc
         except ApiException as exc:
             raise KubeError(answer_of(exc)) from exc
-        except Exception as exc:
-            if self._left() is None:
-                raise KubeError(Answer.unsent(exc)) from exc
-            if isinstance(exc, _TRANSPORT_ERRORS):
-                raise KubeError(_unanswered(exc)) from exc
-            raise
+        except _TRANSPORT_ERRORS as exc:
+            raise KubeError(_unanswered(exc)) from exc
 
     def pod_state(self, namespace: str, name: str, *, timeout: float) -> PodState | None:
         """The pod now holding ``name`` (its UID and node), or None when there is none."""
@@ -179,7 +203,6 @@ class KubeClient:
         default ClusterRole system:public-info-viewer), and it fails when etcd does, so it tells "the
         server is down" from "this pod's DELETE failed". A probe whose credential hook fails is ``unsent``
         (the watch holds every row on it as on no answer: nothing can go out)."""
-        self._wire.left = None
         try:
             # The credential hook runs here, before the wire: the client adds the token.
             method, url, headers, _, _ = self._api_client.param_serialize(
@@ -187,14 +210,12 @@ class KubeClient:
             )
             response = self._api_client.call_api(method, url, header_params=headers, _request_timeout=timeout)
             body = response.read() or b""
+        except _NoCredential as exc:
+            return Answer.unsent(exc.__cause__ or exc)
         except ApiException as exc:  # a TLS failure: the client says status 0
             return Answer.none(str(exc.reason), kind="ApiException")
-        except Exception as exc:
-            if self._left() is None:
-                return Answer.unsent(exc)
-            if isinstance(exc, _TRANSPORT_ERRORS):
-                return _unanswered(exc)
-            raise
+        except _TRANSPORT_ERRORS as exc:
+            return _unanswered(exc)
         status = int(response.status)
         if status >= 500:
             checks = " ".join(line for line in body.decode(errors="replace").splitlines() if "failed" in line)

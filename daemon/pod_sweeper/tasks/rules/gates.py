@@ -53,13 +53,14 @@ class Refusal:
 
 @dataclass(frozen=True)
 class _Auth:
-    failures: int = 0  # 401s in a row
+    failures: int = 0  # 401s (or credentials the hook could not get) in a row
     blocked_until: float = 0.0  # monotonic
     error: str | None = None  # what was refused and what is needed; None once answered again
 
 
 class AuthGate:
-    """The 401 circuit: every row waits while it is closed. Owns ``pod_sweeper_kube_refusing``."""
+    """The 401 circuit (and the credential hook's: an ``unsent`` answer): every row waits while it is
+    closed. Owns ``pod_sweeper_kube_refusing``."""
 
     def __init__(
         self,
@@ -86,7 +87,9 @@ class AuthGate:
         failures = self._state.failures + 1
         delay = self._backoff.delay(failures, at_least=self._floor)
         if answer.said is Said.UNSENT:
-            why = "the daemon cannot get its credentials (check the kubeconfig's exec plugin or auth provider)"
+            why = (
+                "the daemon cannot get its credentials (check the kubeconfig's auth provider and its identity provider)"
+            )
         else:
             why = "the API server does not accept the daemon's credentials (check the token or kubeconfig)"
         error = f"{answer}; {why}"
