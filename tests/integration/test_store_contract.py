@@ -6,8 +6,10 @@ of the tasks (tests/unit/test_sweep_tasks.py) run on the memory store because of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -21,6 +23,7 @@ from harness.memstore import MemoryStore
 from harness.postgres import ThrowawayCluster
 from helpers import attach_table, create_executions, settings_for, wait_until
 from pod_sweeper.core.backoff import Backoff
+from pod_sweeper.core.settings import Settings
 from pod_sweeper.core.states import Result
 from pod_sweeper.store import db, queries
 from pod_sweeper.store.admin import bulk, controls
@@ -191,24 +194,40 @@ async def scenario(world: World) -> list[Any]:
     return seen
 
 
+@contextlib.asynccontextmanager
+async def outbox_stores(
+    settings: Settings, *replicas: str, guard: list[str] | None = None
+) -> AsyncIterator[list[OutboxStore]]:
+    """One ``OutboxStore`` per replica named, on one pool of the database ``settings`` name, reading the
+    attachments as a replica does at start; the pool closed after."""
+    pool = db.make_pool(settings, max_size=len(replicas) + 1)
+    await pool.open(wait=True, timeout=10)
+    try:
+        async with pool.connection() as conn:
+            attachments = await load_attachments(conn)
+        yield [
+            OutboxStore(pool, cluster=settings.cluster, replica=replica, attachments=attachments, guard=guard)
+            for replica in replicas
+        ]
+    finally:
+        await pool.close()
+
+
+def held_to(real: list[Any], memory: list[Any]) -> None:
+    """Every step of the memory store's run answered as PostgreSQL's did (named by the step's first item)."""
+    for step_real, step_memory in zip(real, memory, strict=True):
+        assert step_memory == step_real, step_real[0]
+
+
 def test_the_memory_store_answers_as_the_real_one(execs: psycopg.Connection[Any], db_url: str) -> None:
     settings = settings_for(db_url, replica_id="contract")
 
     async def on_postgres() -> list[Any]:
-        pool = db.make_pool(settings, max_size=2)
-        await pool.open(wait=True, timeout=10)
-        try:
-            async with pool.connection() as conn:
-                attachments = await load_attachments(conn)
-            store = OutboxStore(pool, cluster=settings.cluster, replica="contract", attachments=attachments)
+        async with outbox_stores(settings, "contract") as (store,):
             return await scenario(Postgres(execs, store))
-        finally:
-            await pool.close()
 
     real = asyncio.run(on_postgres())
-    memory = asyncio.run(scenario(Memory()))
-    for step_real, step_memory in zip(real, memory, strict=True):
-        assert step_memory == step_real, step_real[0]
+    held_to(real, asyncio.run(scenario(Memory())))
     # The scenario reached what it meant to: each kind of end, a fence, a re-check and a takeover.
     rows = real[-1][-1]
     assert rows["s0"][:2] == ("done", "deleted") and rows["s3"][:2] == ("done", "skipped_active")
@@ -334,21 +353,11 @@ def both_ways(scenario: Any, execs: psycopg.Connection[Any], db_url: str) -> lis
     settings = settings_for(db_url, replica_id="contract")
 
     async def on_postgres() -> list[Any]:
-        pool = db.make_pool(settings, max_size=3)
-        await pool.open(wait=True, timeout=10)
-        try:
-            async with pool.connection() as conn:
-                attachments = await load_attachments(conn)
-            first = OutboxStore(pool, cluster=settings.cluster, replica="contract", attachments=attachments)
-            second = OutboxStore(pool, cluster=settings.cluster, replica="contract-b", attachments=attachments)
+        async with outbox_stores(settings, "contract", "contract-b") as (first, second):
             return list(await scenario(PostgresKeeping(execs, first, second, settings.cluster)))
-        finally:
-            await pool.close()
 
     real = asyncio.run(on_postgres())
-    memory = asyncio.run(scenario(MemoryKeeping()))
-    for step_real, step_memory in zip(real, memory, strict=True):
-        assert step_memory == step_real, step_real[0]
+    held_to(real, asyncio.run(scenario(MemoryKeeping())))
     return real
 
 
@@ -769,22 +778,11 @@ def test_the_replication_guards_mark_claim_and_reason_answer_as_the_real_ones(
     settings = settings_for(db_url, replica_id="contract")
 
     async def on_postgres() -> list[Any]:
-        pool = db.make_pool(settings, max_size=2)
-        await pool.open(wait=True, timeout=10)
-        try:
-            async with pool.connection() as conn:
-                attachments = await load_attachments(conn)
-            store = OutboxStore(
-                pool, cluster=settings.cluster, replica="contract", attachments=attachments, guard=[NO_STANDBY]
-            )
+        async with outbox_stores(settings, "contract", guard=[NO_STANDBY]) as (store,):
             return await guard_scenario(PostgresGuarded(execs, store, settings.cluster))
-        finally:
-            await pool.close()
 
     real = asyncio.run(on_postgres())
-    memory = asyncio.run(guard_scenario(MemoryGuarded()))
-    for step_real, step_memory in zip(real, memory, strict=True):
-        assert step_memory == step_real, step_real[0]
+    held_to(real, asyncio.run(guard_scenario(MemoryGuarded())))
     # It reached what it meant to: marks, a held claim, the recheck's backoff, a reopen, the guard's reason.
     assert real[2][1] == 3 and real[5][1] == [] and real[6][1:] == (0.05, 0.1)
     assert real[3][1] == {"s0": "replication_guard", "s1": "replication_guard", "s2": "replication_guard"}
@@ -1022,9 +1020,7 @@ def test_the_reconcilers_statements_answer_as_the_real_ones(execs: psycopg.Conne
             await pool.close()
 
     real = asyncio.run(on_postgres())
-    memory = asyncio.run(reconciling_scenario(MemoryReconciling()))
-    for step_real, step_memory in zip(real, memory, strict=True):
-        assert step_memory == step_real, step_real[0]
+    held_to(real, asyncio.run(reconciling_scenario(MemoryReconciling())))
     # It reached what it meant to: a suspect due, one renamed, one held, one left to its row, one pruned.
     assert real[6][1] == ["h", "o", "r"] and real[8][1] == 1 and real[8][2]["r"] == ("reconciled", "pending")
     assert real[8][2]["o"] == ("retired", "pending") and real[9][1] == ["h:pod-h", "n:pod-n2"]
@@ -1141,24 +1137,13 @@ def test_a_standbys_flush_releases_the_guards_claim_as_on_a_real_standby() -> No
                         await migrations.migrate(migrating)
                     create_executions(conn)
                     await attach_table(url)
-                    pool = db.make_pool(settings, max_size=2)
-                    await pool.open(wait=True, timeout=10)
-                    try:
-                        async with pool.connection() as pooled:
-                            attachments = await load_attachments(pooled)
-                        store = OutboxStore(
-                            pool, cluster=settings.cluster, replica="contract", attachments=attachments, guard=[STANDBY]
-                        )
+                    async with outbox_stores(settings, "contract", guard=[STANDBY]) as (store,):
                         return await flushing_scenario(PostgresFlushing(conn, store, settings.cluster, standby))
-                    finally:
-                        await pool.close()
 
                 real = asyncio.run(on_postgres())
         finally:
             standby.cleanup()
-    memory = asyncio.run(flushing_scenario(MemoryFlushing()))
-    for step_real, step_memory in zip(real, memory, strict=True):
-        assert step_memory == step_real, step_real[0]
+    held_to(real, asyncio.run(flushing_scenario(MemoryFlushing())))
     assert real[0][1] == [] and real[2][1] == ["s0", "s1"] and real[3][1] == []
     assert real[5][1] == {"s0": "claimed", "s1": "claimed", "s2": "due"}
     assert real[6][1] == {"s0": "claimed", "s1": "claimed", "s2": "replication_guard"} and real[6][2] == []

@@ -118,6 +118,12 @@ class Answer:
         return self.said not in (Said.UNFORESEEN, Said.UNSENT) and not self.needs_probe
 
     @property
+    def credentials_failed(self) -> bool:
+        """Whether the daemon's credentials failed it: refused by the server (a 401) or not to be had at all
+        (``unsent``: the credential hook failed). The auth gate's business; any next request fares the same."""
+        return self.said in (Said.UNAUTHORIZED, Said.UNSENT)
+
+    @property
     def past_authorization(self) -> bool:
         """Whether the request got past authentication and authorization (what reopens the auth and
         namespace gates). A 429 of Priority and Fairness or a 5xx may come before them, so they do not."""

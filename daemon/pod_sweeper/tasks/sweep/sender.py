@@ -190,8 +190,7 @@ class Sender:
                 timeout=timeout,
                 dry_run=self._dry_everywhere or claim.pod_namespace in self._dry_namespaces,
             )
-            # A 401, or a credential the client could not get: the next row would fare no better.
-            unauthorized = answer.said in (Said.UNAUTHORIZED, Said.UNSENT)
+            unauthorized = answer.credentials_failed  # the next row would fare no better
             if answer.said is Said.FORBIDDEN:
                 forbidden.add(claim.pod_namespace)
             unanswered = answer.said is Said.NO_ANSWER
@@ -228,7 +227,7 @@ class Sender:
         """A 401 closes the auth gate, a 403 the namespace's (their refusal for the row); any answer
         given past authorization opens them again."""
         namespace = claim.pod_namespace
-        if answer.said in (Said.UNAUTHORIZED, Said.UNSENT):
+        if answer.credentials_failed:
             refusal = self.auth.refused(answer)
             logger.error(
                 "{what}; not claiming for {delay:.0f} s: {error}",
