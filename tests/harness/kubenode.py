@@ -24,6 +24,7 @@ is told the cgroup driver instead of asking.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -55,6 +56,14 @@ NEEDS = ("containerd", "ctr", "runc", "iptables", "ip")
 CNI_BIN = Path("/usr/lib/cni")
 # What the kubelet (and the bridge plugin) set on the host and ``stop`` sets back.
 SYSCTLS = ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops", "net.ipv4.ip_forward")
+# A node killed before its stop (its test run SIGKILLed, the machine's session ended under it) leaves all
+# of the above behind, and the next node on the machine would find its bridge. So each node holds LOCK
+# while it runs (the kernel lets go of it when the process dies, however it dies) and writes LEDGER, what
+# the machine was before it and its folder, until its stop has put the machine back. The next node, or
+# ``put_back_a_killed_node``, finds a ledger with nobody holding the lock and puts back what it says.
+# Both live in /run, emptied at boot with everything a ledger describes.
+LOCK = Path("/run/pod-sweeper-real-node.lock")
+LEDGER = Path("/run/pod-sweeper-real-node.json")
 WATCHED_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/run/containerd", "/var/run/netns", "/var/lib/cni",
                  "/etc/kubernetes", "/run/kubelet")  # fmt: skip
 
@@ -118,6 +127,21 @@ class HostState:
         )
         return cls(sysctls, chains, links, mounts, paths, cgroups)
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sysctls": self.sysctls,
+            "chains": sorted(self.chains),
+            **{name: sorted(getattr(self, name)) for name in ("links", "mounts", "paths", "cgroups")},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HostState:
+        return cls(
+            dict(data["sysctls"]),
+            frozenset((binary, table, chain) for binary, table, chain in data["chains"]),
+            *(frozenset(data[name]) for name in ("links", "mounts", "paths", "cgroups")),
+        )
+
     def differences(self, other: HostState) -> dict[str, Any]:
         """What ``other`` holds that this state did not (what a node left behind), and each kernel setting
         that differs, by kind; empty when nothing was left. (What other processes removed meanwhile is
@@ -131,6 +155,122 @@ class HostState:
         if changed:
             out["sysctls"] = changed
         return out
+
+
+def _ours(mount: str, folder: Path) -> bool:
+    """A mount a node made: under its folder, containerd's state, or a CNI network namespace."""
+    return mount.startswith((f"{folder}/", "/run/containerd/", "/var/run/netns/cni-", "/run/netns/cni-"))
+
+
+def _put_back(before: HostState, folder: Path) -> None:
+    """Put back what the node run from ``folder`` changed since ``before``, and only that: other programs
+    (podman, another test run) may change the machine meanwhile, and what they made is theirs. Each kind
+    is taken by the marks of the kubelet, containerd and the node: mounts in their places, the bridge and
+    its veths, the kubelet's KUBE-* chains, kubepods cgroups, the kubelet's and containerd's folders."""
+    now = HostState.read()
+    for mount in sorted((m for m in now.mounts - before.mounts if _ours(m, folder)), key=len, reverse=True):
+        _run("umount", "-l", mount, check=False)
+    for name, value in before.sysctls.items():
+        if now.sysctls.get(name) != value:
+            Path("/proc/sys", name.replace(".", "/")).write_text(value)
+    for binary, table, chain in sorted(
+        c for c in now.chains - before.chains if c[2].startswith(("KUBE-", SERVICES_CHAIN))
+    ):
+        for rule in _run(binary, "-w", "-t", table, "-S", check=False).splitlines():
+            if rule.startswith("-A ") and f" -j {chain}" in f"{rule} ":
+                _run(binary, "-w", "-t", table, "-D", *rule.split()[1:], check=False)
+        _run(binary, "-w", "-t", table, "-F", chain, check=False)
+        _run(binary, "-w", "-t", table, "-X", chain, check=False)
+    if BRIDGE in now.links - before.links:
+        for line in _run("ip", "-o", "link", "show", "master", BRIDGE, check=False).splitlines():
+            _run("ip", "link", "delete", line.split(":")[1].strip().split("@")[0], check=False)
+        _run("ip", "link", "delete", BRIDGE, check=False)
+    for netns in [*Path("/var/run/netns").glob("cni-*"), *Path("/run/netns").glob("cni-*")]:
+        if str(netns) not in before.mounts:
+            _run("umount", "-l", str(netns), check=False)
+            netns.unlink(missing_ok=True)
+    cni_cache = Path("/var/lib/cni")
+    for cached in [*cni_cache.glob("results/psweep-*"), *cni_cache.glob("cache/results/psweep-*")]:
+        cached.unlink(missing_ok=True)
+    for path in sorted(now.paths - before.paths, key=len, reverse=True):
+        if path in ("/var/run/netns", "/var/lib/cni"):  # shared with other CNI users: only when empty
+            for empty in sorted(Path(path).glob("**/"), key=lambda p: len(str(p)), reverse=True):
+                with contextlib.suppress(OSError):
+                    empty.rmdir()
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    for group in sorted(now.cgroups - before.cgroups, key=len, reverse=True):
+        for sub in sorted(Path(group).glob("**/"), key=lambda p: len(str(p)), reverse=True):
+            with contextlib.suppress(OSError):
+                sub.rmdir()
+
+
+def _hold_the_machine() -> int:
+    """LOCK, held (its descriptor): refused while another real node runs here."""
+    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RealNodeError(f"another real node runs on this machine (it holds {LOCK})") from None
+    return fd
+
+
+def _put_back_under_the_lock() -> Path | None:
+    """With LOCK held: put the machine back as LEDGER says it was before a node that never reached its
+    stop, end what it left running (its containerd, kubelet and shims, each naming its folder in its
+    command line), and remove its folder and the ledger. The folder put back, or None when none was."""
+    if not LEDGER.exists():
+        return None
+    record = json.loads(LEDGER.read_text())
+    folder = Path(record["folder"])
+    left = [pid for pid, cmdline in _processes() if str(folder).encode() in cmdline and pid != os.getpid()]
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(map(_running, left)):  # not our children (or not reaped yet): no wait() for them
+        if time.monotonic() > deadline:
+            raise RealNodeError(f"the processes {left} of a killed real node did not end within 30 s of SIGKILL")
+        time.sleep(0.05)
+    _put_back(HostState.from_json(record["before"]), folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    LEDGER.unlink()
+    return folder
+
+
+def put_back_a_killed_node() -> Path | None:
+    """Put back what a real node killed before its stop left on this machine (``_put_back_under_the_lock``):
+    the folder it ran from, or None when there was none. Nothing while another node runs: its start says so."""
+    if not LEDGER.exists():
+        return None
+    try:
+        fd = _hold_the_machine()
+    except RealNodeError:
+        return None
+    try:
+        return _put_back_under_the_lock()
+    finally:
+        os.close(fd)
+
+
+def _running(pid: int) -> bool:
+    """The process exists and has not ended (a zombie has: it waits only for its parent to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _processes() -> list[tuple[int, bytes]]:
+    """Every process's pid and command line (its arguments joined by spaces)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                found.append((int(proc.name), (proc / "cmdline").read_bytes().replace(b"\0", b" ")))
+    return found
 
 
 def pause_image_archive(binary: Path, reference: str, folder: Path) -> Path:
@@ -251,6 +391,7 @@ class RealNode:
     before: HostState | None = None
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _forwards: list[Forward] = field(default_factory=list)
+    _lock: int | None = None  # LOCK's descriptor while this node runs
 
     @property
     def socket(self) -> Path:
@@ -263,9 +404,16 @@ class RealNode:
         for binary in ("kubelet", "pause"):
             if not (self.cluster.bindir / binary).is_file():
                 raise RealNodeError(f"{self.cluster.bindir} lacks {binary}: run tools/kube/build again")
-        self.before = HostState.read()
+        self._lock = _hold_the_machine()
         began = time.monotonic()
         try:
+            killed = _put_back_under_the_lock()
+            if killed is not None:
+                print(f"\nput back what the real node run from {killed} left here when it was killed before its stop")
+            self.before = HostState.read()
+            ledger = LEDGER.with_suffix(".new")
+            ledger.write_text(json.dumps({"folder": str(self.folder), "before": self.before.to_json()}))
+            ledger.replace(LEDGER)  # whole or not at all: a kill mid-write leaves no half a ledger
             self._bridge()
             self._start_containerd(timeout)
             self.import_image(pause_image_archive(self.cluster.bindir / "pause", PAUSE_IMAGE, self.folder))
@@ -283,9 +431,10 @@ class RealNode:
         the forwarders before any pod does; and the nat chain that routes Service IPs to them."""
         if self.before is not None and BRIDGE in self.before.links:
             raise RealNodeError(
-                f"the bridge {BRIDGE} exists already: another real node runs here, or one was killed before"
-                f" its stop (`ip link delete {BRIDGE}; iptables -t nat -D PREROUTING -i {BRIDGE} -j"
-                f" {SERVICES_CHAIN}; iptables -t nat -F {SERVICES_CHAIN}; iptables -t nat -X {SERVICES_CHAIN}`)"
+                f"the bridge {BRIDGE} exists already, with no ledger of the node that made it ({LEDGER}):"
+                f" a node of an older checkout was killed before its stop, or another program made it"
+                f" (`ip link delete {BRIDGE}; iptables -t nat -D PREROUTING -i {BRIDGE} -j {SERVICES_CHAIN};"
+                f" iptables -t nat -F {SERVICES_CHAIN}; iptables -t nat -X {SERVICES_CHAIN}`)"
             )
         _run("ip", "link", "add", "name", BRIDGE, "type", "bridge")
         _run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
@@ -553,11 +702,25 @@ state = "{self.folder / "run" / "containerd"}"
         self._kill_shims()
         if self.before is not None:
             self._restore(self.before)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        if self._lock is not None:  # the machine is as it was: nothing left for a ledger to say
+            LEDGER.unlink(missing_ok=True)
+            os.close(self._lock)
+            self._lock = None
         self.cluster.request("DELETE", f"/api/v1/nodes/{self.name}")
         self.cluster.request(
             "DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/pod-sweeper-test:{self.name}"
         )
-        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def abandon(self) -> None:
+        """Leave the machine as a SIGKILL of this process would, for the test of what comes after one: the
+        kernel lets go of LOCK, the node's containerd, kubelet and shims run on, and the forwarders
+        (threads of this process) end with it; ``stop`` never runs."""
+        for forward in self._forwards:
+            forward.close()
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def _kill_shims(self) -> None:
         """containerd's shims outlive it by design; this node's (found by their -address) end with it."""
@@ -573,53 +736,11 @@ state = "{self.folder / "run" / "containerd"}"
                 ):
                     os.kill(int(proc.name), signal.SIGKILL)
 
-    def _ours(self, mount: str) -> bool:
-        """A mount this node made: under its folder, containerd's state, or a CNI network namespace."""
-        return mount.startswith((f"{self.folder}/", "/run/containerd/", "/var/run/netns/cni-", "/run/netns/cni-"))
-
     def _restore(self, before: HostState) -> None:
-        """Put back what this node changed, and only that: other programs (podman, another test run) may
-        change the machine meanwhile, and what they made is theirs. Each kind is taken by the marks of
-        the kubelet, containerd and this node: mounts in their places, the bridge and its veths, the
-        kubelet's KUBE-* chains, kubepods cgroups, the kubelet's and containerd's folders."""
-        now = HostState.read()
-        for mount in sorted((m for m in now.mounts - before.mounts if self._ours(m)), key=len, reverse=True):
-            _run("umount", "-l", mount, check=False)
-        for name, value in before.sysctls.items():
-            if now.sysctls.get(name) != value:
-                Path("/proc/sys", name.replace(".", "/")).write_text(value)
+        """Put back what this node changed, and only that (``_put_back``)."""
         for forward in self._forwards:
             forward.close()
-        for binary, table, chain in sorted(
-            c for c in now.chains - before.chains if c[2].startswith(("KUBE-", SERVICES_CHAIN))
-        ):
-            for rule in _run(binary, "-w", "-t", table, "-S", check=False).splitlines():
-                if rule.startswith("-A ") and f" -j {chain}" in f"{rule} ":
-                    _run(binary, "-w", "-t", table, "-D", *rule.split()[1:], check=False)
-            _run(binary, "-w", "-t", table, "-F", chain, check=False)
-            _run(binary, "-w", "-t", table, "-X", chain, check=False)
-        if BRIDGE in now.links - before.links:
-            for line in _run("ip", "-o", "link", "show", "master", BRIDGE, check=False).splitlines():
-                _run("ip", "link", "delete", line.split(":")[1].strip().split("@")[0], check=False)
-            _run("ip", "link", "delete", BRIDGE, check=False)
-        for netns in [*Path("/var/run/netns").glob("cni-*"), *Path("/run/netns").glob("cni-*")]:
-            if str(netns) not in before.mounts:
-                _run("umount", "-l", str(netns), check=False)
-                netns.unlink(missing_ok=True)
-        cni_cache = Path("/var/lib/cni")
-        for cached in [*cni_cache.glob("results/psweep-*"), *cni_cache.glob("cache/results/psweep-*")]:
-            cached.unlink(missing_ok=True)
-        for path in sorted(now.paths - before.paths, key=len, reverse=True):
-            if path in ("/var/run/netns", "/var/lib/cni"):  # shared with other CNI users: only when empty
-                for folder in sorted(Path(path).glob("**/"), key=lambda p: len(str(p)), reverse=True):
-                    with contextlib.suppress(OSError):
-                        folder.rmdir()
-            else:
-                shutil.rmtree(path, ignore_errors=True)
-        for group in sorted(now.cgroups - before.cgroups, key=len, reverse=True):
-            for sub in sorted(Path(group).glob("**/"), key=lambda p: len(str(p)), reverse=True):
-                with contextlib.suppress(OSError):
-                    sub.rmdir()
+        _put_back(before, self.folder)
 
     # --- processes ------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 to the whole cluster's control plane beside kwok's nodes, for what only a kubelet shows. It needs root,
 Debian's containerd, runc and CNI plugins (.ci/run installs them) and the kubelet tools/kube/build
 builds; skipped locally without them, failed under CI. One node at a time (two kubelets would share
-the machine's cgroups), per module; each stop is checked to leave the machine as it was."""
+the machine's cgroups), per module; each stop is checked to leave the machine as it was, and a
+node killed before its stop is put back by the next (``harness.kubenode.LEDGER``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from harness.kubecluster import KubeCluster
-from harness.kubenode import HostState, RealNode, missing_requirements
+from harness.kubenode import HostState, RealNode, missing_requirements, put_back_a_killed_node
 
 
 def can_run_a_node(cluster: KubeCluster) -> None:
@@ -24,6 +25,10 @@ def can_run_a_node(cluster: KubeCluster) -> None:
         if os.environ.get("CI"):
             pytest.fail(why, pytrace=False)
         pytest.skip(why)
+    # Before the caller reads the machine's state: what a node killed in an earlier run left is not this one's.
+    killed = put_back_a_killed_node()
+    if killed is not None:
+        print(f"\nput back what the real node run from {killed} left here when it was killed before its stop")
 
 
 @pytest.fixture(scope="module")

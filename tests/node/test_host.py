@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
+
+import pytest
 
 from harness.kubecluster import KubeCluster
-from harness.kubenode import BRIDGE, HostState, RealNode
+from harness.kubenode import BRIDGE, HostState, RealNode, RealNodeError, put_back_a_killed_node
 from helpers import wait_until
 from node.conftest import can_run_a_node
 
@@ -37,3 +40,34 @@ def test_a_node_runs_a_pod_and_leaves_the_machine_as_it_found_it(kube_cluster: K
     assert before.differences(HostState.read()) == {}
     status, _ = cluster.request("GET", f"/api/v1/nodes/{node.name}")
     assert status == 404  # the node object is gone with it
+
+
+def test_a_node_killed_before_its_stop_is_put_back_by_the_next(kube_cluster: KubeCluster) -> None:
+    """A test run killed while its node ran (a SIGKILL, a machine's session ending under it) must not
+    leave the next run a bridge it refuses to start beside: the next node puts back what the killed one's
+    ledger says, and ends the containerd and kubelet it left running."""
+    can_run_a_node(kube_cluster)
+    before = HostState.read()
+    node = RealNode(kube_cluster, name="real-node-killed")
+    with node:
+        second = RealNode(kube_cluster, name="real-node-beside")
+        with pytest.raises(RealNodeError, match="another real node runs on this machine"):
+            second.start()  # while the first runs, the lock says so, and nothing of the first is touched
+        second.folder.rmdir()
+        assert BRIDGE in before.differences(HostState.read())["links"]
+        node.abandon()
+        left_running = [p for p in Path("/proc").glob("[0-9]*/cmdline") if str(node.folder).encode() in _read(p)]
+        assert left_running, "the killed node's containerd and kubelet run on, as after a SIGKILL"
+        assert put_back_a_killed_node() == node.folder
+        assert before.differences(HostState.read()) == {}
+        assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if str(node.folder).encode() in _read(p)]
+        assert not node.folder.exists()
+        assert put_back_a_killed_node() is None  # once
+        node.before = None  # its stop at the end of `with` has nothing left to put back, only the API's objects
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # the process ended meanwhile
+        return b""
