@@ -133,6 +133,23 @@ def test_why_rows_wait_reads_the_open_rows_alone(history: psycopg.Connection[Any
         assert reasons and reasons <= {"due", "unswept"}
 
 
+def test_the_confirmers_claim_reads_the_rows_awaiting_confirmation_alone(history: psycopg.Connection[Any]) -> None:
+    """sql/confirm_claim.sql, which every replica runs each confirmation pass: the deleted rows whose pod
+    is not yet seen gone, from the partial index ``outbox_to_confirm``, never the confirmed history. It is
+    an UPDATE (the claim moves ``confirm_after`` on), so each run is rolled back: the history stays seeded."""
+    params = {"cluster": "default", "batch": 50, "recheck_seconds": 5.0}
+    due = "UPDATE pod_sweeper.outbox SET confirm_after = now() - interval '1 second' WHERE confirmed_at IS NULL"
+    due += " AND confirm_after IS NOT NULL"  # the seeded stuck pods, due now
+    with history.transaction(force_rollback=True):
+        history.execute(due)
+        plan = bounded(history, "confirm_claim", params)
+        assert "outbox_to_confirm" in plan, plan
+    with history.transaction(force_rollback=True):
+        history.execute(due)
+        taken = sorted(r["pod_name"] for r in rows(history, "confirm_claim", params))
+    assert taken == ["pod-1", "pod-100001", "pod-200001"]  # the default cluster's stuck pods (1 in 100,000)
+
+
 def test_the_summary_counts_the_open_and_dead_rows_and_the_last_hour_and_estimates_the_rest(
     history: psycopg.Connection[Any],
 ) -> None:
