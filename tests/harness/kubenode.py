@@ -700,11 +700,11 @@ state = "{self.folder / "run" / "containerd"}"
                 self.ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
         self._terminate("containerd")
         self._kill_shims()
-        if self.before is not None:
+        if self.before is not None:  # (None: the start failed before it wrote its ledger, if any is there)
             self._restore(self.before)
+            LEDGER.unlink(missing_ok=True)  # the machine is as it was: nothing left for a ledger to say
         shutil.rmtree(self.folder, ignore_errors=True)
-        if self._lock is not None:  # the machine is as it was: nothing left for a ledger to say
-            LEDGER.unlink(missing_ok=True)
+        if self._lock is not None:
             os.close(self._lock)
             self._lock = None
         self.cluster.request("DELETE", f"/api/v1/nodes/{self.name}")
