@@ -3,9 +3,9 @@ wrapper of it) in the test tree, applied over the real one for one test (``monke
 command (``python -m tests.sim --mutant NAME``); nothing in the shipped code knows of them.
 
 Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelled_at_stop``,
-``handed_back_charged``, ``outage_ignored``, ``sent_stamped_before_the_hook``, ``budget_ignores_claimed``,
-``one_claim_per_row``, ``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``, ``force_whatever_the_node``,
-``never_forcing``, ``grace_not_confirmed``, ``surge_looked_at_once_a_minute``,
+``handed_back_charged``, ``unsent_charged``, ``outage_ignored``, ``sent_stamped_before_the_hook``,
+``budget_ignores_claimed``, ``one_claim_per_row``, ``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``,
+``force_whatever_the_node``, ``never_forcing``, ``grace_not_confirmed``, ``surge_looked_at_once_a_minute``,
 ``claim_past_a_tripped_breaker``, ``guard_flush_check_skipped``, ``reconcile_age_by_the_wall_clock``,
 ``reconcile_active_suspected`` and ``reconcile_generation_label_misread`` patch the daemon's own code;
 ``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
@@ -29,7 +29,7 @@ from harness.memstore import MemorySession, MemoryStore, Row
 from pod_sweeper.core import periodic
 from pod_sweeper.core.errors import first_line
 from pod_sweeper.core.states import Outcome, Result, Status
-from pod_sweeper.kube.answer import Answer
+from pod_sweeper.kube.answer import Answer, Said
 from pod_sweeper.kube.config import ThrottledRefresh
 from pod_sweeper.kube.errors import KubeError
 from pod_sweeper.kube.interface import PodEvent, PodState, SweepKube
@@ -153,6 +153,14 @@ def decide_without_confirming(claim: Claim, sent: Sent, policy: verdicts.Policy,
     """``verdicts.decide`` with a DELETE that left its pod terminating taken as done with it: no look
     after its grace period, the row confirmed at once while its pod is still there."""
     return dataclasses.replace(_DECIDE(claim, sent, policy, **why), confirm_in=None)  # MUTANT: was the grace's
+
+
+def decide_charging_the_unsent(claim: Claim, sent: Sent, policy: verdicts.Policy, **why: Any) -> Verdict:
+    """``verdicts.decide`` taking a request its credential hook never let out (``unsent``) for the row's
+    own trouble: charged, as a request with no answer is."""
+    if sent.answer.said is Said.UNSENT:  # MUTANT: was handed back uncharged, the auth gate's delay
+        return verdicts._charged(claim, str(sent.answer), None, None, policy)
+    return _DECIDE(claim, sent, policy, **why)
 
 
 def handed_back_charged(
@@ -461,6 +469,7 @@ MUTANTS: dict[str, Mutant] = {
     "fence_dropped": Mutant(MemorySession, "_record", record_without_fence, inv.NO_RECORD_OVER_NEWER),
     "claim_cancelled_at_stop": Mutant(Sweeper, "drain", drain_cancelling_the_claim, inv.STOP_HANDS_BACK),
     "handed_back_charged": Mutant(verdicts, "handed_back", handed_back_charged, inv.NO_CHARGE_UNSENT),
+    "unsent_charged": Mutant(verdicts, "decide", decide_charging_the_unsent, inv.NO_CHARGE_UNSENT),
     "outage_ignored": Mutant(OutageWatch, "server_down", server_never_down, inv.OUTAGE_CHARGES_NOTHING),
     "sent_stamped_before_the_hook": Mutant(Sender, "_send", send_stamped_before_the_hook, inv.OUTAGE_CHARGES_NOTHING),
     "keeping_ignored": Mutant(MemoryStore, "is_kept", never_kept, inv.KEPT_NEVER_SENT),

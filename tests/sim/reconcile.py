@@ -47,6 +47,7 @@ from pod_sweeper.store.db import Connection
 from pod_sweeper.store.sweep.quarantine import Sighting
 from pod_sweeper.tasks.loops.reconciler import Reconciler
 from sim import invariants as inv
+from sim.credentials import NoCredential
 
 if TYPE_CHECKING:
     from sim.world import Replica, World
@@ -423,7 +424,10 @@ class ReconcileKube:
 
     def _look(self, what: str) -> None:
         world, rng = self.world, self.reconciling.rng
-        expired = world._credential(self.replica, what)
+        try:
+            expired = world._credential(self.replica, what)
+        except NoCredential as failed:  # the credential hook raised: never on the wire
+            raise KubeError(Answer.unsent(failed.cause)) from failed
         world.loop.charge(rng.uniform(0.001, 0.02))
         if world.down:
             raise KubeError(Answer.none("down (scripted)", kind="ConnectionRefusedError"))

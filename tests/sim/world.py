@@ -66,7 +66,7 @@ from pod_sweeper.tasks.rules.surge import SURGE_INTERVAL, SURGE_WINDOW
 from pod_sweeper.tasks.sweep.sweeper import Sweeper
 from sim import invariants as inv
 from sim import reconcile
-from sim.credentials import Credentials
+from sim.credentials import Credentials, NoCredential, draw_provider
 from sim.guard import Standbys, check_send
 from sim.guard import draw as draw_guard
 from sim.invariants import Broken, Violation
@@ -261,6 +261,9 @@ class World:
             update["replication_guard"] = frozenset(self.guard.names)
         if self.reconcile is not None:
             update |= reconcile.settings_update()
+        # The identity provider behind the replicas' credential hooks down at times, a renewal begun then
+        # failing (tests/sim/credentials.py): a stream of its own again, drawn in some runs only.
+        self.provider = draw_provider(seed, self.loop.time(), HORIZON)
         self.settings = _BASE.model_copy(update=update)
         # The cluster's breaker row: its reason, the lock a claim holds it by, when it was last reset,
         # and the send time of each delete recorded (the bound's count).
@@ -430,12 +433,17 @@ class World:
 
     def _credential(self, replica: Replica, what: str) -> bool:
         """The replica's credential hook, run as the client runs it before a request; whether the token
-        it sends has expired (the server answers 401 then)."""
-        token, alone, began = replica.credentials.request()
+        it sends has expired (the server answers 401 then). ``NoCredential`` when the hook raised (the
+        identity provider down): nothing goes on the wire."""
+        try:
+            token, alone, began = replica.credentials.request()
+        except NoCredential as failed:
+            self.note(f"{replica.name} {what} not sent, its credential hook raised {type(failed.cause).__name__}")
+            raise
         if not replica.credentials.expired(token):
             return False
         self.note(f"{replica.name} {what} with token {token}, expired ({'alone' if alone else 'beside another'})")
-        if alone and replica.credentials.expired(token, began):
+        if alone and replica.credentials.expired(token, began) and not replica.credentials.held_back(began):
             self.broke(
                 inv.CREDENTIAL_RENEWED,
                 f"{replica.name} sent {what} with token {token} expired at {self.issued[token]:.3f}, its hook alone",
@@ -444,7 +452,10 @@ class World:
 
     def delete(self, replica: Replica, namespace: str, name: str, uid: str, timeout: float) -> Answer:
         self.seq += 1
-        expired = self._credential(replica, f"DELETE {namespace}/{name}")
+        try:
+            expired = self._credential(replica, f"DELETE {namespace}/{name}")
+        except NoCredential as failed:  # never on the wire: no request, no ``left`` (kube/api.py's _call)
+            return Answer.unsent(failed.cause)
         # The request goes on the wire once the credential hook is done (it may have parked while another
         # request was answered), and the client says when: Answer.left, as kube/api.py's does.
         self.seq += 1
@@ -539,8 +550,12 @@ class World:
 
     def _look(self, replica: Replica, what: str) -> None:
         """What every request of the confirmer's goes through before its answer: the credential hook, the
-        outage, a fault drawn; each a ``KubeError`` as the client raises it."""
-        expired = self._credential(replica, what)
+        outage, a fault drawn; each a ``KubeError`` as the client raises it (``unsent`` when the hook
+        raised)."""
+        try:
+            expired = self._credential(replica, what)
+        except NoCredential as failed:
+            raise KubeError(Answer.unsent(failed.cause)) from failed
         self.loop.charge(self.slow.uniform(0.001, 0.02))
         if self.down:
             raise KubeError(Answer.none("down (scripted)", kind="ConnectionRefusedError"))
@@ -594,7 +609,10 @@ class World:
             self.broke(inv.STUCK_BY_THE_DATABASE, f"{what}: row {row.id} recorded deleted {age} s ago on the database")
 
     def probe(self, replica: Replica) -> Answer:
-        expired = self._credential(replica, "a probe")
+        try:
+            expired = self._credential(replica, "a probe")
+        except NoCredential as failed:  # as KubeClient.probe: unsent, the outage gate held closed
+            return Answer.unsent(failed.cause)
         self.loop.charge(self.rng.uniform(0.001, 0.05))
         if self.down:
             return Answer.none("down (scripted)", kind="ConnectionRefusedError")
@@ -679,6 +697,8 @@ class World:
     async def _main(self) -> None:
         if self.guard is not None:
             self.note(self.guard.describe())
+        if self.provider is not None:
+            self.note(self.provider.describe())
         rows = self.rng.randint(3, 10)
         for i in range(rows):
             self.add_row(i)
@@ -1331,7 +1351,7 @@ class Replica:
         metrics = _METRICS
         self.kube = SimKube(world, self)
         self.credentials = Credentials(
-            loop, random.Random(world.rng.getrandbits(64)), world.issued, name, lambda: self.alive
+            loop, random.Random(world.rng.getrandbits(64)), world.issued, name, lambda: self.alive, world.provider
         )
         memory = world.memory.view(name)
         memory.guard = settings.guard_standbys  # as the runner gives OutboxStore its guard
