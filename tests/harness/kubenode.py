@@ -205,7 +205,7 @@ def _put_back(before: HostState, folder: Path) -> None:
                 sub.rmdir()
 
 
-def _hold_the_machine() -> int:
+def _take_the_machine() -> int:
     """LOCK, held (its descriptor): refused while another real node runs here."""
     fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -245,7 +245,7 @@ def put_back_a_killed_node() -> Path | None:
     if not LEDGER.exists():
         return None
     try:
-        fd = _hold_the_machine()
+        fd = _take_the_machine()
     except RealNodeError:
         return None
     try:
@@ -404,7 +404,7 @@ class RealNode:
         for binary in ("kubelet", "pause"):
             if not (self.cluster.bindir / binary).is_file():
                 raise RealNodeError(f"{self.cluster.bindir} lacks {binary}: run tools/kube/build again")
-        self._lock = _hold_the_machine()
+        self._lock = _take_the_machine()
         began = time.monotonic()
         try:
             killed = _put_back_under_the_lock()
