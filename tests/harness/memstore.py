@@ -34,6 +34,11 @@ mark (``guard_lsn``, ``guard_enqueued_at``) as sql/guard_mark.sql sets it, and `
 (with the view's ``guard`` and its look-again interval, ``GUARD_RECHECK``, as
 ``OutboxStore`` keeps them) and ``row_reasons`` honouring it as sql/claim.sql, sql/next_due.sql and
 sql/row_waits.sql do.
+And the outage watch's row (``outages``, pod_sweeper.outages, one per replica): ``report_outage`` and
+``clear_outage`` write it as sql/outage_report.sql and sql/outage_clear.sql do (the first report's
+``since`` kept, ``probed_at`` the store's clock), and ``row_reasons`` gives ``kube_unreachable`` while
+one was probed within ``OUTAGE_FRESH_SECONDS``, as sql/row_waits.sql does (every report is of this
+store's one cluster; the writes are not of the WAL the replication guard reads: they move no row).
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ BREAKER_WINDOW_SECONDS = 60.0
 # contract test holds the two equal): how soon a read that found the guard keeping rows back looks again.
 GUARD_RECHECK_SECONDS = (0.05, 5.0)
 GUARD_RECHECK = Backoff(*GUARD_RECHECK_SECONDS)
+# sql/row_waits.sql: an outage report keeps the rows back while it was probed within this (2 minutes).
+OUTAGE_FRESH_SECONDS = 120.0
 
 
 @dataclass
@@ -100,6 +107,16 @@ class Row:
     enqueue_lsn: int = 0
     guard_lsn: int | None = None
     guard_enqueued_at: float | None = None
+
+
+@dataclass
+class Outage:
+    """A replica's report that its API server cannot be reached (a row of pod_sweeper.outages), times
+    on the store's clock."""
+
+    since: float
+    reason: str
+    probed_at: float
 
 
 @dataclass
@@ -141,6 +158,7 @@ class MemoryStore:
         self.replication = Replication()  # the WAL and the standbys (the replication guard's)
         self.guard: list[str] | None = None  # the standbys this view's replica's guard names (None: off)
         self.guard_waits = 0  # next-due reads in a row the guard kept rows back at (OutboxStore's)
+        self.outages: dict[tuple[str, str], Outage] = {}  # (cluster, replica) -> its outage report
 
     # --- arranging and reading, for the tests -------------------------------------------------------
 
@@ -228,6 +246,7 @@ class MemoryStore:
             self._kept,
         )
         other.replication = self.replication
+        other.outages = self.outages
         return other
 
     def keep(self, *, pod_uid: uuid.UUID | None = None, namespace: str | None = None, kept: bool = True) -> None:
@@ -259,13 +278,14 @@ class MemoryStore:
     ) -> dict[int, str]:
         """What sql/row_waits.sql says of each open row (``store.reads.waits.row_reasons``): every reason
         that applies, the first of them in ``core.waits.ROW_ORDER`` (``DUE``: none). The memory store keeps
-        no large transaction or outage report, so never gives those. ``tripped``: the breaker's state when
+        no large transaction, so never gives that one. ``tripped``: the breaker's state when
         another's than this view's (the simulator's world keeps it). The replication guard's: ``guards``,
         the standbys each replica of the cluster's fleet (``pod_sweeper.replicas``: the live ones, else the
         last known) names, those with the guard on; ``fleet``: whether any replica of the cluster is known
         (none: a row whose mark vouches for its enqueue is kept back too)."""
         now, kept = self.clock(), self._kept
         tripped = self.tripped is not None if tripped is None else tripped
+        unreachable = self.unreachable()
         reasons: dict[int, str] = {}
         for row in self.rows.values():
             if row.status not in (Status.PENDING, Status.CLAIMED):
@@ -278,6 +298,7 @@ class MemoryStore:
                 Wait.BREAKER: tripped,
                 Wait.REPLICATION_GUARD: (bool(guards) and any(self.guard_keeps_back(row, guard) for guard in guards))
                 or (not fleet and row.guard_enqueued_at == row.enqueued_at),
+                Wait.KUBE_UNREACHABLE: unreachable,
                 Wait.KUBE_UNAUTHORIZED: waiting and row.last_http_status == 401,
                 Wait.NAMESPACE_REFUSED: waiting and row.last_http_status == 403,
                 Wait.BACKOFF: waiting,
@@ -285,6 +306,26 @@ class MemoryStore:
             }
             reasons[row.id] = next((wait.value for wait in ROW_ORDER if applies.get(wait)), DUE)
         return reasons
+
+    def report_outage(self, *, cluster: str, replica: str, reason: str, closed_for: float) -> None:
+        """sql/outage_report.sql: the replica cannot reach its API server, since ``closed_for`` seconds ago
+        (a report already there keeps its ``since`` and takes the new reason); probed now."""
+        now = self.clock()
+        report = self.outages.get((cluster, replica))
+        if report is None:
+            self.outages[(cluster, replica)] = Outage(now - closed_for, reason, now)
+        else:
+            report.reason, report.probed_at = reason, now
+
+    def clear_outage(self, *, cluster: str, replica: str) -> None:
+        """sql/outage_clear.sql: the replica's API server answers again."""
+        self.outages.pop((cluster, replica), None)
+
+    def unreachable(self) -> bool:
+        """Whether an outage report keeps the rows (sql/row_waits.sql's ``kube_unreachable``): one probed
+        within ``OUTAGE_FRESH_SECONDS``."""
+        now = self.clock()
+        return any(report.probed_at > now - OUTAGE_FRESH_SECONDS for report in self.outages.values())
 
     def take_terminating(self, *, batch: int, recheck_seconds: float) -> list[Terminating]:
         """sql/confirm_claim.sql: up to ``batch`` deleted rows whose look is due, oldest due first, each put

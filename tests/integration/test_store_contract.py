@@ -31,7 +31,7 @@ from pod_sweeper.store.interface import SweepStore
 from pod_sweeper.store.reads import waits
 from pod_sweeper.store.rows import Claim, ClaimedBatch, Verdict
 from pod_sweeper.store.schema import migrations
-from pod_sweeper.store.sweep import breaker, outbox, presence, quarantine, rates, recheck, terminating
+from pod_sweeper.store.sweep import breaker, outages, outbox, presence, quarantine, rates, recheck, terminating
 from pod_sweeper.store.sweep.pgstore import OutboxStore
 from pod_sweeper.store.sweep.recheck import load_attachments
 from pod_sweeper.tasks.rules import verdicts
@@ -424,6 +424,103 @@ def test_each_open_rows_reason_answers_as_sql_row_waits(execs: psycopg.Connectio
     }
     assert real[2][1] == {"s0": "claimed", "s1": "paused", "s2": "paused", "s3": "paused", "s4": "held"}
     assert real[3][1] == {"s0": "claimed", "s1": "breaker", "s2": "breaker", "s3": "breaker", "s4": "held"}
+
+
+async def outage(world: Keeping, replica: str, reason: str | None, closed_for: float = 0.0) -> None:
+    """The outage watch's writes: sql/outage_report.sql (``reason``) or sql/outage_clear.sql (None) on
+    PostgreSQL, ``report_outage`` or ``clear_outage`` in memory."""
+    if isinstance(world, MemoryKeeping):
+        if reason is None:
+            world.memory.clear_outage(cluster="contract", replica=replica)
+        else:
+            world.memory.report_outage(cluster="contract", replica=replica, reason=reason, closed_for=closed_for)
+        world.clock.advance(0.001)  # its own transaction
+        return
+    assert isinstance(world, PostgresKeeping)
+    async with world.store.pool.connection() as conn:
+        if reason is None:
+            await outages.clear_outage(conn, cluster=world.cluster, replica=replica)
+        else:
+            await outages.report_outage(
+                conn, cluster=world.cluster, replica=replica, reason=reason, closed_for=closed_for
+            )
+
+
+def outage_rows(world: Keeping) -> list[tuple[str, str, float]]:
+    """The outage reports, by replica: its reason and ``since``'s seconds before ``probed_at``."""
+    if isinstance(world, MemoryKeeping):
+        found = [(r, o.reason, o.probed_at - o.since) for (_, r), o in world.memory.outages.items()]
+    else:
+        assert isinstance(world, PostgresKeeping)
+        rows = world.conn.execute(
+            "SELECT replica, reason, extract(epoch FROM probed_at - since)::float8 AS closed"
+            " FROM pod_sweeper.outages WHERE cluster = %s",
+            (world.cluster,),
+        ).fetchall()
+        found = [(r["replica"], r["reason"], r["closed"]) for r in rows]
+    return sorted(found)
+
+
+def probed_earlier(world: Keeping, replica: str, seconds: float) -> None:
+    """The replica's outage report as if last probed ``seconds`` earlier (no replica renewed it)."""
+    if isinstance(world, MemoryKeeping):
+        world.memory.outages[("contract", replica)].probed_at -= seconds
+        return
+    assert isinstance(world, PostgresKeeping)
+    world.conn.execute(
+        "UPDATE pod_sweeper.outages SET probed_at = probed_at - make_interval(secs => %s) WHERE replica = %s",
+        (seconds, replica),
+    )
+
+
+async def outage_scenario(world: Keeping) -> list[Any]:
+    """The outage watch's row, reported, renewed, cleared, gone stale: each open row's reason after each
+    (a claim, a hold and the breaker outrank it; it outranks the backoffs and a due row), and the reports."""
+    seen: list[Any] = []
+    for sandbox in SANDBOXES:
+        world.retire(sandbox)
+    claimed = by_sandbox((await claim(world, 3)).to_send)
+    await record(
+        world,
+        [
+            Verdict(claimed[s].id, claimed[s].epoch, Result.RETRY, delay=600, error=f"{status}", http_status=status)
+            for s, status in (("s1", 401), ("s2", 503))
+        ],
+    )
+    await world.hold("s3")
+    seen.append(("no report", await reasons(world), outage_rows(world)))
+    await outage(world, "contract", "probe: no answer", closed_for=3.0)
+    seen.append(("a report keeps all but the claim and the hold", await reasons(world), outage_rows(world)))
+    await outage(world, "contract", "probe: 503", closed_for=9.0)
+    renewed = [(r, reason, closed > 3.0 and closed < 9.0) for r, reason, closed in outage_rows(world)]
+    seen.append(("renewed: its first since kept, the new reason", renewed))
+    await outage(world, "contract-b", "probe: refused", closed_for=0.0)
+    await outage(world, "contract", None)
+    seen.append(("cleared, another replica's report keeps them", await reasons(world), len(outage_rows(world))))
+    await trip_or_reset(world, "the contract")
+    seen.append(("the breaker outranks it", await reasons(world)))
+    await trip_or_reset(world, None)
+    probed_earlier(world, "contract-b", 121.0)
+    seen.append(("a report not renewed for 2 minutes keeps none", await reasons(world), len(outage_rows(world))))
+    await outage(world, "contract-b", None)
+    seen.append(("every report cleared", await reasons(world), outage_rows(world)))
+    return seen
+
+
+def test_the_outage_watchs_row_and_its_reason_answer_as_the_real_ones(
+    execs: psycopg.Connection[Any], db_url: str
+) -> None:
+    """``MemoryStore.report_outage``, ``clear_outage`` and ``row_reasons``'s ``kube_unreachable``, the
+    simulator's outage watch's row, held to sql/outage_report.sql, sql/outage_clear.sql and
+    sql/row_waits.sql."""
+    real = both_ways(outage_scenario, execs, db_url)
+    backoffs = {"s0": "claimed", "s1": "kube_unauthorized", "s2": "backoff", "s3": "held", "s4": "due"}
+    assert real[0][1:] == (backoffs, [])
+    unreachable = {"s0": "claimed", "s1": "kube_unreachable", "s2": "kube_unreachable", "s3": "held"}
+    assert real[1][1] == unreachable | {"s4": "kube_unreachable"}
+    assert real[2][1] == [("contract", "probe: 503", True)] and real[3][1:] == (real[1][1], 1)
+    assert real[4][1] == {"s0": "claimed", "s1": "breaker", "s2": "breaker", "s3": "held", "s4": "breaker"}
+    assert real[5][1:] == (backoffs, 1) and real[6][1:] == (backoffs, [])
 
 
 # The confirmation's columns, per sandbox: set or not (times differ between the two clocks).
