@@ -8,7 +8,7 @@ the jitter. What stands in: the database is ``harness.memstore.MemoryStore`` (he
 PostgreSQL by tests/integration/test_store_contract.py), one view per replica, behind ``SimStore``,
 which adds a round trip to every statement and the faults; the API server is ``Cluster``, which keeps
 the pods and answers each DELETE as the real one does (the UID precondition, a 409's GET) unless the
-seed draws a fault. The outage watch's database row goes nowhere (``_NoPool``). In a run with the
+seed draws a fault. The outage watch's database row is the memory store's (tests/sim/outage.py). In a run with the
 breaker's surge rule on (``World.surge``), each replica runs the real ``tasks.loops.surge.SurgeWatch`` too,
 its statements the memory store's (``SurgePool``). In a run with the reconciliation pass
 (``World.reconcile``), each replica runs the real ``tasks.loops.reconciler.Reconciler`` too, over labelled
@@ -71,6 +71,7 @@ from sim.guard import Standbys, check_send
 from sim.guard import draw as draw_guard
 from sim.invariants import Broken, Violation
 from sim.loop import SimLoop
+from sim.outage import OutagePool, Reports
 
 T = TypeVar("T")
 
@@ -213,7 +214,7 @@ class _LoopClock(FakeClock):
 
 
 class _NoPool:
-    """The outage watch's pool: its outage row goes nowhere (the watch logs the failure and goes on)."""
+    """The confirmer's pool, which it never uses: its statements go through its ``rows`` seam (``SimRows``)."""
 
     def connection(self) -> AbstractAsyncContextManager[Connection]:
         return self._refused()
@@ -245,6 +246,7 @@ class World:
         self.surging = random.Random(f"{seed}:surge")
         self.surge = self.surging.random() < 0.06
         self.memory = MemoryStore(_LoopClock(self.loop), replica="nobody")
+        self.reports = Reports(self.note)  # the outage watches' rows (tests/sim/outage.py)
         # The reconciliation pass on every replica, over orphans, live and young labelled pods
         # (tests/sim/reconcile.py): a stream of its own again, drawn in some runs only.
         reconciling = random.Random(f"{seed}:reconcile")
@@ -318,7 +320,8 @@ class World:
         """``a_waiting_rows_reason_agrees_with_its_state``: each open row's reason, as ``explain`` and
         ``status`` would give it (sql/row_waits.sql, whose memory form the store contract test holds to
         it), is the first in ``core.waits.ROW_ORDER`` of what the world knows keeps the row: a claim whose
-        lease runs, a hold or a pause the on-call put in force, the breaker tripped; else a backoff by
+        lease runs, a hold or a pause the on-call put in force, the breaker tripped, the replication guard,
+        an outage report of a replica's probed within 2 minutes; else a backoff by
         the row's last answer while it is not due, or nothing while it is."""
         now, tripped = self.loop.time(), self.tripped is not None
         # A row's reason changes only with time or with what the trace records (a statement that wrote,
@@ -327,7 +330,7 @@ class World:
         if moment == self._reasons_checked:
             return
         self._reasons_checked = moment
-        guard = self.guard
+        guard, unreachable = self.guard, self.reports.unreachable(now)
         guards = [guard.names] if guard is not None else []
         for row_id, reason in self.memory.row_reasons(tripped=tripped, guards=guards).items():
             row = self.memory.rows[row_id]
@@ -340,6 +343,8 @@ class World:
                 # the guard: the row's mark vouches for no enqueue of it, or a standby the replicas' guard
                 # names is not connected or has not flushed the mark (the world's standbys, sim/guard.py)
                 Wait.REPLICATION_GUARD: guard is not None and guard.keeps_back(row, self.memory.replication, now),
+                # a replica's outage report probed within 2 minutes, on the database's clock (sim/outage.py)
+                Wait.KUBE_UNREACHABLE: unreachable,
             }
             expected = next((wait.value for wait in ROW_ORDER if truth.get(wait)), None)
             if expected is None:
@@ -1358,7 +1363,8 @@ class Replica:
         self.store = SimStore(world, self, memory)
         pool = cast(AsyncConnectionPool[Connection], _NoPool())
         rng = random.Random(world.rng.getrandbits(64))
-        self.outage = OutageWatch(settings, pool, self.kube, metrics, clock=loop.time, rng=rng)
+        reports = cast(AsyncConnectionPool[Connection], OutagePool(memory, world.reports, loop.time))
+        self.outage = OutageWatch(settings, reports, self.kube, metrics, clock=loop.time, rng=rng)
         # The breaker's gate, shared by the sweeper and the surge watch as the runner shares it.
         breaker = BreakerGate() if world.surge else None
         self.sweeper = Sweeper(
