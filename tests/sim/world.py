@@ -72,6 +72,7 @@ from sim.guard import draw as draw_guard
 from sim.invariants import Broken, Violation
 from sim.loop import SimLoop
 from sim.outage import OutagePool, Reports
+from sim.surge_db import SurgeDatabase
 
 T = TypeVar("T")
 
@@ -245,6 +246,7 @@ class World:
         # a stream of its own again, drawn in some runs only (the runs that draw none run as before it).
         self.surging = random.Random(f"{seed}:surge")
         self.surge = self.surging.random() < 0.06
+        self.surge_db = SurgeDatabase(seed)  # the surge watch's statements failing (tests/sim/surge_db.py)
         self.memory = MemoryStore(_LoopClock(self.loop), replica="nobody")
         self.reports = Reports(self.note)  # the outage watches' rows (tests/sim/outage.py)
         # The reconciliation pass on every replica, over orphans, live and young labelled pods
@@ -373,7 +375,8 @@ class World:
         """``a_surge_trips_the_breaker``: while the host's retires the surge watch counts (sql/
         breaker_arrivals.sql in its memory form, held to it by the store contract test) come faster than
         the surge rule's threshold by a live replica's watch's recent rate, the breaker is tripped within
-        the watch's interval (and its round trips). The count falls only with time between the steps that
+        the watch's interval (and its round trips), counted from that watch's last failed statement when it
+        is later than the surge's start (tests/sim/surge_db.py). The count falls only with time between the steps that
         add or keep rows, so a rule that holds at two steps held between them."""
         now = self.loop.time()
         moment = (now, len(self.trace))
@@ -395,6 +398,8 @@ class World:
                 self._surging_since.pop(replica.name, None)
                 continue
             since = self._surging_since.setdefault(replica.name, now)
+            # a look the watch's database failed judged nothing: counted from its last failure at the earliest
+            since = max(since, self.surge_db.counts_from(replica.name))
             if now - since > SURGE_INTERVAL + SURGE_SLACK:
                 self.broke(
                     inv.SURGE_TRIPS,
@@ -1074,8 +1079,9 @@ class SurgePool:
     """One replica's surge watch's pool (a run with the surge rule on): its three statements, sql/
     breaker_recent_rate.sql, sql/breaker_arrivals.sql and sql/breaker_trip.sql, are the memory store's
     ``recent_rate``, ``arrivals`` and ``trip`` (held to them by the store contract test), each a round
-    trip of a few milliseconds; the breaker's reason and its last reset are the world's. Its statements
-    never fail: the watch's own failure is logged and looked at again half a second later."""
+    trip of a few milliseconds; the breaker's reason and its last reset are the world's. Before the world
+    heals they fail at the seed's rate (tests/sim/surge_db.py): a connection lost at the checkout or before a
+    statement applied, and a trip whose answer was lost after it committed."""
 
     def __init__(self, world: World, replica: Replica) -> None:
         self.world, self.replica = world, replica
@@ -1083,14 +1089,25 @@ class SurgePool:
     def connection(self) -> AbstractAsyncContextManager[Connection]:
         return self._connection()
 
+    def _fails(self, what: str) -> None:
+        """At the seed's rate, before the world heals: ``what`` happens (a ``psycopg.OperationalError``)."""
+        world = self.world
+        try:
+            world.surge_db.fail(self.replica.name, world.loop.time(), world.healed, what)
+        except psycopg.OperationalError:
+            world.note(f"{self.replica.name}'s surge watch: {what}")
+            raise
+
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Connection]:
         await asyncio.sleep(self.world.surging.uniform(0.0, 0.004))
+        self._fails("connection lost at the checkout")
         yield cast(Connection, self)
 
     async def execute(self, query: str, params: dict[str, Any]) -> _Cursor:
         world = self.world
         await asyncio.sleep(world.surging.uniform(0.0, 0.004))
+        self._fails("connection lost before the statement applied")
         row: dict[str, Any] | None = None
         if query == queries.load("breaker_arrivals"):
             arrived = world.memory.arrivals(
@@ -1108,6 +1125,8 @@ class SurgePool:
         else:
             raise AssertionError(f"the simulator's surge watch knows no statement {query[:60]!r}")
         await asyncio.sleep(world.surging.uniform(0.0, 0.004))
+        if query == queries.load("breaker_trip"):
+            self._fails("the trip committed, its answer lost")
         return _Cursor(row)
 
 
