@@ -6,6 +6,7 @@ Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelle
 ``handed_back_charged``, ``unsent_charged``, ``outage_ignored``, ``sent_stamped_before_the_hook``,
 ``budget_ignores_claimed``, ``one_claim_per_row``, ``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``,
 ``force_whatever_the_node``, ``never_forcing``, ``grace_not_confirmed``, ``surge_looked_at_once_a_minute``,
+``surge_watch_ends_at_a_failure``,
 ``claim_past_a_tripped_breaker``, ``guard_flush_check_skipped``, ``reconcile_age_by_the_wall_clock``,
 ``reconcile_active_suspected`` and ``reconcile_generation_label_misread`` patch the daemon's own code;
 ``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
@@ -41,8 +42,9 @@ from pod_sweeper.store.sweep.recheck import Attachment, Generation, generations
 from pod_sweeper.tasks.loops.confirmer import BATCH, RECHECK_SECONDS, Confirmer
 from pod_sweeper.tasks.loops.outage import OutageWatch
 from pod_sweeper.tasks.loops.reconciler import Reconciler, _Suspect
-from pod_sweeper.tasks.loops.surge import SurgeWatch
+from pod_sweeper.tasks.loops.surge import QUIET_LOOK_SECONDS, SurgeWatch
 from pod_sweeper.tasks.rules import verdicts
+from pod_sweeper.tasks.rules.surge import SURGE_INTERVAL
 from pod_sweeper.tasks.rules.verdicts import Sent
 from pod_sweeper.tasks.sweep import claimer
 from pod_sweeper.tasks.sweep.pipeline import Pipeline, Work
@@ -297,6 +299,25 @@ async def surge_looked_at_once_a_minute(self: SurgeWatch) -> None:
         await periodic.pause(60.0)  # MUTANT: SURGE_INTERVAL, whatever the last look found
 
 
+async def surge_watch_ends_at_a_failure(self: SurgeWatch) -> None:
+    """``SurgeWatch.run`` that ends, quietly, at the first failure of its database (a lost connection):
+    the replica sweeps on with no watch, and a later burst goes unjudged by it."""
+    while True:
+        if self.activity is not None:
+            self.activity.clear()
+        try:
+            await self.step()
+        except psycopg.Error as exc:
+            logger.warning("the breaker's surge watch failed: {error}", error=first_line(exc))
+            return  # MUTANT: looks again half a second later
+        if self.quiet and self.activity is not None:
+            await periodic.pause(0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.activity.wait(), QUIET_LOOK_SECONDS)
+        else:
+            await periodic.pause(SURGE_INTERVAL)
+
+
 async def claim_past_a_tripped_breaker(self: claimer.Claimer, session: SweepSession, want: int) -> int:
     """``Claimer._breaker_budget`` that, with the surge and transaction rules alone (no per-minute
     ceiling), reads the breaker tripped and claims all the same (its workers hand the rows back)."""
@@ -485,6 +506,7 @@ MUTANTS: dict[str, Mutant] = {
     "never_forcing": Mutant(Confirmer, "_force_if_node_gone", never_forcing, inv.TERMINATING_SETTLED),
     "grace_not_confirmed": Mutant(verdicts, "decide", decide_without_confirming, inv.TERMINATING_SETTLED),
     "surge_looked_at_once_a_minute": Mutant(SurgeWatch, "run", surge_looked_at_once_a_minute, inv.SURGE_TRIPS),
+    "surge_watch_ends_at_a_failure": Mutant(SurgeWatch, "run", surge_watch_ends_at_a_failure, inv.SURGE_TRIPS),
     "claim_past_a_tripped_breaker": Mutant(
         claimer.Claimer, "_breaker_budget", claim_past_a_tripped_breaker, inv.NO_CLAIM_PAST_TRIPPED
     ),
