@@ -65,6 +65,7 @@ async def claim(
     max_attempts: int = 5,
     disarm: bool = True,
     cluster: str = DEFAULT_CLUSTER,
+    transaction_rows: int = 0,
 ) -> ClaimedBatch:
     """One claim as the daemon's claimer makes it (the answer table deciding what the claim ends)."""
     policy = verdicts.Policy(max_attempts, Backoff(1.0, 1.0))
@@ -77,6 +78,7 @@ async def claim(
         attachments=await load_attachments(conn),
         disarm=disarm,
         at_claim=lambda c, checked: verdicts.at_claim(c, checked, policy),
+        transaction_rows=transaction_rows,
     )
 
 

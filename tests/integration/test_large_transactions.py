@@ -8,10 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
-from helpers import claim_params, cli
-from pod_sweeper.store import queries
+from helpers import claim, claim_params, cli, run, settings_for
+from pod_sweeper.store import db, queries
+from pod_sweeper.store.rows import LargeTransaction
 
 
 def _held(pg: psycopg.Connection[Any], rows: int) -> int:
@@ -117,3 +119,30 @@ def test_a_release_lets_the_rows_go_and_an_unknown_id_is_one_line(pg: psycopg.Co
         " o.pod_name, o.pod_uid, o.enqueued_at) AS k"
     ).fetchone()
     assert kept["n"] == 0  # nothing keeps them back any more
+
+
+def test_a_full_claim_judges_the_transaction_it_cuts_even_for_one_row(pg: psycopg.Connection[Any], db_url: str) -> None:
+    """A claim takes rows in due order, so a full batch may end one row into a host transaction: that row
+    is judged with the rest still pending, and the transaction (exactly the threshold) is found before
+    any of it is sent. Judged only at two rows of the claim, the row went out and the rest, one short of
+    the threshold, were never found (the simulator's seed 1230)."""
+    insert = (
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
+        " reason) SELECT 1, %s || g, 1, 'workspace', %s || g, gen_random_uuid(), 'retired'"
+        " FROM generate_series(1, %s) g"
+    )
+    for early in ("a", "b"):  # two retires of their own, due first
+        pg.execute(insert, (early, f"pod-{early}", 1))
+    pg.execute(insert, ("t", "pod-t", 5))  # one host transaction of exactly the threshold
+
+    async def claiming() -> None:
+        async with db.connection(settings_for(db_url)) as conn:
+            await claim(conn, batch=3, transaction_rows=5)
+
+    with pytest.raises(LargeTransaction) as found:
+        run(claiming())
+    assert found.value.size == 5
+    at = pg.execute("SELECT enqueued_at FROM pod_sweeper.outbox WHERE sandbox_id = 't1'").fetchone()
+    assert at is not None and found.value.at == at["enqueued_at"]
+    claimed = pg.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status <> 'pending'").fetchone()
+    assert claimed is not None and claimed["n"] == 0  # rolled back with the claim: nothing taken, none sent

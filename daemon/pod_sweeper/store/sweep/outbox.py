@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
 from psycopg.pq import TransactionStatus
 
@@ -121,9 +122,16 @@ async def _transaction_rule(
     transaction's rows share their enqueued_at (its start), and while pending their due time too, so
     its rows still pending are counted on the claim index by that one key (at most ``limit`` of them),
     not by reading every open row. Looked at only for a key this claim took two or more rows of (any,
-    for a claim of one row): one row a transaction, steady churn's shape, costs nothing."""
-    shares = Counter(r["enqueued_at"] for r in rows if r["reason"] in HOST_REASONS and r["was"] == Status.PENDING)
-    keys = [at for at, n in shares.items() if n >= min(2, batch)]
+    for a claim of one row): one row a transaction, steady churn's shape, costs nothing. And for the
+    last key of a full batch, whatever its share: the claim takes rows in due order, so the batch's end is
+    where it cuts a transaction, and one row of it after the others would go out unjudged, its rest one
+    short of the threshold ever after (the simulator found it). That key is the latest of the batch's
+    (a pending row never handed back is due at its enqueue time, the latest due of the batch)."""
+    shares = Counter(
+        cast(datetime, r["enqueued_at"]) for r in rows if r["reason"] in HOST_REASONS and r["was"] == Status.PENDING
+    )
+    cut = max(shares) if shares and len(rows) >= batch else None
+    keys = [at for at, n in shares.items() if n >= min(2, batch) or at == cut]
     if not keys:
         return
     cur = await conn.execute(queries.load("breaker_transaction"), {"cluster": cluster, "keys": keys, "limit": limit})
