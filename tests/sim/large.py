@@ -50,6 +50,7 @@ class Large:
     at_heal: str  # what the on-call does with every kept transaction once healed: released, discarded or left
     rng: random.Random
     big: dict[int, float] = field(default_factory=dict)  # transaction -> its start: those at or over ``rows``
+    sizes: dict[int, int] = field(default_factory=dict)  # transaction -> its rows still open, until found
     kept: set[int] = field(default_factory=set)  # transactions a claim kept back, not ended (the world's)
     released: set[int] = field(default_factory=set)
     slipped: set[int] = field(default_factory=set)  # taken one row alone by a claim of more, before found
@@ -73,7 +74,17 @@ class Large:
 
     def retired(self, transaction: int, at: float, size: int) -> None:
         if size >= self.rows:
-            self.big[transaction] = at
+            self.big[transaction], self.sizes[transaction] = at, size
+
+    def discarded(self, row: Row, memory: MemoryStore) -> None:
+        """The on-call's ``discard`` of one row: a transaction not found yet that it leaves short of the
+        threshold is no longer large to the rule, which counts the rows still open (by design)."""
+        transaction = row.transaction
+        if transaction not in self.sizes or transaction in memory.transactions.found:
+            return
+        self.sizes[transaction] -= 1
+        if self.sizes[transaction] < self.rows:
+            del self.big[transaction], self.sizes[transaction]
 
     def check_send(self, row: Row, memory: MemoryStore, resumed_at: float) -> tuple[str, str] | None:
         """``no_delete_of_a_kept_transaction``: the invariant broken, and why, when a DELETE goes out for a

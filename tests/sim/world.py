@@ -824,6 +824,8 @@ class World:
         for row_id in self.memory.discard([row.id]):
             self.done[row_id] = self.done.get(row_id, 0) + 1
             self.note(f"discard row {row_id}")
+            if self.large is not None:
+                self.large.discarded(row, self.memory)
 
     def _reopen(self) -> None:
         """A generation whose row ended skipped_active is retired again (a run with the replication guard):
