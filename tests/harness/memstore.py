@@ -39,6 +39,12 @@ And the outage watch's row (``outages``, pod_sweeper.outages, one per replica): 
 ``since`` kept, ``probed_at`` the store's clock), and ``row_reasons`` gives ``kube_unreachable`` while
 one was probed within ``OUTAGE_FRESH_SECONDS``, as sql/row_waits.sql does (every report is of this
 store's one cluster; the writes are not of the WAL the replication guard reads: they move no row).
+And the breaker's transaction rule (migration 0020, ``harness.memlarge``): each
+row's host transaction (``Row.transaction``: ``retire``'s ``transaction``, else one of its own), the
+large transactions the claims find (``transactions``), ``claim`` raising ``LargeTransaction`` as
+``OutboxStore``'s does, ``keep_back_transaction`` keeping its rows back, ``end_transaction`` (the
+on-call's ``release-transaction`` and ``discard-transaction``) and ``row_reasons`` giving
+``large_transaction``.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from harness.clock import FakeClock
+from harness.memlarge import KEPT_BACK_UNTIL, HostTransactions
 from pod_sweeper.core.backoff import Backoff
 from pod_sweeper.core.states import Outcome, Result, Status
 from pod_sweeper.core.waits import DUE, ROW_ORDER, UNSWEPT_AFTER_SECONDS, Wait
@@ -62,6 +69,7 @@ from pod_sweeper.store.rows import (
     BreakerWindow,
     Claim,
     ClaimedBatch,
+    LargeTransaction,
     Recheck,
     Terminating,
     Verdict,
@@ -107,6 +115,9 @@ class Row:
     enqueue_lsn: int = 0
     guard_lsn: int | None = None
     guard_enqueued_at: float | None = None
+    # The host transaction that retired it (migration 0020's key is its start, ``enqueued_at``; here an id
+    # whoever retires the row decides, since many transactions may begin at one virtual instant).
+    transaction: int = 0
 
 
 @dataclass
@@ -159,6 +170,7 @@ class MemoryStore:
         self.guard: list[str] | None = None  # the standbys this view's replica's guard names (None: off)
         self.guard_waits = 0  # next-due reads in a row the guard kept rows back at (OutboxStore's)
         self.outages: dict[tuple[str, str], Outage] = {}  # (cluster, replica) -> its outage report
+        self.transactions = HostTransactions()  # the host transactions and the large ones found (shared)
 
     # --- arranging and reading, for the tests -------------------------------------------------------
 
@@ -170,9 +182,11 @@ class MemoryStore:
         namespace: str = "sandboxes",
         name: str = "",
         uid: uuid.UUID | None = None,
+        transaction: int | None = None,
     ) -> Row:
         """What the trigger enqueues when a generation is retired: a row due now (its pod's UID drawn
-        unless given). As its ``ON CONFLICT (pod_uid)``: a pod's row already there is reopened only when
+        unless given), of the host transaction ``transaction`` (``transactions.begin()``; None: one of its
+        own). As its ``ON CONFLICT (pod_uid)``: a pod's row already there is reopened only when
         it ended ``skipped_active`` (the generation was active again at its claim), else left as it is."""
         if uid is not None and (row := next((r for r in self.rows.values() if r.pod_uid == uid), None)):
             if self.reopen(row, sandbox_id=sandbox_id, generation=generation, name=name or f"pod-{sandbox_id}"):
@@ -187,6 +201,7 @@ class MemoryStore:
             uid or uuid.uuid4(),
             self.clock(),
             enqueued_at=self.clock(),
+            transaction=self.transactions.begin() if transaction is None else transaction,
         )
         row.enqueue_lsn = self.wrote()
         self.rows[row.id] = row
@@ -214,6 +229,7 @@ class MemoryStore:
         row.status, row.outcome, row.attempts, row.next_attempt_at = Status.PENDING, None, 0, now
         row.last_error = row.last_http_status = row.done_at = None
         row.enqueued_at, row.enqueue_lsn, row.reason = now, self.wrote(), reason
+        row.transaction = self.transactions.begin()  # a new enqueue: a transaction of its own
         return True
 
     def wrote(self) -> int:
@@ -247,6 +263,7 @@ class MemoryStore:
         )
         other.replication = self.replication
         other.outages = self.outages
+        other.transactions = self.transactions
         return other
 
     def keep(self, *, pod_uid: uuid.UUID | None = None, namespace: str | None = None, kept: bool = True) -> None:
@@ -277,9 +294,8 @@ class MemoryStore:
         fleet: bool = True,
     ) -> dict[int, str]:
         """What sql/row_waits.sql says of each open row (``store.reads.waits.row_reasons``): every reason
-        that applies, the first of them in ``core.waits.ROW_ORDER`` (``DUE``: none). The memory store keeps
-        no large transaction, so never gives that one. ``tripped``: the breaker's state when
-        another's than this view's (the simulator's world keeps it). The replication guard's: ``guards``,
+        that applies, the first of them in ``core.waits.ROW_ORDER`` (``DUE``: none). ``tripped``: the breaker's
+        state when another's than this view's (the simulator's world keeps it). The replication guard's: ``guards``,
         the standbys each replica of the cluster's fleet (``pod_sweeper.replicas``: the live ones, else the
         last known) names, those with the guard on; ``fleet``: whether any replica of the cluster is known
         (none: a row whose mark vouches for its enqueue is kept back too)."""
@@ -295,6 +311,7 @@ class MemoryStore:
                 Wait.CLAIMED: row.status is Status.CLAIMED and waiting,
                 Wait.HELD: bool(kept) and f"uid:{row.pod_uid}" in kept,
                 Wait.PAUSED: bool(kept) and f"ns:{row.pod_namespace}" in kept,
+                Wait.LARGE_TRANSACTION: bool(self.transactions.found) and self.transactions.keeping(row) is not None,
                 Wait.BREAKER: tripped,
                 Wait.REPLICATION_GUARD: (bool(guards) and any(self.guard_keeps_back(row, guard) for guard in guards))
                 or (not fleet and row.guard_enqueued_at == row.enqueued_at),
@@ -386,11 +403,11 @@ class MemoryStore:
         """sql/breaker_arrivals.sql: the host's retires enqueued within the last ``window`` seconds and
         since the breaker's last reset (``reset_at``: another's than this view's, the simulator's world
         keeps it), open ones that no hold, pause or dry run keeps and done ones not recorded as
-        would_delete; none of a host transaction (one ``enqueued_at``) of ``transaction_rows`` or more. The
+        would_delete; none of a host transaction (``Row.transaction``) of ``transaction_rows`` or more. The
         count alone (the statement's ``arrived``; its ``tripped_reason`` is ``tripped``)."""
         now = self.clock()
         since = max(now - window, self.reset_at if reset_at is None else reset_at)
-        by_transaction: dict[float, int] = {}
+        by_transaction: dict[int, int] = {}
         for row in self.rows.values():
             if row.enqueued_at <= since or row.reason not in ("retired", "row_deleted"):
                 continue
@@ -410,7 +427,7 @@ class MemoryStore:
                     and row.outcome is not Outcome.WOULD_DELETE
                 )
             if counted:
-                by_transaction[row.enqueued_at] = by_transaction.get(row.enqueued_at, 0) + 1
+                by_transaction[row.transaction] = by_transaction.get(row.transaction, 0) + 1
         return sum(n for n in by_transaction.values() if not transaction_rows or n < transaction_rows)
 
     def recent_rate(self, *, seconds: float) -> float:
@@ -436,6 +453,17 @@ class MemoryStore:
     def reset_breaker(self) -> None:
         """sql/breaker_reset.sql: the breaker closed, and its arrivals counted from now."""
         self.tripped, self.reset_at = None, self.clock()
+        self.transactions.reset_at = self.reset_at  # breaker.resumed_at: the transaction rule reads it too
+
+    def end_transaction(self, transaction_id: int, *, how: str) -> dict[str, int] | None:
+        """``pod-sweeper release-transaction ID`` (``how="released"``) or ``discard-transaction ID``
+        (``"discarded"``), as ``store.admin.controls.end_transaction`` (sql/large_transaction_end.sql): its
+        id, open rows (before) and rows discarded; None when unknown or ended already."""
+        ended = self.transactions.end(self.rows.values(), transaction_id, how=how, now=self.clock())
+        if ended is None:
+            return None
+        self.wrote()
+        return {"id": transaction_id, "open_rows": ended[0], "discarded": ended[1]}
 
     def is_kept(self, row: Row) -> bool:
         """Whether a hold or a pause keeps the row back now."""
@@ -471,6 +499,7 @@ class MemorySession:
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
+        self._found: dict[datetime, int] = {}  # a large transaction's start, as its claim raised it -> its id
 
     def transaction(self) -> AbstractAsyncContextManager[object]:
         return contextlib.nullcontext()
@@ -485,8 +514,6 @@ class MemorySession:
         guard: list[str] | None,
         transaction_rows: int = 0,
     ) -> ClaimedBatch:
-        # Rows here have no host transaction: the breaker's transaction rule (``transaction_rows``) is
-        # PostgreSQL's alone, tested there (tests/integration/test_surge.py).
         store = self._store
         store._maybe_fail("claim")
         store.claims += 1
@@ -502,6 +529,12 @@ class MemorySession:
             ),
             key=lambda r: (r.next_attempt_at, r.id),
         )[:batch]
+        # The breaker's transaction rule (store/sweep/outbox.py): the claim rolled back, nothing changed.
+        if transaction_rows and (large := store.transactions.judge(due, store.rows.values(), transaction_rows, batch)):
+            size, key = large
+            at = datetime.fromtimestamp(next(r.enqueued_at for r in due if r.transaction == key), UTC)
+            self._found[at] = key
+            raise LargeTransaction(size, at)
         if disarm and len(due) >= batch:  # only a full batch clears it (sql/claim.sql)
             store.armed = False
         claims = []
@@ -599,7 +632,11 @@ class MemorySession:
         store._maybe_fail("next_due")
         now, guard = store.clock(), store.guard
         open_rows = [
-            r for r in store.rows.values() if r.status in (Status.PENDING, Status.CLAIMED) and not store.is_kept(r)
+            r
+            for r in store.rows.values()
+            if r.status in (Status.PENDING, Status.CLAIMED)
+            and not store.is_kept(r)
+            and r.next_attempt_at < KEPT_BACK_UNTIL  # a large transaction's: past next_due.sql's horizon
         ]
         # sql/next_due.sql's guard: a row whose mark vouches for its enqueue and is not yet flushed (or a
         # standby missing) is not due; one otherwise due now is looked at again in the recheck interval.
@@ -648,8 +685,15 @@ class MemorySession:
         self._store.trip(reason)  # sql/breaker_trip.sql: a tripped breaker keeps its first reason
 
     async def keep_back_transaction(self, at: datetime, rows: int, reason: str) -> int | None:
-        # Rows here have no host transaction (see claim): nothing finds one to hold.
-        raise AssertionError("the memory store's claims never find a large transaction")
+        """sql/large_transaction_keep.sql, for the transaction this session's claim found beginning ``at``."""
+        store = self._store
+        store._maybe_fail("keep_back_transaction")
+        transaction = self._found[at]
+        kept = store.transactions.keep(
+            store.rows.values(), transaction, at=at.timestamp(), size=rows, reason=reason, who=store.replica
+        )
+        store.wrote()
+        return kept
 
     async def hand_on(self, *, stopping: bool = False) -> None:
         self._store.handed_on += 1

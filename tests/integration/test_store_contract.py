@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.rows import dict_row
 
-from harness import memstore
+from harness import memlarge, memstore
 from harness.clock import FakeClock
 from harness.memreconcile import MemoryReconcile
 from harness.memstore import MemoryStore
@@ -29,7 +29,7 @@ from pod_sweeper.store import db, queries
 from pod_sweeper.store.admin import bulk, controls
 from pod_sweeper.store.interface import SweepStore
 from pod_sweeper.store.reads import waits
-from pod_sweeper.store.rows import Claim, ClaimedBatch, Verdict
+from pod_sweeper.store.rows import Claim, ClaimedBatch, LargeTransaction, Verdict
 from pod_sweeper.store.schema import migrations
 from pod_sweeper.store.sweep import breaker, outages, outbox, presence, quarantine, rates, recheck, terminating
 from pod_sweeper.store.sweep.pgstore import OutboxStore
@@ -887,6 +887,137 @@ def test_the_replication_guards_mark_claim_and_reason_answer_as_the_real_ones(
     assert real[8][1] == {"s0": True, "s1": False, "s2": True}
     assert real[9][1] == {"s0": "claimed", "s1": "replication_guard", "s2": "claimed"}
     assert real[10][1] == 1 and real[11][1] == []
+
+
+# --- the breaker's transaction rule (migration 0020; harness.memlarge, the simulator's) -----------------
+
+# POD_SWEEPER_BREAKER_TRANSACTION_ROWS in the scenario: a transaction of three rows is large, of two not.
+LARGE_ROWS = 3
+# Four more sandboxes than SANDBOXES: three transactions of two or three rows each, and one row alone.
+MORE_SANDBOXES = [f"s{i}" for i in range(5, 13)]
+
+
+class Large(Keeping, Protocol):
+    def retire_together(self, sandboxes: list[str]) -> None: ...
+    def kept_back(self) -> dict[str, bool]: ...
+    async def end(self, transaction: int, how: str) -> tuple[int, int] | None: ...
+
+
+class PostgresLarge(PostgresKeeping):
+    """The real rule: sql/breaker_transaction.sql in ``OutboxStore``'s claim, sql/large_transaction_keep.sql,
+    sql/large_transaction_end.sql (``controls.end_transaction``) and sql/row_waits.sql's ``large_transaction``;
+    several executions retired in one statement, so in one host transaction."""
+
+    def __init__(self, conn: psycopg.Connection[Any], store: OutboxStore, second: OutboxStore, cluster: str) -> None:
+        super().__init__(conn, store, second, cluster)
+        for sandbox in MORE_SANDBOXES:
+            conn.execute(
+                "INSERT INTO executions (sandbox_id, generation, pod_namespace, pod_name, pod_uid, active)"
+                " VALUES (%s, 1, 'sandboxes', %s, %s, true)",
+                (sandbox, f"pod-{sandbox}", uuid.uuid4()),
+            )
+
+    def retire_together(self, sandboxes: list[str]) -> None:
+        self.conn.execute("UPDATE executions SET active = false WHERE sandbox_id = ANY(%s)", (sandboxes,))
+
+    def kept_back(self) -> dict[str, bool]:
+        found = self.conn.execute(
+            "SELECT sandbox_id, next_attempt_at = pod_sweeper.kept_back_until() AS kept FROM pod_sweeper.outbox"
+        ).fetchall()
+        return dict(sorted((r["sandbox_id"], r["kept"]) for r in found))
+
+    async def end(self, transaction: int, how: str) -> tuple[int, int] | None:
+        async with self.store.pool.connection() as conn:
+            ended = await controls.end_transaction(conn, transaction, how=how, actor="contract")
+        return None if ended is None else (int(ended["open_rows"]), int(ended["discarded"]))
+
+
+class MemoryLarge(MemoryKeeping):
+    """``harness.memlarge`` behind ``MemoryStore``: each transaction's rows retired at one instant."""
+
+    def retire_together(self, sandboxes: list[str]) -> None:
+        transaction = self.memory.transactions.begin()
+        for sandbox in sandboxes:
+            self.memory.retire(sandbox, uid=uuid.uuid5(uuid.NAMESPACE_OID, sandbox), transaction=transaction)
+        self.clock.advance(0.001)
+
+    def kept_back(self) -> dict[str, bool]:
+        rows = self.memory.rows.values()
+        return dict(sorted((r.sandbox_id, r.next_attempt_at == memlarge.KEPT_BACK_UNTIL) for r in rows))
+
+    async def end(self, transaction: int, how: str) -> tuple[int, int] | None:
+        ended = self.memory.end_transaction(transaction, how=how)
+        return None if ended is None else (ended["open_rows"], ended["discarded"])
+
+
+async def claim_large(world: Large, store: SweepStore, batch: int) -> tuple[list[str], int | None, int | None]:
+    """A claim with the transaction rule, as the claimer's turn makes it: the rows it took, or, when it found
+    a large transaction, nothing, the size it found and the transaction's id once kept back (None: found
+    by another before)."""
+    async with store.session() as session:
+        try:
+            async with session.transaction():
+                claimed = await session.claim(
+                    batch=batch,
+                    lease_seconds=30,
+                    disarm=True,
+                    at_claim=lambda c, checked: verdicts.at_claim(c, checked, POLICY),
+                    guard=None,
+                    transaction_rows=LARGE_ROWS,
+                )
+        except LargeTransaction as large:
+            return [], large.size, await session.keep_back_transaction(large.at, large.size, "the contract")
+    return sorted(c.sandbox_id for c in claimed.to_send), None, None
+
+
+async def large_scenario(world: Large) -> list[Any]:
+    """A transaction of three rows found by the first claim of two of them and kept back (nothing claimed),
+    one of two rows and one row alone claimed, a second large one found by the next claim, each open
+    row's reason, the first released and claimed then, the second discarded, an end only once."""
+    seen: list[Any] = []
+    world.retire_together(["s0", "s1", "s2"])
+    world.retire("s3")
+    world.retire_together(["s4", "s5"])
+    world.retire_together(["s6", "s7", "s8"])
+    first = await claim_large(world, world.store, 2)
+    seen.append(("the first claim finds three rows of one transaction", first[:2], world.rows(), world.kept_back()))
+    second = await claim_large(world, world.second, 10)
+    seen.append(("the next finds the last three", second[:2], world.rows(), world.kept_back()))
+    seen.append(("the rest are claimed, two of a smaller one", await claim_large(world, world.store, 10)))
+    seen.append(("kept back, not due", await reasons(world), await not_due_now(world)))
+    assert first[2] is not None and second[2] is not None
+    seen.append(("released", await world.end(first[2], "released"), world.kept_back(), await reasons(world)))
+    seen.append(("a released one is claimed, not judged again", await claim_large(world, world.second, 10)))
+    seen.append(("discarded", await world.end(second[2], "discarded"), world.rows(), await reasons(world)))
+    seen.append(("once", await world.end(second[2], "released"), await world.end(first[2], "discarded")))
+    world.retire("s9")
+    world.retire_together(["s10", "s11", "s12"])
+    cut = await claim_large(world, world.store, 2)
+    seen.append(("a full claim's one row of a transaction of three: found", cut[:2], world.kept_back()))
+    return seen
+
+
+def test_the_transaction_rules_claim_keep_and_end_answer_as_the_real_ones(
+    execs: psycopg.Connection[Any], db_url: str
+) -> None:
+    """``harness.memlarge`` (the breaker's transaction rule in the memory store, which the simulator runs)
+    held to sql/breaker_transaction.sql in ``OutboxStore``'s claim, sql/large_transaction_keep.sql,
+    sql/large_transaction_end.sql and sql/row_waits.sql's ``large_transaction``."""
+    settings = settings_for(db_url, replica_id="contract")
+
+    async def on_postgres() -> list[Any]:
+        async with outbox_stores(settings, "contract", "contract-b") as (first, second):
+            return await large_scenario(PostgresLarge(execs, first, second, settings.cluster))
+
+    real = asyncio.run(on_postgres())
+    held_to(real, asyncio.run(large_scenario(MemoryLarge())))
+    # It reached what it meant to: two found, nothing claimed with them, the smaller and the lone claimed.
+    assert real[0][1] == ([], 3) and real[1][1] == ([], 3) and real[2][1] == (["s3", "s4", "s5"], None, None)
+    assert real[3][1]["s0"] == "large_transaction" and real[3][1]["s8"] == "large_transaction"
+    assert real[3][1]["s3"] == "claimed" and real[3][2]
+    assert real[4][1] == (3, 0) and real[5][1] == (["s0", "s1", "s2"], None, None)
+    assert real[6][1] == (3, 3) and real[6][2]["s6"][:2] == ("done", "discarded") and real[7][1:] == (None, None)
+    assert real[8][1] == ([], 3)  # s9 and one of the three taken: the batch's end judged, nothing claimed
 
 
 # --- the reconciliation pass's statements (harness.memreconcile, the simulator's) ----------------------

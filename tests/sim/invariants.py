@@ -33,6 +33,7 @@ NO_CLAIM_PAST_TRIPPED = "no_claim_past_a_tripped_breaker"
 GUARD_FLUSHED = "no_delete_before_the_standbys_flush_its_retire"
 RECONCILE_SPARES = "the_reconciler_spares_the_young_and_the_active"
 ORPHANS_SWEPT = "every_old_orphan_is_swept"
+KEPT_TRANSACTION = "no_delete_of_a_kept_transaction"
 
 NAMES: dict[str, str] = {
     UID_PRECONDITION: "every DELETE carries the UID of the row it was sent for",
@@ -66,6 +67,8 @@ NAMES: dict[str, str] = {
     "a fresh GET of it, nor one whose generation was active before that GET",
     ORPHANS_SWEPT: "once healed, every labelled pod older than the min-age whose generation has no active row is "
     "deleted by a reconciled row, or left to the row the outbox already keeps for it",
+    KEPT_TRANSACTION: "no DELETE goes out for a row of a host transaction at or over the transaction rule's threshold "
+    "unless the on-call released that transaction first (or a reset let it go before any claim found it)",
 }
 
 

@@ -6,8 +6,8 @@ Each names the invariant that should catch it. ``uid_dropped``, ``claim_cancelle
 ``handed_back_charged``, ``unsent_charged``, ``outage_ignored``, ``sent_stamped_before_the_hook``,
 ``budget_ignores_claimed``, ``one_claim_per_row``, ``refresh_swap_unguarded``, ``stuck_by_the_wall_clock``,
 ``force_whatever_the_node``, ``never_forcing``, ``grace_not_confirmed``, ``surge_looked_at_once_a_minute``,
-``surge_watch_ends_at_a_failure``,
-``claim_past_a_tripped_breaker``, ``guard_flush_check_skipped``, ``reconcile_age_by_the_wall_clock``,
+``surge_watch_ends_at_a_failure``, ``claim_past_a_tripped_breaker``, ``guard_flush_check_skipped``,
+``transaction_rule_dropped``, ``reconcile_age_by_the_wall_clock``,
 ``reconcile_active_suspected`` and ``reconcile_generation_label_misread`` patch the daemon's own code;
 ``fence_dropped`` and ``keeping_ignored`` patch the memory store, which stands for the SQL where the
 claim-epoch fence (sql/record_results.sql) and the holds and pauses (``pod_sweeper.keeping``) live.
@@ -366,6 +366,40 @@ async def turn_without_the_guards_flush_check(
     return turn
 
 
+async def turn_without_the_transaction_rule(
+    self: claimer.Claimer, want: int, *, disarm: bool, arm: bool, polled: bool
+) -> claimer.Turn | None:
+    """``Claimer._turn`` whose claim does not apply the breaker's transaction rule: a large host transaction's
+    rows are claimed and sent as any others, never kept back for the on-call
+    (``no_delete_of_a_kept_transaction``)."""
+    guard = self.settings.guard_standbys
+    if guard is not None:
+        async with self.store.session() as session:
+            await session.guard_mark()
+    turn: claimer.Turn | None = None
+    async with self.store.session() as session:
+        try:
+            async with session.transaction():
+                want = await self._breaker_budget(session, want)
+                if want > 0:
+                    batch = await session.claim(
+                        batch=want,
+                        lease_seconds=self.settings.lease_seconds,
+                        disarm=disarm,
+                        at_claim=self._at_claim,
+                        guard=guard,
+                        transaction_rows=0,  # MUTANT: was self.rules.transaction_rows
+                    )
+                    turn = claimer.Turn(batch)
+                    if batch.taken < want:
+                        take_over = self._take_over or (polled and batch.taken > 0)
+                        turn = claimer.Turn(batch, *await session.look_ahead(arm=arm, take_over=take_over))
+        except LargeTransaction as large:
+            await self._keep_back(session, large)
+            turn = claimer.Turn(ClaimedBatch([], [], {}), due=0.0)
+    return turn
+
+
 async def sight_by_the_wall_clock(
     self: Reconciler, conn: Connection, started_at: datetime, pods: list[PodState], attachments: dict[int, Attachment]
 ) -> list[_Suspect]:
@@ -511,6 +545,9 @@ MUTANTS: dict[str, Mutant] = {
     ),
     "guard_flush_check_skipped": Mutant(
         claimer.Claimer, "_turn", turn_without_the_guards_flush_check, inv.GUARD_FLUSHED
+    ),
+    "transaction_rule_dropped": Mutant(
+        claimer.Claimer, "_turn", turn_without_the_transaction_rule, inv.KEPT_TRANSACTION
     ),
     "reconcile_age_by_the_wall_clock": Mutant(Reconciler, "_sight", sight_by_the_wall_clock, inv.ORPHANS_SWEPT),
     "reconcile_active_suspected": Mutant(Reconciler, "_sight", sight_the_active_too, inv.RECONCILE_SPARES),

@@ -29,6 +29,7 @@ import asyncio
 import bisect
 import contextlib
 import dataclasses
+import functools
 import gc
 import hashlib
 import math
@@ -70,6 +71,8 @@ from sim.credentials import Credentials, NoCredential, draw_provider
 from sim.guard import Standbys, check_send
 from sim.guard import draw as draw_guard
 from sim.invariants import Broken, Violation
+from sim.large import FIRST_ID as LARGE_FIRST_ID
+from sim.large import draw as draw_large
 from sim.loop import SimLoop
 from sim.outage import OutagePool, Reports
 from sim.surge_db import SurgeDatabase
@@ -268,6 +271,11 @@ class World:
         # The identity provider behind the replicas' credential hooks down at times, a renewal begun then
         # failing (tests/sim/credentials.py): a stream of its own again, drawn in some runs only.
         self.provider = draw_provider(seed, self.loop.time(), HORIZON)
+        # The breaker's transaction rule with a small threshold, and host transactions of that many rows or
+        # about (tests/sim/large.py): a stream of its own again, drawn in some runs only.
+        self.large = draw_large(seed, HORIZON)
+        if self.large is not None:
+            update["breaker_transaction_rows"] = self.large.rows
         self.settings = _BASE.model_copy(update=update)
         # The cluster's breaker row: its reason, the lock a claim holds it by, when it was last reset,
         # and the send time of each delete recorded (the bound's count).
@@ -341,6 +349,8 @@ class World:
                 Wait.CLAIMED: row.status is Status.CLAIMED and waiting,
                 Wait.HELD: bool(self.kept_since) and f"uid:{row.pod_uid}" in self.kept_since,
                 Wait.PAUSED: bool(self.kept_since) and f"ns:{row.pod_namespace}" in self.kept_since,
+                # a large host transaction a claim kept back, which the on-call has not ended (sim/large.py)
+                Wait.LARGE_TRANSACTION: self.large is not None and row.transaction in self.large.kept,
                 Wait.BREAKER: tripped,
                 # the guard: the row's mark vouches for no enqueue of it, or a standby the replicas' guard
                 # names is not connected or has not flushed the mark (the world's standbys, sim/guard.py)
@@ -386,7 +396,9 @@ class World:
         if self.tripped is not None:
             self._surging_since.clear()
             return
-        arrived = self.memory.arrivals(window=SURGE_WINDOW, reset_at=self.resumed_at)
+        arrived = self.memory.arrivals(
+            window=SURGE_WINDOW, reset_at=self.resumed_at, transaction_rows=self.settings.breaker_transaction_rows
+        )
         rate = arrived / SURGE_WINDOW
         for replica in self.replicas:
             watch = replica.surge_watch
@@ -483,6 +495,10 @@ class World:
         )
         if broken is not None:
             self.broke(*broken)
+        if self.large is not None and row is not None:  # the transaction rule: a large one released first
+            unreleased = self.large.check_send(row, self.memory, self.resumed_at)
+            if unreleased is not None:
+                self.broke(*unreleased)
         kind = "none" if self.down else "401" if expired else self._draw_answer()
         answer, applied = self._answer(kind, namespace, name, uid, timeout)
         self.seq += 1
@@ -650,11 +666,14 @@ class World:
 
     # --- the run ------------------------------------------------------------------------------------
 
-    def add_row(self, i: int) -> Row:
-        namespace = self.rng.choice(NAMESPACES)
-        uid = uuid.UUID(int=self.rng.getrandbits(128))
-        row = self.memory.retire(f"s{i}", namespace=namespace, uid=uid)
-        if self.rng.random() < 0.9:  # else the pod is already gone: the DELETE answers 404
+    def add_row(self, i: int, *, transaction: int | None = None, rng: random.Random | None = None) -> Row:
+        """A retire, in a host transaction of its own unless ``transaction`` is given; drawn from ``rng``
+        (the world's unless given)."""
+        rng = self.rng if rng is None else rng
+        namespace = rng.choice(NAMESPACES)
+        uid = uuid.UUID(int=rng.getrandbits(128))
+        row = self.memory.retire(f"s{i}", namespace=namespace, uid=uid, transaction=transaction)
+        if rng.random() < 0.9:  # else the pod is already gone: the DELETE answers 404
             pod = self.pods[(namespace, row.pod_name)] = Pod(str(uid), row.sandbox_id, 1, active=False)
             if self.terminating:
                 slow = self.slow
@@ -709,6 +728,8 @@ class World:
             self.note(self.guard.describe())
         if self.provider is not None:
             self.note(self.provider.describe())
+        if self.large is not None:
+            self.note(self.large.describe())
         rows = self.rng.randint(3, 10)
         for i in range(rows):
             self.add_row(i)
@@ -759,6 +780,13 @@ class World:
                 events.append((when, len(events), self._reopen))
         if self.reconcile is not None:
             self.reconcile.script(events)
+        if self.large is not None:
+            first = LARGE_FIRST_ID
+            for when, size in self.large.batches:
+                events.append((when, len(events), functools.partial(self._retire_together, first, size)))
+                first += size
+            for when in self.large.ends:
+                events.append((when, len(events), self._end_transaction))
         if self.terminating:
             for _ in range(self.slow.choice((0, 1, 2, 3))):
                 events.append((self.slow.uniform(0.0, HORIZON), len(events), self._jump))
@@ -806,6 +834,8 @@ class World:
         for row_id in self.memory.discard([row.id]):
             self.done[row_id] = self.done.get(row_id, 0) + 1
             self.note(f"discard row {row_id}")
+            if self.large is not None:
+                self.large.discarded(row, self.memory)
 
     def _reopen(self) -> None:
         """A generation whose row ended skipped_active is retired again (a run with the replication guard):
@@ -823,11 +853,49 @@ class World:
                 self.reconcile.retired((row.sandbox_id, row.generation))
             self.note(f"reopen row {row.id} (enqueued at WAL {row.enqueue_lsn})")
 
+    def _retire_together(self, first: int, size: int) -> None:
+        """``size`` retires in one host transaction (a platform retiring a customer's workspace at once)."""
+        assert self.large is not None
+        transaction = self.memory.transactions.begin()
+        for i in range(first, first + size):
+            self.add_row(i, transaction=transaction, rng=self.large.rng)
+        self.large.retired(transaction, self.loop.time(), size)
+        self.note(f"host transaction {transaction} retires {size} rows")
+
+    def _end_transaction(self, how: str | None = None) -> None:
+        """The on-call's ``release-transaction ID`` or ``discard-transaction ID`` of one transaction a claim
+        kept back (``how``: drawn unless given)."""
+        large = self.large
+        assert large is not None
+        chosen = large.choose()
+        if chosen is None:
+            return
+        transaction, drawn = chosen
+        how = how or drawn
+        found = self.memory.transactions.found[transaction]
+        pending = [
+            r.id for r in self.memory.rows.values() if r.transaction == transaction and r.status is Status.PENDING
+        ]
+        ended = self.memory.end_transaction(found.id, how=how)
+        assert ended is not None
+        large.kept.discard(transaction)
+        if how == "released":
+            large.released.add(transaction)
+        else:
+            for row_id in pending:
+                self.done[row_id] = self.done.get(row_id, 0) + 1
+        self.note(f"{how} host transaction {transaction} ({ended['open_rows']} open rows)")
+
+    def _kept_back(self, row: Row) -> bool:
+        """Whether the row is kept back by a large transaction the on-call has not ended: it may stay open."""
+        return self.large is not None and row.transaction in self.large.kept and row.status is Status.PENDING
+
     def _reset_breaker(self) -> None:
         """The on-call's ``reset-breaker``: closed, and the minute counted from now (``resumed_at``)."""
         if self.tripped is None:
             return
         self.tripped, self.resumed_at = None, self.loop.time()
+        self.memory.transactions.reset_at = self.resumed_at  # the transaction rule reads it (breaker.resumed_at)
         self.memory._deleted_at.clear()
         self.note("breaker reset")
 
@@ -919,7 +987,11 @@ class World:
         if not self._live():
             self.start_replica()
         for _ in range(int(SETTLE_LIMIT)):
-            if all(r.status not in (Status.PENDING, Status.CLAIMED) for r in self.memory.rows.values()):
+            if self.large is not None and self.large.at_heal != "left":
+                while self.large.kept:  # the on-call ends every transaction kept back, as drawn
+                    self._end_transaction(self.large.at_heal)
+            open_rows = (r for r in self.memory.rows.values() if r.status in (Status.PENDING, Status.CLAIMED))
+            if all(self._kept_back(r) for r in open_rows):
                 break
             self._reset_breaker()  # the on-call resets it while the world settles
             await asyncio.sleep(1.0)
@@ -975,6 +1047,8 @@ class World:
         if self.terminating and (unsettled := self.unsettled()):
             self.broke(inv.TERMINATING_SETTLED, f"up to {CONFIRM_LIMIT:.0f} s after the rows ended: {unsettled[0]}")
         for row in self.memory.rows.values():
+            if self._kept_back(row):  # a large transaction never released nor discarded: open, by design
+                continue
             if row.status in (Status.PENDING, Status.CLAIMED):
                 self.broke(inv.DONE_ONCE, f"row {row.id} still {row.status} {SETTLE_LIMIT:.0f} s after healing")
             elif row.status is Status.DEAD and row.last_http_status != 410:
@@ -1352,10 +1426,17 @@ class SimSession:
         await self._statement("hand_on", lambda: self._inner.hand_on(stopping=stopping))
 
     async def keep_back_transaction(self, at: datetime, rows: int, reason: str) -> int | None:
-        # The memory store's rows have no host transaction: no claim here finds a large one.
-        return await self._statement(
-            "keep_back_transaction", lambda: self._inner.keep_back_transaction(at, rows, reason)
-        )
+        async def keep() -> int | None:
+            world = self.world
+            kept = await self._inner.keep_back_transaction(at, rows, reason)
+            transaction = self._inner._found[at]
+            found = world.memory.transactions.found[transaction]
+            if world.large is not None and found.ended is None:
+                world.large.kept.add(transaction)
+            world.note(f"{self.store.replica.name} keeps back host transaction {transaction} ({rows} rows): {kept}")
+            return kept
+
+        return await self._statement("keep_back_transaction", keep)
 
 
 class Replica:
