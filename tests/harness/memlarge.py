@@ -1,9 +1,8 @@
 """The breaker's transaction rule in memory (migration 0020), for the memory store and the simulator.
 
 The rule is the claim's: one host transaction that retired ``POD_SWEEPER_BREAKER_TRANSACTION_ROWS`` or
-more rows is found by the first claim that takes two or more of its rows (any, for a claim of one row;
-one, too, at the end of a full claim, where the claim cuts a transaction), and that claim is rolled back
-(none of it sent or charged); the claimer then keeps the transaction's pending rows back as one batch
+more rows is found by the first claim that takes any of its rows, and that claim is rolled back (none of
+it sent or charged); the claimer then keeps the transaction's pending rows back as one batch
 (``pod_sweeper.large_transactions``) until an on-call releases it (``pod-sweeper release-transaction
 ID``: its kept-back rows are due now, and the rule never judges it again) or discards its rows
 (``discard-transaction ID``: its pending rows end done, outcome discarded). A row is kept back by its
@@ -83,19 +82,15 @@ class HostTransactions:
         found = self.found.get(row.transaction)
         return found if found is not None and found.ended is None else None
 
-    def judge(
-        self, taken: Sequence[HostRow], rows: Iterable[HostRow], limit: int, batch: int
-    ) -> tuple[int, int] | None:
+    def judge(self, taken: Sequence[HostRow], rows: Iterable[HostRow], limit: int) -> tuple[int, int] | None:
         """store/sweep/outbox.py's ``_transaction_rule`` over sql/breaker_transaction.sql, before the claim of
-        ``taken`` (each row as it was before it) applies: the first transaction this claim took two or
-        more rows of (any, for a batch of one), or, of a full batch, one that began at the latest start
-        the batch took (where the batch cuts a transaction: PostgreSQL's key is the start), not begun
-        before the breaker's last reset nor found before, whose share here and rows still pending and due
-        at their enqueue (not taken) come to ``limit`` or more: (size, transaction). None: the claim goes on."""
+        ``taken`` (each row as it was before it) applies: the first transaction this claim took any row of,
+        not begun before the breaker's last reset nor found before, whose share here and rows still pending
+        and due at their enqueue (not taken) come to ``limit`` or more: (size, transaction). None: the
+        claim goes on."""
         shares = Counter(r.transaction for r in taken if r.reason in HOST_REASONS and r.status is Status.PENDING)
         starts = {r.transaction: r.enqueued_at for r in taken}
-        cut = max(starts[key] for key in shares) if shares and len(taken) >= batch else None
-        keys = [key for key, n in shares.items() if n >= min(2, batch) or starts[key] == cut]
+        keys = list(shares)
         if not keys:
             return None
         ids = {r.id for r in taken}

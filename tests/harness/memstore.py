@@ -530,7 +530,7 @@ class MemorySession:
             key=lambda r: (r.next_attempt_at, r.id),
         )[:batch]
         # The breaker's transaction rule (store/sweep/outbox.py): the claim rolled back, nothing changed.
-        if transaction_rows and (large := store.transactions.judge(due, store.rows.values(), transaction_rows, batch)):
+        if transaction_rows and (large := store.transactions.judge(due, store.rows.values(), transaction_rows)):
             size, key = large
             at = datetime.fromtimestamp(next(r.enqueued_at for r in due if r.transaction == key), UTC)
             self._found[at] = key

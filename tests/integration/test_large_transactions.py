@@ -121,11 +121,12 @@ def test_a_release_lets_the_rows_go_and_an_unknown_id_is_one_line(pg: psycopg.Co
     assert kept["n"] == 0  # nothing keeps them back any more
 
 
-def test_a_full_claim_judges_the_transaction_it_cuts_even_for_one_row(pg: psycopg.Connection[Any], db_url: str) -> None:
+def test_a_claim_judges_the_transaction_it_takes_one_row_of(pg: psycopg.Connection[Any], db_url: str) -> None:
     """A claim takes rows in due order, so a full batch may end one row into a host transaction: that row
     is judged with the rest still pending, and the transaction (exactly the threshold) is found before
     any of it is sent. Judged only at two rows of the claim, the row went out and the rest, one short of
-    the threshold, were never found (the simulator's seed 1230)."""
+    the threshold, were never found (the simulator's seed 1230; a pause of the rest's namespace, seed
+    2638, is the same to the rule: it counts every pending row of the transaction)."""
     insert = (
         "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
         " reason) SELECT 1, %s || g, 1, 'workspace', %s || g, gen_random_uuid(), 'retired'"
@@ -146,3 +147,26 @@ def test_a_full_claim_judges_the_transaction_it_cuts_even_for_one_row(pg: psycop
     assert at is not None and found.value.at == at["enqueued_at"]
     claimed = pg.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status <> 'pending'").fetchone()
     assert claimed is not None and claimed["n"] == 0  # rolled back with the claim: nothing taken, none sent
+
+
+def test_a_claim_judges_a_transaction_whose_other_rows_a_pause_keeps(pg: psycopg.Connection[Any], db_url: str) -> None:
+    """One row of a host transaction in a namespace that sweeps, the rest in one an on-call paused: the
+    claim takes that one row alone, far from its batch's end, and the transaction is judged all the same
+    (its paused rows are pending) and found before the row is sent (the simulator's seed 2638)."""
+    pg.execute(
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
+        " reason) SELECT 1, 't' || g, 1, CASE WHEN g = 1 THEN 'open' ELSE 'paused' END, 'pod-t' || g,"
+        " gen_random_uuid(), 'retired' FROM generate_series(1, 5) g"
+    )
+    paused = cli("pause", "--namespace", "paused", "--reason", "a look first", "--actor", "t", url=db_url)
+    assert paused.returncode == 0, paused.stderr
+
+    async def claiming() -> None:
+        async with db.connection(settings_for(db_url)) as conn:
+            await claim(conn, batch=100, transaction_rows=5)
+
+    with pytest.raises(LargeTransaction) as found:
+        run(claiming())
+    assert found.value.size == 5
+    claimed = pg.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status <> 'pending'").fetchone()
+    assert claimed is not None and claimed["n"] == 0

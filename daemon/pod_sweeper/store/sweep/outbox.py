@@ -80,7 +80,7 @@ async def claim(
         )
         rows = await cur.fetchall()
         if transaction_rows:
-            await _transaction_rule(conn, rows, cluster, transaction_rows, batch)
+            await _transaction_rule(conn, rows, cluster, transaction_rows)
         claims = [
             Claim(
                 r["id"],
@@ -115,26 +115,22 @@ def _atomic(conn: Connection) -> AbstractAsyncContextManager[object]:
     return conn.transaction()
 
 
-async def _transaction_rule(
-    conn: Connection, rows: list[dict[str, object]], cluster: str, limit: int, batch: int
-) -> None:
+async def _transaction_rule(conn: Connection, rows: list[dict[str, object]], cluster: str, limit: int) -> None:
     """The breaker's transaction rule, in the claim's transaction and before anything is sent: a host
     transaction's rows share their enqueued_at (its start), and while pending their due time too, so
     its rows still pending are counted on the claim index by that one key (at most ``limit`` of them),
-    not by reading every open row. Looked at only for a key this claim took two or more rows of (any,
-    for a claim of one row): one row a transaction, steady churn's shape, costs nothing. And for the
-    last key of a full batch, whatever its share: the claim takes rows in due order, so the batch's end is
-    where it cuts a transaction, and one row of it after the others would go out unjudged, its rest one
-    short of the threshold ever after (the simulator found it). That key is the latest of the batch's
-    (a pending row never handed back is due at its enqueue time, the latest due of the batch)."""
+    not by reading every open row. Looked at for every key the claim took, however few of its rows: the
+    claim may take one row of a large transaction beside others while the rest wait behind the batch's
+    end, a pause, a hold or the replication guard, and that row would go out unjudged, the rest one short
+    of the threshold ever after (the simulator found both). One row a transaction, steady churn's shape,
+    costs one equality on the claim index that finds nothing, in the claim's own transaction."""
     shares = Counter(
         cast(datetime, r["enqueued_at"]) for r in rows if r["reason"] in HOST_REASONS and r["was"] == Status.PENDING
     )
-    cut = max(shares) if shares and len(rows) >= batch else None
-    keys = [at for at, n in shares.items() if n >= min(2, batch) or at == cut]
-    if not keys:
+    if not shares:
         return
-    cur = await conn.execute(queries.load("breaker_transaction"), {"cluster": cluster, "keys": keys, "limit": limit})
+    params = {"cluster": cluster, "keys": list(shares), "limit": limit}
+    cur = await conn.execute(queries.load("breaker_transaction"), params)
     for r in await cur.fetchall():
         if (size := shares[r["at"]] + int(r["pending"])) >= limit:
             raise LargeTransaction(size, r["at"])
