@@ -71,4 +71,18 @@ SET status = 'claimed',
 FROM due
 WHERE o.id = due.id
 RETURNING o.id, o.claim_epoch, o.attachment_id, o.sandbox_id, o.generation, o.pod_namespace, o.pod_name,
-          o.pod_uid, o.attempts, o.reason, o.enqueued_at, due.was, due.held_by
+          o.pod_uid, o.attempts, o.reason, o.enqueued_at, due.was, due.held_by,
+          -- The breaker's transaction rule's first look (store/sweep/outbox.py), with it on: how many rows
+          -- of this row's host transaction were pending, this claim's among them (a subquery here reads
+          -- the table as the statement began, before its own update), counting no further than the
+          -- threshold, by one equality on the claim index. Only a transaction that reaches the threshold
+          -- here is judged by sql/breaker_transaction.sql: it never counts more than this.
+          CASE WHEN %(transaction_rows)s > 0 AND due.was = 'pending' AND o.reason IN ('retired', 'row_deleted')
+               THEN (SELECT count(*)
+                     FROM (SELECT 1
+                           FROM pod_sweeper.outbox AS s
+                           WHERE s.cluster = o.cluster AND s.status IN ('pending', 'claimed')
+                             AND s.next_attempt_at = o.enqueued_at AND s.enqueued_at = o.enqueued_at
+                             AND s.status = 'pending' AND s.reason IN ('retired', 'row_deleted')
+                           LIMIT %(transaction_rows)s) AS t)
+          END AS transaction_rows

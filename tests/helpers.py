@@ -323,6 +323,7 @@ def claim_params(**overrides: Any) -> dict[str, Any]:
         "guard": None,
         "floor": START,
         "disarm_after": 0.0,
+        "transaction_rows": 0,
     }
     return {**params, **overrides}
 

@@ -53,6 +53,8 @@ GATEWAY = "10.245.0.1"  # the host on the bridge: where pods reach what runs on 
 SERVICES_CHAIN = "PSWEEP-SERVICES"
 KUBERNETES_SERVICE = ("10.96.0.1", 443)  # the `kubernetes` Service's ClusterIP, first of the service range
 NEEDS = ("containerd", "ctr", "runc", "iptables", "ip")
+# What a node runs, by program name: what a node killed before its stop may have left running.
+NODE_PROGRAMS = ("containerd", "kubelet", "containerd-shim-runc-v2")
 CNI_BIN = Path("/usr/lib/cni")
 # What the kubelet (and the bridge plugin) set on the host and ``stop`` sets back.
 SYSCTLS = ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops", "net.ipv4.ip_forward")
@@ -162,7 +164,7 @@ def _ours(mount: str, folder: Path) -> bool:
     return mount.startswith((f"{folder}/", "/run/containerd/", "/var/run/netns/cni-", "/run/netns/cni-"))
 
 
-def _put_back(before: HostState, folder: Path) -> None:
+def _put_back(before: HostState, folder: Path, *, killed: bool = False) -> None:
     """Put back what the node run from ``folder`` changed since ``before``, and only that: other programs
     (podman, another test run) may change the machine meanwhile, and what they made is theirs. Each kind
     is taken by the marks of the kubelet, containerd and the node: mounts in their places, the bridge and
@@ -171,6 +173,10 @@ def _put_back(before: HostState, folder: Path) -> None:
     for mount in sorted((m for m in now.mounts - before.mounts if _ours(m, folder)), key=len, reverse=True):
         _run("umount", "-l", mount, check=False)
     for name, value in before.sysctls.items():
+        # After a kill the ledger may be hours old: forwarding another program turned on since (podman,
+        # docker) is not the node's to turn off.
+        if killed and name == "net.ipv4.ip_forward":
+            continue
         if now.sysctls.get(name) != value:
             Path("/proc/sys", name.replace(".", "/")).write_text(value)
     for binary, table, chain in sorted(
@@ -224,7 +230,19 @@ def _put_back_under_the_lock() -> Path | None:
         return None
     record = json.loads(LEDGER.read_text())
     folder = Path(record["folder"])
-    left = [pid for pid, cmdline in _processes() if str(folder).encode() in cmdline and pid != os.getpid()]
+    before = HostState.from_json(record["before"])
+    left = [
+        pid
+        for pid, cmdline in _processes()
+        if str(folder).encode() in cmdline
+        and Path(cmdline.split(b" ")[0].decode(errors="replace")).name in NODE_PROGRAMS
+    ]
+    # Its pods' containers (their sandboxes and processes) outlive containerd and its shims: each is in a
+    # kubepods cgroup that was not there before the node started.
+    for group in HostState.read().cgroups - before.cgroups:
+        for procs in Path(group).glob("**/cgroup.procs"):
+            with contextlib.suppress(OSError):
+                left += [int(pid) for pid in procs.read_text().split()]
     for pid in left:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -233,7 +251,7 @@ def _put_back_under_the_lock() -> Path | None:
         if time.monotonic() > deadline:
             raise RealNodeError(f"the processes {left} of a killed real node did not end within 30 s of SIGKILL")
         time.sleep(0.05)
-    _put_back(HostState.from_json(record["before"]), folder)
+    _put_back(before, folder, killed=True)
     shutil.rmtree(folder, ignore_errors=True)
     LEDGER.unlink()
     return folder
@@ -261,6 +279,11 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _program(cmdline: bytes) -> str:
+    """The name of the program a command line runs (not an editor or a pager naming a node's file)."""
+    return Path(cmdline.split(b" ", 1)[0].decode(errors="replace")).name
 
 
 def _processes() -> list[tuple[int, bytes]]:
@@ -691,26 +714,33 @@ state = "{self.folder / "run" / "containerd"}"
         return [t for t in self.ctr("tasks", "list", "-q", check=False).split() if t]
 
     def stop(self) -> None:
-        """Drain, stop the kubelet and containerd, and put the machine back as ``start`` found it."""
-        if "kubelet" in self._procs and self._procs["kubelet"].poll() is None:
-            self._drain(60)
-        self._terminate("kubelet")
-        if "containerd" in self._procs and self._procs["containerd"].poll() is None:
-            for task in self.ctr("tasks", "list", "-q", check=False).split():
-                self.ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
-        self._terminate("containerd")
-        self._kill_shims()
-        if self.before is not None:  # (None: the start failed before it wrote its ledger, if any is there)
-            self._restore(self.before)
-            LEDGER.unlink(missing_ok=True)  # the machine is as it was: nothing left for a ledger to say
-        shutil.rmtree(self.folder, ignore_errors=True)
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
-        self.cluster.request("DELETE", f"/api/v1/nodes/{self.name}")
-        self.cluster.request(
-            "DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/pod-sweeper-test:{self.name}"
-        )
+        """Drain, stop the kubelet and containerd, and put the machine back as ``start`` found it. The
+        lock goes last, whatever failed before it: a stop that raises leaves its ledger for the next node
+        (the machine not put back), never the lock held for the rest of the test session."""
+        try:
+            if "kubelet" in self._procs and self._procs["kubelet"].poll() is None:
+                try:
+                    self._drain(60)
+                except KubeApiServerError as exc:  # the API server gone: the tasks are killed below all the same
+                    print(f"\nthe real node's drain failed ({exc}); its containers are killed without it")
+            self._terminate("kubelet")
+            if "containerd" in self._procs and self._procs["containerd"].poll() is None:
+                for task in self.ctr("tasks", "list", "-q", check=False).split():
+                    self.ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
+            self._terminate("containerd")
+            self._kill_shims()
+            if self.before is not None:  # (None: the start failed before it wrote its ledger, if any is there)
+                self._restore(self.before)
+                LEDGER.unlink(missing_ok=True)  # the machine is as it was: nothing left for a ledger to say
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.cluster.request("DELETE", f"/api/v1/nodes/{self.name}")
+            self.cluster.request(
+                "DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/pod-sweeper-test:{self.name}"
+            )
+        finally:
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
 
     def abandon(self) -> None:
         """Leave the machine as a SIGKILL of this process would, for the test of what comes after one: the

@@ -251,7 +251,8 @@ def test_the_flag_row_is_written_at_most_twice_in_the_disarm_interval(
         add_execution(execs, kube, sid)
         retire(execs, sid)
     params = {"batch": 1, "owner": "t", "lease_seconds": 30, "disarm": True, "cluster": DEFAULT_CLUSTER,
-              "guard": None, "floor": START, "disarm_after": outbox.DISARM_AFTER_SECONDS}  # fmt: skip
+              "guard": None, "floor": START, "disarm_after": outbox.DISARM_AFTER_SECONDS,
+              "transaction_rows": 0}  # fmt: skip
     execs.execute(queries.load("claim"), params).fetchall()
     assert armed(execs)  # armed a moment ago: the daemon's claim leaves it
     execs.execute(queries.load("claim"), {**params, "disarm_after": 0.0, "batch": 10}).fetchall()

@@ -45,11 +45,14 @@ def test_a_node_runs_a_pod_and_leaves_the_machine_as_it_found_it(kube_cluster: K
 def test_a_node_killed_before_its_stop_is_put_back_by_the_next(kube_cluster: KubeCluster) -> None:
     """A test run killed while its node ran (a SIGKILL, a machine's session ending under it) must not
     leave the next run a bridge it refuses to start beside: the next node puts back what the killed one's
-    ledger says, and ends the containerd and kubelet it left running."""
+    ledger says, and ends the containerd, kubelet and pod containers it left running."""
     can_run_a_node(kube_cluster)
+    ns = kube_cluster.namespace(f"killed-{uuid.uuid4().hex[:6]}")
     before = HostState.read()
     node = RealNode(kube_cluster, name="real-node-killed")
     with node:
+        node.pod(ns, "left-running")  # its sandbox and container outlive containerd and the shims
+        kube_cluster.wait_phase(ns, "left-running", "Running", timeout=60)
         second = RealNode(kube_cluster, name="real-node-beside")
         with pytest.raises(RealNodeError, match="another real node runs on this machine"):
             second.start()  # while the first runs, the lock says so, and nothing of the first is touched
@@ -64,6 +67,7 @@ def test_a_node_killed_before_its_stop_is_put_back_by_the_next(kube_cluster: Kub
         assert not node.folder.exists()
         assert put_back_a_killed_node() is None  # once
         node.before = None  # its stop at the end of `with` has nothing left to put back, only the API's objects
+    kube_cluster.request("DELETE", f"/api/v1/namespaces/{ns}/pods/left-running", {"gracePeriodSeconds": 0})
 
 
 def _read(path: Path) -> bytes:

@@ -76,6 +76,7 @@ async def claim(
                 "guard": guard,
                 "floor": floor,
                 "disarm_after": disarm_after,
+                "transaction_rows": transaction_rows,
             },
         )
         rows = await cur.fetchall()
@@ -119,17 +120,22 @@ async def _transaction_rule(conn: Connection, rows: list[dict[str, object]], clu
     """The breaker's transaction rule, in the claim's transaction and before anything is sent: a host
     transaction's rows share their enqueued_at (its start), and while pending their due time too, so
     its rows still pending are counted on the claim index by that one key (at most ``limit`` of them),
-    not by reading every open row. Looked at for every key the claim took, however few of its rows: the
+    not by reading every open row. Every key the claim took is looked at, however few of its rows: the
     claim may take one row of a large transaction beside others while the rest wait behind the batch's
     end, a pause, a hold or the replication guard, and that row would go out unjudged, the rest one short
-    of the threshold ever after (the simulator found both). One row a transaction, steady churn's shape,
-    costs one equality on the claim index that finds nothing, in the claim's own transaction."""
+    of the threshold ever after (the simulator found both). The claim statement's first look (its
+    ``transaction_rows`` column: the transaction's pending rows as it began, its own among them) leaves
+    only the keys that reach the threshold there to count here, so steady churn's one-row transactions
+    cost one equality each inside the claim and no statement more."""
     shares = Counter(
         cast(datetime, r["enqueued_at"]) for r in rows if r["reason"] in HOST_REASONS and r["was"] == Status.PENDING
     )
-    if not shares:
+    suspects = {
+        cast(datetime, r["enqueued_at"]) for r in rows if isinstance(n := r["transaction_rows"], int) and n >= limit
+    }
+    if not suspects:
         return
-    params = {"cluster": cluster, "keys": list(shares), "limit": limit}
+    params = {"cluster": cluster, "keys": sorted(suspects), "limit": limit}
     cur = await conn.execute(queries.load("breaker_transaction"), params)
     for r in await cur.fetchall():
         if (size := shares[r["at"]] + int(r["pending"])) >= limit:
