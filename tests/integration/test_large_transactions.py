@@ -135,18 +135,7 @@ def test_a_claim_judges_the_transaction_it_takes_one_row_of(pg: psycopg.Connecti
     for early in ("a", "b"):  # two retires of their own, due first
         pg.execute(insert, (early, f"pod-{early}", 1))
     pg.execute(insert, ("t", "pod-t", 5))  # one host transaction of exactly the threshold
-
-    async def claiming() -> None:
-        async with db.connection(settings_for(db_url)) as conn:
-            await claim(conn, batch=3, transaction_rows=5)
-
-    with pytest.raises(LargeTransaction) as found:
-        run(claiming())
-    assert found.value.size == 5
-    at = pg.execute("SELECT enqueued_at FROM pod_sweeper.outbox WHERE sandbox_id = 't1'").fetchone()
-    assert at is not None and found.value.at == at["enqueued_at"]
-    claimed = pg.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status <> 'pending'").fetchone()
-    assert claimed is not None and claimed["n"] == 0  # rolled back with the claim: nothing taken, none sent
+    _found_by_the_claim(pg, db_url, batch=3)
 
 
 def test_a_claim_judges_a_transaction_whose_other_rows_a_pause_keeps(pg: psycopg.Connection[Any], db_url: str) -> None:
@@ -160,13 +149,20 @@ def test_a_claim_judges_a_transaction_whose_other_rows_a_pause_keeps(pg: psycopg
     )
     paused = cli("pause", "--namespace", "paused", "--reason", "a look first", "--actor", "t", url=db_url)
     assert paused.returncode == 0, paused.stderr
+    _found_by_the_claim(pg, db_url, batch=100)
+
+
+def _found_by_the_claim(pg: psycopg.Connection[Any], db_url: str, *, batch: int) -> None:
+    """A claim of ``batch`` with a threshold of five finds the transaction of rows t1-t5 and is rolled back
+    with it: nothing taken, none sent."""
 
     async def claiming() -> None:
         async with db.connection(settings_for(db_url)) as conn:
-            await claim(conn, batch=100, transaction_rows=5)
+            await claim(conn, batch=batch, transaction_rows=5)
 
     with pytest.raises(LargeTransaction) as found:
         run(claiming())
-    assert found.value.size == 5
+    at = pg.execute("SELECT enqueued_at FROM pod_sweeper.outbox WHERE sandbox_id = 't1'").fetchone()
+    assert at is not None and (found.value.size, found.value.at) == (5, at["enqueued_at"])
     claimed = pg.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status <> 'pending'").fetchone()
     assert claimed is not None and claimed["n"] == 0
