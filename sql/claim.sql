@@ -20,7 +20,7 @@ WITH standbys AS (
     WHERE %(guard)s::text[] IS NOT NULL AND application_name = ANY(%(guard)s::text[])
 ),
 due AS (
-    SELECT id, status AS was, claimed_by AS held_by
+    SELECT id, status AS was, claimed_by AS held_by, enqueued_at, reason
     FROM pod_sweeper.outbox
     WHERE status IN ('pending', 'claimed')
       AND cluster = %(cluster)s
@@ -59,6 +59,26 @@ disarm AS (
           AND (SELECT count(*) FROM due) >= %(batch)s
         FOR UPDATE SKIP LOCKED
     )
+),
+firsts AS MATERIALIZED (
+    -- The breaker's transaction rule's first look (store/sweep/outbox.py), with it on: for each host
+    -- transaction this claim takes a pending row of, how many of its rows were pending, this claim's
+    -- among them (the statement's one snapshot: as it began, before its own update), counting no
+    -- further than the threshold, by one equality on the claim index. Once per transaction, not per
+    -- row: a claim of 100 rows of one 300-row transaction counted 300 entries 100 times. MATERIALIZED,
+    -- or the planner inlines it as the inner side of a nested loop and counts again for every row.
+    -- Only a transaction that reaches the threshold here is judged by sql/breaker_transaction.sql.
+    SELECT k.enqueued_at,
+           (SELECT count(*)
+            FROM (SELECT 1
+                  FROM pod_sweeper.outbox AS s
+                  WHERE s.cluster = %(cluster)s AND s.status IN ('pending', 'claimed')
+                    AND s.next_attempt_at = k.enqueued_at AND s.enqueued_at = k.enqueued_at
+                    AND s.status = 'pending' AND s.reason IN ('retired', 'row_deleted')
+                  LIMIT %(transaction_rows)s) AS t) AS transaction_rows
+    FROM (SELECT DISTINCT enqueued_at
+          FROM due
+          WHERE %(transaction_rows)s > 0 AND was = 'pending' AND reason IN ('retired', 'row_deleted')) AS k
 )
 UPDATE pod_sweeper.outbox AS o
 SET status = 'claimed',
@@ -68,21 +88,9 @@ SET status = 'claimed',
     claimed_at = now(),
     next_attempt_at = now() + make_interval(secs => %(lease_seconds)s),
     updated_at = now()
-FROM due
+FROM due LEFT JOIN firsts
+     ON firsts.enqueued_at = due.enqueued_at AND due.was = 'pending' AND due.reason IN ('retired', 'row_deleted')
 WHERE o.id = due.id
 RETURNING o.id, o.claim_epoch, o.attachment_id, o.sandbox_id, o.generation, o.pod_namespace, o.pod_name,
           o.pod_uid, o.attempts, o.reason, o.enqueued_at, due.was, due.held_by,
-          -- The breaker's transaction rule's first look (store/sweep/outbox.py), with it on: how many rows
-          -- of this row's host transaction were pending, this claim's among them (a subquery here reads
-          -- the table as the statement began, before its own update), counting no further than the
-          -- threshold, by one equality on the claim index. Only a transaction that reaches the threshold
-          -- here is judged by sql/breaker_transaction.sql: it never counts more than this.
-          CASE WHEN %(transaction_rows)s > 0 AND due.was = 'pending' AND o.reason IN ('retired', 'row_deleted')
-               THEN (SELECT count(*)
-                     FROM (SELECT 1
-                           FROM pod_sweeper.outbox AS s
-                           WHERE s.cluster = o.cluster AND s.status IN ('pending', 'claimed')
-                             AND s.next_attempt_at = o.enqueued_at AND s.enqueued_at = o.enqueued_at
-                             AND s.status = 'pending' AND s.reason IN ('retired', 'row_deleted')
-                           LIMIT %(transaction_rows)s) AS t)
-          END AS transaction_rows
+          firsts.transaction_rows

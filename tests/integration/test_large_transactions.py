@@ -5,10 +5,13 @@ names no held transaction is one line and exit 2."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from helpers import claim, claim_params, cli, run, settings_for
@@ -166,3 +169,30 @@ def _found_by_the_claim(pg: psycopg.Connection[Any], db_url: str, *, batch: int)
     assert at is not None and (found.value.size, found.value.at) == (5, at["enqueued_at"])
     claimed = pg.execute("SELECT count(*) AS n FROM pod_sweeper.outbox WHERE status <> 'pending'").fetchone()
     assert claimed is not None and claimed["n"] == 0
+
+
+def test_a_claim_counts_each_transaction_it_takes_rows_of_once(pg: psycopg.Connection[Any]) -> None:
+    """The first look counts a host transaction's pending rows once per transaction the claim takes rows
+    of, not once per row: a claim of 100 rows of one 300-row transaction (under a threshold of 500, so
+    nothing is kept) reads that transaction's entries once. Counted per row, it read them 100 times:
+    30,000 index entries for one claim of a host that retires in batches."""
+    pg.execute(
+        "INSERT INTO pod_sweeper.outbox (attachment_id, sandbox_id, generation, pod_namespace, pod_name, pod_uid,"
+        " reason) SELECT 1, 's' || g, 1, 'workspace', 'p' || g, gen_random_uuid(), 'retired'"
+        " FROM generate_series(1, 300) g"
+    )
+    params = claim_params(owner="r1", batch=100, transaction_rows=500)
+    explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) {}").format(queries.load("claim"))
+    with pg.transaction(force_rollback=True):  # EXPLAIN ANALYZE runs the claim: the rows stay pending
+        plan = pg.execute(explain, params).fetchone()
+    assert plan is not None
+    looks = [node for node in _nodes(plan["QUERY PLAN"][0]["Plan"]) if node.get("Alias") == "s"]
+    assert looks, "the claim has no first look on the outbox"
+    assert sum(node["Actual Loops"] for node in looks) == 1, json.dumps(plan["QUERY PLAN"], indent=1)
+    assert sum(node["Actual Rows"] for node in looks) == 300
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child)

@@ -124,17 +124,17 @@ async def _transaction_rule(conn: Connection, rows: list[dict[str, object]], clu
     claim may take one row of a large transaction beside others while the rest wait behind the batch's
     end, a pause, a hold or the replication guard, and that row would go out unjudged, the rest one short
     of the threshold ever after (the simulator found both). The claim statement's first look (its
-    ``transaction_rows`` column: the transaction's pending rows as it began, its own among them) leaves
-    only the keys that reach the threshold there to count here, so steady churn's one-row transactions
-    cost one equality each inside the claim and no statement more."""
-    shares = Counter(
-        cast(datetime, r["enqueued_at"]) for r in rows if r["reason"] in HOST_REASONS and r["was"] == Status.PENDING
-    )
+    ``transaction_rows`` column: the transaction's pending rows as it began, its own among them, counted
+    once per transaction) leaves only the keys that reach the threshold there to count here, so steady
+    churn's one-row transactions cost one equality each inside the claim and no statement more."""
     suspects = {
         cast(datetime, r["enqueued_at"]) for r in rows if isinstance(n := r["transaction_rows"], int) and n >= limit
     }
     if not suspects:
         return
+    shares = Counter(
+        cast(datetime, r["enqueued_at"]) for r in rows if r["reason"] in HOST_REASONS and r["was"] == Status.PENDING
+    )
     params = {"cluster": cluster, "keys": sorted(suspects), "limit": limit}
     cur = await conn.execute(queries.load("breaker_transaction"), params)
     for r in await cur.fetchall():
