@@ -3,6 +3,7 @@ searched for them, at DEBUG, through failures that print connection details."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -126,3 +127,59 @@ def test_no_libpq_secret_keyword_reaches_any_output(keyword: str, kube: Any, tmp
     text = "".join(outputs)
     assert f"{keyword}=***" in text  # the connection details were shown, masked
     assert secret not in text
+
+
+PLUGIN_SECRET = "plugin-env-s3cret"
+BASIC_PASSWORD = "basic-s3cret-pw"
+
+
+def test_a_credential_plugins_failure_quoting_its_secrets_shows_neither(db_url: str, kube: Any, tmp_path: Path) -> None:
+    """A kubeconfig user whose exec plugin fails and writes to its stderr the secret its environment gave
+    it and the user's password: the client's loader logs that stderr itself, as it falls back to the
+    password, and neither the one-shot ``check`` nor the daemon shows either secret, at DEBUG, in text
+    or JSON lines, while the plugin's words around them still show."""
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    document = json.loads(kubeconfig.read_text())
+    quote = "import os, sys; sys.stderr.write('cannot renew: ' + os.environ['PLUGIN_SECRET'] + ' / ' + sys.argv[1])"
+    document["users"][0]["user"] = {
+        "username": "sweeper",
+        "password": BASIC_PASSWORD,
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": sys.executable,
+            "args": ["-c", quote + "; sys.exit(1)", BASIC_PASSWORD],
+            "env": [{"name": "PLUGIN_SECRET", "value": PLUGIN_SECRET}],
+            "interactiveMode": "Never",
+        },
+    }
+    kubeconfig.write_text(json.dumps(document))
+    outputs: list[str] = []
+    done = subprocess.run(
+        [sys.executable, "-m", "pod_sweeper", "check", "--namespace", "sandboxes"],
+        env=env_for(db_url, kubeconfig),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    outputs += [done.stdout, done.stderr]
+    for json_logs in ("text", "json"):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pod_sweeper", "run"],
+            env=env_for(db_url, kubeconfig, POD_SWEEPER_LOG_FORMAT=json_logs),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stderr is not None
+        line = ""
+        while "cannot renew" not in line:
+            line = proc.stderr.readline()
+            outputs.append(line)
+            assert line, "the daemon ended before its kubeconfig was loaded"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        outputs += [out, err]
+    text = "".join(outputs)
+    assert text.count("cannot renew: [redacted] / [redacted]") == 3, text
+    assert PLUGIN_SECRET not in text and BASIC_PASSWORD not in text

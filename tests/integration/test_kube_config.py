@@ -105,6 +105,31 @@ def test_a_delete_whose_credential_hook_fails_is_unsent_and_charges_nothing(kube
     assert kube_client.delete_pod("ns", "p", uid, timeout=2).said is Said.DONE
 
 
+def test_a_failing_hook_that_quotes_the_credentials_leaves_them_out_of_every_answer(kube: Any) -> None:
+    """The hook's words reach logs and the row's ``last_error`` through the answer: a hook that quotes
+    the token it holds, or the basic-auth password, has them cut out of the DELETE's answer, the GET's
+    error and the probe's answer alike, read from the configuration as it stands when the hook fails."""
+    configuration = load_configuration(kube.kubeconfig, None, pool_size=2)
+    kube_client = KubeClient(configuration)
+    configuration.api_key["BearerToken"] = "Bearer tok-renewed-451"
+    configuration.password = "basic-pw-872"
+
+    def fail(_: Any) -> None:
+        raise RuntimeError("refresh of tok-renewed-451 (user pw basic-pw-872) refused: invalid_grant")
+
+    configuration.refresh_api_key_hook = fail
+    with pytest.raises(KubeError) as raised:
+        kube_client.pod_state("ns", "p", timeout=2)
+    answers = [
+        kube_client.delete_pod("ns", "p", "some-uid", timeout=2),
+        raised.value.answer,
+        kube_client.probe(timeout=2),
+    ]
+    for answer in answers:
+        assert answer.said is Said.UNSENT and "invalid_grant" in str(answer) and "[redacted]" in str(answer)
+        assert "tok-renewed-451" not in str(answer) and "basic-pw-872" not in str(answer)
+
+
 def test_a_failure_of_ours_before_the_wire_that_is_not_the_hooks_stays_unforeseen(kube: Any) -> None:
     """Only the credential hook's failure is ``unsent``: a bug before the wire (here the client refusing a
     name it must have) is a failure nobody foresaw, logged with its traceback and kept for another round,

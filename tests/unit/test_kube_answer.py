@@ -64,3 +64,14 @@ def test_the_label_and_the_line() -> None:
     unsent = Answer.unsent(ConnectionRefusedError("the token endpoint"))
     assert unsent.label == "unsent"
     assert str(unsent) == "not sent, no credentials: ConnectionRefusedError: the token endpoint"
+
+
+def test_an_unsent_answer_keeps_the_hooks_words_but_not_the_credentials() -> None:
+    """A hook may quote the token it failed to renew: each credential the client holds is cut out, the
+    whole prefixed key before the bare token, and an empty one cuts nothing."""
+    failure = RuntimeError("renewing 'bearer tok-123' failed; tok-123 expired, password hunter2 refused")
+    unsent = Answer.unsent(failure, secrets=["tok-123", "bearer tok-123", "hunter2", ""])
+    assert str(unsent) == (
+        "not sent, no credentials: RuntimeError: renewing '[redacted]' failed; [redacted] expired,"
+        " password [redacted] refused"
+    )

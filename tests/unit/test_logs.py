@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from pod_sweeper.core.logs import setup_logging
+from pod_sweeper.core.logs import hide, setup_logging
 
 
 @pytest.fixture
@@ -80,3 +80,41 @@ def test_not_the_journal_stream_means_no_prefix(tmp_path: Path, monkeypatch: pyt
         logger.warning("w")
         setup_logging()
     assert path.read_text().startswith("{")
+
+
+def test_a_hidden_secret_is_cut_from_every_line_and_traceback_whoever_wrote_it(stream: io.StringIO) -> None:
+    """Once hidden, a secret never shows: not in our own lines (message or keyword field, a string or not),
+    not in a stdlib logger's (the kubernetes loader logs an exec plugin's stderr itself), not in a
+    traceback's message nor its chained cause's."""
+    hide("tok-unit-7781", "")
+    setup_logging("text", "DEBUG", stream)
+    logger.info("renewing {what}", what="tok-unit-7781")
+    logging.getLogger("kubernetes").error("exec: process returned 1. tok-unit-7781 refused")
+    try:
+        try:
+            raise RuntimeError("refresh of tok-unit-7781 failed")
+        except RuntimeError as exc:
+            raise ValueError("bearer tok-unit-7781") from exc
+    except ValueError:
+        logger.exception("a request failed")
+    setup_logging("json", "DEBUG", stream)
+    logger.bind(error=RuntimeError("got tok-unit-7781 back"), seen=["tok-unit-7781"]).warning("a hook failed")
+    text = stream.getvalue()
+    assert "tok-unit-7781" not in text
+    assert "refresh of [redacted] failed" in text and "ValueError: bearer [redacted]" in text
+    assert "exec: process returned 1. [redacted] refused" in text and "renewing [redacted]" in text
+    entry = json.loads(text.splitlines()[-1])
+    assert (entry["error"], entry["seen"]) == ("got [redacted] back", ["[redacted]"])
+
+
+def test_a_short_value_is_never_hidden_and_renewed_tokens_never_push_out_a_lasting_secret(
+    stream: io.StringIO,
+) -> None:
+    """Five characters are no credential, and hiding them would cut them from every word; a kubeconfig's
+    secrets stay hidden however many tokens are renewed after them, and only the newest renewed ones do."""
+    hide("abcde", "kubeconfig-secret-4410")
+    for n in range(100):
+        hide(f"renewed-token-{n:03d}", renewed=True)
+    setup_logging("text", "INFO", stream)
+    logger.info("abcde kubeconfig-secret-4410 renewed-token-000 renewed-token-099")
+    assert "abcde [redacted] renewed-token-000 [redacted]" in stream.getvalue()

@@ -10,7 +10,7 @@ import pytest
 from loguru import logger
 
 from pod_sweeper.core.logs import setup_logging
-from pod_sweeper.core.text import ELLIPSIS, printable
+from pod_sweeper.core.text import ELLIPSIS, REDACTED, printable, redacted
 
 HOSTILE = "evil\x1b[31mRED\x1b[0m\nnewline\r\u202egnp.exe\x07"
 
@@ -50,3 +50,12 @@ def test_json_logs_keep_the_value_whole_for_json_to_escape(stream: io.StringIO) 
     [line] = stream.getvalue().splitlines()
     assert "\x1b" not in line  # JSON escapes it
     assert json.loads(line)["pod"] == HOSTILE
+
+
+def test_a_secret_is_cut_wherever_it_occurs_and_whatever_overlaps_it() -> None:
+    """Every occurrence, overlapping ones and ones that overlap another secret: no order of the secrets
+    leaves part of one showing, and each run of cut characters shows once."""
+    assert redacted("abcdef and cdef", ["abcd", "cdef"]) == f"{REDACTED} and {REDACTED}"  # not "...ef"
+    assert redacted("aaaa", ["aa"]) == REDACTED
+    assert redacted("token tok-1 again tok-1.", ["tok-1", ""]) == f"token {REDACTED} again {REDACTED}."
+    assert redacted("nothing here", []) == "nothing here" and redacted("", ["x"]) == ""

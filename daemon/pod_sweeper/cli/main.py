@@ -27,7 +27,7 @@ from pod_sweeper.cli import bulk as bulk_cli
 from pod_sweeper.cli import controls as controls_cli
 from pod_sweeper.cli import setup, show
 from pod_sweeper.core.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, PodSweeperError, first_line
-from pod_sweeper.core.logs import setup_logging, writes_to_journal
+from pod_sweeper.core.logs import scrub, setup_logging, writes_to_journal
 from pod_sweeper.core.settings import (
     CONFIG_FILE_ENV,
     ENV_PREFIX,
@@ -252,4 +252,4 @@ def _fail(log_format: str, message: str) -> None:
         logger.critical("pod-sweeper: {error}", error=message)
     else:
         prefix = "<2>" if writes_to_journal(sys.stderr) else ""
-        print(f"{prefix}pod-sweeper: {message}", file=sys.stderr)
+        print(f"{prefix}pod-sweeper: {scrub(message)}", file=sys.stderr)

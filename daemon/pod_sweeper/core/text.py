@@ -7,12 +7,15 @@ a table cell is cut with an ellipsis; the whole value stays in ``--json``, where
 
 from __future__ import annotations
 
+import itertools
 import unicodedata
+from collections.abc import Iterable
 
 # Explicit direction marks, embeddings, overrides and isolates: printable to Python, but they reorder
 # the characters around them on the screen.
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 ELLIPSIS = "\u2026"
+REDACTED = "[redacted]"
 
 
 def printable(value: object, limit: int | None = None) -> str:
@@ -28,3 +31,21 @@ def printable(value: object, limit: int | None = None) -> str:
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + ELLIPSIS
     return text
+
+
+def redacted(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every character that belongs to an occurrence of any of ``secrets`` cut, each run of
+    such characters shown once as ``[redacted]``. The occurrences are found in the text as given, all of
+    them, overlapping ones too, so no order of the secrets can leave part of one showing (replacing one
+    after another could: "abcd" cut first leaves "ef" of "cdef" in "abcdef")."""
+    found = [secret for secret in {s for s in secrets if s} if secret in text]
+    if not found:
+        return text  # every log line comes through here: no list for a line that holds none
+    cut = [False] * len(text)
+    for secret in found:
+        start = text.find(secret)
+        while start != -1:
+            cut[start : start + len(secret)] = [True] * len(secret)
+            start = text.find(secret, start + 1)
+    runs = itertools.groupby(zip(text, cut, strict=True), key=lambda pair: pair[1])
+    return "".join(REDACTED if hidden else "".join(ch for ch, _ in run) for hidden, run in runs)

@@ -13,8 +13,11 @@ a unit test (tests/unit/test_kube_answer.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from pod_sweeper.core.text import redacted
 
 
 class Said(StrEnum):
@@ -99,11 +102,13 @@ class Answer:
         return cls(Said.UNFORESEEN, reason=type(exc).__name__, message=f"{type(exc).__name__}: {exc}"[:500])
 
     @classmethod
-    def unsent(cls, exc: BaseException) -> Answer:
+    def unsent(cls, exc: BaseException, *, secrets: Iterable[str] = ()) -> Answer:
         """The request never went on the wire: the client's credential hook failed before it (an OIDC or
         GCP auth provider's refresh that cannot get a token). The daemon's trouble, not the row's nor the
-        server's: no news about either."""
-        why = f"{type(exc).__name__}: {exc}"
+        server's: no news about either. The hook's own words go to logs and the row's ``last_error``, so
+        each of ``secrets`` (the credentials the client holds) is cut out of them first: a plugin may
+        quote the token it failed to renew."""
+        why = redacted(f"{type(exc).__name__}: {exc}", secrets)
         return cls(Said.UNSENT, reason=type(exc).__name__, message=f"not sent, no credentials: {why}"[:500])
 
     @property

@@ -24,7 +24,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from loguru import logger
 
+from pod_sweeper.core import logs
 from pod_sweeper.kube.answer import Answer, Said
+from pod_sweeper.kube.config import credentials
 from pod_sweeper.kube.errors import KubeError
 from pod_sweeper.kube.interface import PodEvent, PodPage, PodState
 
@@ -104,7 +106,7 @@ def _mark_credential_failures(configuration: client.Configuration) -> None:
         except _NoCredential:
             raise  # a second client on the same configuration marked it already
         except Exception as exc:
-            raise _NoCredential(str(exc)) from exc
+            raise _NoCredential(type(exc).__name__) from exc  # its words are its cause's, for Answer.unsent
 
     marked.get_api_key_with_prefix = fetched
 
@@ -113,6 +115,7 @@ class KubeClient:
     """The daemon's one client of the API server; one instance per process, safe to call from many threads."""
 
     def __init__(self, configuration: client.Configuration, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._configuration = configuration
         self._api_client: Any = client.ApiClient(configuration)
         # Typed as Any: with _preload_content=False the client returns the raw urllib3 response, which
         # its annotations do not say.
@@ -137,6 +140,12 @@ class KubeClient:
     def close(self) -> None:
         self._api_client.close()
 
+    def _unsent(self, exc: _NoCredential) -> Answer:
+        """The answer of a request its credential hook kept off the wire, in the hook's words less the
+        client's credentials and every secret the logs hide (a kubeconfig's): the words reach the row's
+        ``last_error``, which ``status`` and ``explain`` print."""
+        return Answer.unsent(exc.__cause__ or exc, secrets=[*credentials(self._configuration), *logs.hidden()])
+
     def _call(self, method: Any, *args: Any, timeout: float, **kwargs: Any) -> Any:
         """Run one client call and return its raw response (no model deserialization); every
         failure comes out as a KubeError holding its Answer, with the cause chained. The credential
@@ -147,7 +156,7 @@ class KubeClient:
         try:
             return method(*args, _request_timeout=timeout, _preload_content=False, **kwargs)
         except _NoCredential as exc:
-            raise KubeError(Answer.unsent(exc.__cause__ or exc)) from exc
+            raise KubeError(self._unsent(exc)) from exc
         except ApiException as exc:
             raise KubeError(answer_of(exc)) from exc
         except _TRANSPORT_ERRORS as exc:
@@ -211,7 +220,7 @@ class KubeClient:
             response = self._api_client.call_api(method, url, header_params=headers, _request_timeout=timeout)
             body = response.read() or b""
         except _NoCredential as exc:
-            return Answer.unsent(exc.__cause__ or exc)
+            return self._unsent(exc)
         except ApiException as exc:  # a TLS failure: the client says status 0
             return Answer.none(str(exc.reason), kind="ApiException")
         except _TRANSPORT_ERRORS as exc:

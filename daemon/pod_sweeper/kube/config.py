@@ -12,6 +12,7 @@ either from every request thread at once: each class states who may write what.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -19,10 +20,12 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.incluster_config import InClusterConfigLoader
 
+from pod_sweeper.core import logs
 from pod_sweeper.core.errors import ConfigError
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -39,6 +42,11 @@ def load_configuration(
     """Explicit kubeconfig, else the in-cluster service account (when KUBERNETES_SERVICE_HOST is set, as
     in every pod), else the usual kubeconfig lookup ($KUBECONFIG, then ~/.kube/config)."""
     configuration = client.Configuration()
+    # The kubeconfig's secrets are hidden before the loader runs: it logs an exec plugin's failure (its
+    # stderr) itself, and its errors may quote what it read.
+    lookup = environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    secrets = kubeconfig_secrets(kubeconfig) if kubeconfig is not None else _lookup_secrets(lookup)
+    logs.hide(*secrets)
     try:
         if kubeconfig is not None:
             if not kubeconfig.is_file():
@@ -54,15 +62,17 @@ def load_configuration(
             loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
         else:
             # Read $KUBECONFIG now: the client reads it once, when it is imported.
-            lookup = environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
             config.load_kube_config(lookup, context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
     except ConfigException as exc:
-        raise ConfigError(f"cannot load the Kubernetes configuration: {exc}") from None
+        logs.hide(*credentials(configuration), renewed=True)
+        raise ConfigError(f"cannot load the Kubernetes configuration: {logs.scrub(str(exc))}") from None
     except ConfigError:
         raise
     except Exception as exc:  # YAML errors, wrong shapes: the loader raises many kinds for a bad file
         where = kubeconfig or "the default kubeconfig"
-        raise ConfigError(f"cannot read the kubeconfig {where}: {type(exc).__name__}: {exc}") from None
+        logs.hide(*credentials(configuration), renewed=True)
+        raise ConfigError(f"cannot read the kubeconfig {where}: {logs.scrub(f'{type(exc).__name__}: {exc}')}") from None
+    logs.hide(*credentials(configuration), renewed=True)
     configuration.retries = False  # we own the retry policy; see the module docstring
     if kubeconfig is None and environ.get("KUBERNETES_SERVICE_HOST"):
         # In a pod: a stat of the token file before each request, never throttled. (Throttled, the one
@@ -74,6 +84,58 @@ def load_configuration(
         configuration.refresh_api_key_hook = ThrottledRefresh(configuration.refresh_api_key_hook)
     configuration.connection_pool_maxsize = pool_size
     return configuration
+
+
+def credentials(configuration: Any) -> list[str]:
+    """What the client's configuration holds that is a secret, as it stands now (a hook may have renewed
+    the token): each API key as the client sends it and without its prefix (``bearer``, ``Basic``: the
+    kubeconfig loader sends a basic-auth user and password as a key too), and a password set outright."""
+    keys = [str(key) for key in (getattr(configuration, "api_key", None) or {}).values() if key]
+    return [*keys, *(key.rpartition(" ")[2] for key in keys), str(getattr(configuration, "password", None) or "")]
+
+
+# The fields of a kubeconfig user that hold a secret, an auth provider's settings that do, and the words
+# that name a secret in an exec plugin's environment (AWS_PROFILE=default is none: hidden, "default"
+# would be cut from every line). The names of files are no secrets.
+_USER_SECRETS = ("token", "password", "client-key-data")
+_PROVIDER_SECRETS = ("id-token", "refresh-token", "access-token", "client-secret")
+_SECRET_WORDS = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|KEY|AUTH", re.IGNORECASE)
+
+
+def kubeconfig_secrets(path: Path | str) -> list[str]:
+    """The secrets a kubeconfig file's users hold (their tokens, passwords and key data, their auth
+    providers' tokens and client secrets, the values of their exec plugins' environment whose names say
+    secret), for ``logs.hide``; nothing when the file cannot be read or parsed, and nothing from a part
+    of another shape (the loader then says why, and its words hold nothing it could read)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            document = yaml.safe_load(file)
+    except (OSError, ValueError, yaml.YAMLError):
+        return []
+    users = document.get("users") if isinstance(document, dict) else None
+    entries = [entry for entry in users if isinstance(entry, dict)] if isinstance(users, list) else []
+    return [secret for entry in entries for secret in _user_secrets(entry.get("user"))]
+
+
+def _user_secrets(user: object) -> list[str]:
+    if not isinstance(user, dict):
+        return []
+    found = [str(user[name]) for name in _USER_SECRETS if user.get(name)]
+    provider = user.get("auth-provider")
+    settings = provider.get("config") if isinstance(provider, dict) else None
+    if isinstance(settings, dict):
+        found += [str(settings[name]) for name in _PROVIDER_SECRETS if settings.get(name)]
+    plugin = user.get("exec")
+    env = plugin.get("env") if isinstance(plugin, dict) else None
+    for variable in env if isinstance(env, list) else []:
+        if isinstance(variable, dict) and variable.get("value") and _SECRET_WORDS.search(str(variable.get("name"))):
+            found.append(str(variable["value"]))
+    return found
+
+
+def _lookup_secrets(lookup: str) -> list[str]:
+    """``kubeconfig_secrets`` of each file of a ``$KUBECONFIG`` list (the loader merges them)."""
+    return [secret for path in lookup.split(os.pathsep) if path for secret in kubeconfig_secrets(path)]
 
 
 class TokenFile:
@@ -124,6 +186,7 @@ class TokenFile:
         except OSError:
             return
         if token:
+            logs.hide(token, renewed=True)  # before it is in use: a line about a request never shows it
             configuration.api_key["BearerToken"] = f"bearer {token}"
             self._seen = identity
 
@@ -172,7 +235,10 @@ class ThrottledRefresh:
                 return
             self._due = now + self._every
             view = _HookCatcher(configuration)
-            self._hook(view)
+            try:
+                self._hook(view)
+            finally:
+                logs.hide(*credentials(configuration), renewed=True)  # a renewed token, even if the hook failed
             installed = view.installed
             if installed is not self and callable(installed):
                 self._hook = installed
