@@ -29,7 +29,7 @@ def test_the_same_seed_gives_the_same_run_byte_for_byte() -> None:
     assert len({world.digest() for world in first}) == 25  # and the seeds differ from each other
 
 
-# About three minutes on two idle cores; a loaded machine took past the suite's five-minute limit.
+# About four minutes on two idle cores (the worlds grew); a loaded machine took past the suite's five-minute limit.
 @pytest.mark.timeout(900)
 def test_a_ci_budget_of_seeds_breaks_no_invariant() -> None:
     tally = run_many(0, BUDGET, jobs=2)
