@@ -43,6 +43,22 @@ def env_for(url: str, kubeconfig: Path, **extra: str) -> dict[str, str]:
     return environ
 
 
+def daemon_output(env: dict[str, str], *awaited: str) -> list[str]:
+    """What ``pod-sweeper run`` writes until a line holds one of ``awaited``, then through its SIGTERM."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pod_sweeper", "run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    outputs, line = [], ""
+    while not any(word in line for word in awaited):
+        line = proc.stderr.readline()
+        outputs.append(line)
+        assert line, f"the daemon ended before a line said any of {awaited}"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    return [*outputs, out, err]
+
+
 def test_no_secret_in_any_output(db_url: str, kube: Any, tmp_path: Path) -> None:
     kube.token = TOKEN
     kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig", token=TOKEN)
@@ -69,22 +85,7 @@ def test_no_secret_in_any_output(db_url: str, kube: Any, tmp_path: Path) -> None
         outputs += [done.stdout, done.stderr]
     # The daemon: a start against an unreachable database, then a run with Kubernetes refusing us.
     for url, json_logs in ((unreachable, "text"), (good, "json")):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pod_sweeper", "run"],
-            env=env_for(url, kubeconfig, POD_SWEEPER_LOG_FORMAT=json_logs),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert proc.stderr is not None
-        line = ""
-        while "unreachable" not in line and "ready" not in line:
-            line = proc.stderr.readline()
-            outputs.append(line)
-            assert line, "the daemon ended early"
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-        outputs += [out, err]
+        outputs += daemon_output(env_for(url, kubeconfig, POD_SWEEPER_LOG_FORMAT=json_logs), "unreachable", "ready")
     text = "".join(outputs)
     assert "password=***" in text  # connection details were shown, masked
     assert DB_PASSWORD not in text
@@ -164,22 +165,7 @@ def test_a_credential_plugins_failure_quoting_its_secrets_shows_neither(db_url: 
     )
     outputs += [done.stdout, done.stderr]
     for json_logs in ("text", "json"):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pod_sweeper", "run"],
-            env=env_for(db_url, kubeconfig, POD_SWEEPER_LOG_FORMAT=json_logs),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert proc.stderr is not None
-        line = ""
-        while "cannot renew" not in line:
-            line = proc.stderr.readline()
-            outputs.append(line)
-            assert line, "the daemon ended before its kubeconfig was loaded"
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-        outputs += [out, err]
+        outputs += daemon_output(env_for(db_url, kubeconfig, POD_SWEEPER_LOG_FORMAT=json_logs), "cannot renew")
     text = "".join(outputs)
     assert text.count("cannot renew: [redacted] / [redacted]") == 3, text
     assert PLUGIN_SECRET not in text and BASIC_PASSWORD not in text
