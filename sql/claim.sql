@@ -49,14 +49,17 @@ disarm AS (
     -- this one row per retire, which every retire and claim reads past while the xmin horizon is pinned.
     -- Only a claim that fills its batch clears it: one that takes fewer arms the flag again in its own
     -- transaction (store/sweep/outbox.py), so clearing it there was two writes of this row for nothing,
-    -- on every poll of an idle replica too (bench cost).
+    -- on every poll of an idle replica too (bench cost). A gathering turn (%(gathering)s: the claimer
+    -- waited for the rate limit, tasks/sweep/claimer.py) clears it whenever it takes a row, however
+    -- recently it was armed: its replica claims again within a fraction of a second whatever comes, so
+    -- the retires until then need not NOTIFY (each read by every listener, bench cost).
     UPDATE pod_sweeper.wakeup
     SET armed = false, changed_at = now(), changed_by = %(owner)s
     WHERE cluster IN (
         SELECT cluster FROM pod_sweeper.wakeup
         WHERE cluster = %(cluster)s AND armed AND %(disarm)s
-          AND changed_at <= now() - make_interval(secs => %(disarm_after)s)
-          AND (SELECT count(*) FROM due) >= %(batch)s
+          AND (%(gathering)s OR changed_at <= now() - make_interval(secs => %(disarm_after)s))
+          AND (SELECT count(*) FROM due) >= CASE WHEN %(gathering)s THEN 1 ELSE %(batch)s END
         FOR UPDATE SKIP LOCKED
     )
 ),

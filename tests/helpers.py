@@ -324,6 +324,7 @@ def claim_params(**overrides: Any) -> dict[str, Any]:
         "floor": START,
         "disarm_after": 0.0,
         "transaction_rows": 0,
+        "gathering": False,
     }
     return {**params, **overrides}
 

@@ -513,6 +513,7 @@ class MemorySession:
         at_claim: AtClaim,
         guard: list[str] | None,
         transaction_rows: int = 0,
+        gathering: bool = False,
     ) -> ClaimedBatch:
         store = self._store
         store._maybe_fail("claim")
@@ -535,7 +536,8 @@ class MemorySession:
             at = datetime.fromtimestamp(next(r.enqueued_at for r in due if r.transaction == key), UTC)
             self._found[at] = key
             raise LargeTransaction(size, at)
-        if disarm and len(due) >= batch:  # only a full batch clears it (sql/claim.sql)
+        # Only a full batch clears it, or a gathering turn's that takes a row (sql/claim.sql).
+        if disarm and (len(due) >= batch or (gathering and due)):
             store.armed = False
         claims = []
         for row in due:

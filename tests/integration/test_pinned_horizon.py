@@ -53,6 +53,7 @@ def claim_params() -> dict[str, Any]:
         "cluster": "default",
         "guard": None,
         "disarm_after": 0.0,
+        "gathering": False,
         "transaction_rows": 500,  # the shipped breaker_transaction_rows: the claim's first look on
     }
 

@@ -29,7 +29,7 @@ from pod_sweeper.store import db, queries
 from pod_sweeper.store.admin import bulk, controls
 from pod_sweeper.store.interface import SweepStore
 from pod_sweeper.store.reads import waits
-from pod_sweeper.store.rows import Claim, ClaimedBatch, LargeTransaction, Verdict
+from pod_sweeper.store.rows import Arming, Claim, ClaimedBatch, LargeTransaction, Verdict
 from pod_sweeper.store.schema import migrations
 from pod_sweeper.store.sweep import breaker, outages, outbox, presence, quarantine, rates, recheck, terminating
 from pod_sweeper.store.sweep.pgstore import OutboxStore
@@ -232,6 +232,60 @@ def test_the_memory_store_answers_as_the_real_one(execs: psycopg.Connection[Any]
     rows = real[-1][-1]
     assert rows["s0"][:2] == ("done", "deleted") and rows["s3"][:2] == ("done", "skipped_active")
     assert real[-2][1] == {"s2": "contract", "s4": "contract"} and real[-1][1] == []
+
+
+async def flag_scenario(world: World, armed: Any) -> list[Any]:
+    """The wakeup flag through claims that take fewer rows than asked: ``armed()`` reads it. A claim of
+    a partial batch leaves an armed flag armed (its replica arms it again before it sleeps anyway); a
+    gathering claim (the claimer waited for the rate limit) clears it when it takes a row, however
+    recently it was armed, and leaves it when it takes none."""
+
+    async def gathered(batch: int, *, gathering: bool) -> list[str]:
+        async with world.store.session() as session:
+            taken = await session.claim(
+                batch=batch,
+                lease_seconds=30,
+                disarm=True,
+                at_claim=lambda c, checked: verdicts.at_claim(c, checked, POLICY),
+                guard=None,
+                gathering=gathering,
+            )
+        return sorted(c.sandbox_id for c in taken.to_send)
+
+    async def arm() -> Arming:
+        async with world.store.session() as session:
+            return await session.arm()
+
+    seen: list[Any] = [("armed", await arm(), armed())]
+    world.retire("s0")
+    world.retire("s1")
+    seen.append(("a partial batch", await gathered(10, gathering=False), armed()))
+    world.retire("s2")
+    seen.append(("a gathering claim with a row", await gathered(10, gathering=True), armed()))
+    seen.append(("armed again", await arm(), armed()))
+    seen.append(("a gathering claim with none", await gathered(10, gathering=True), armed()))
+    return seen
+
+
+def test_a_gathering_claim_clears_the_wakeup_flag_as_the_real_one(execs: psycopg.Connection[Any], db_url: str) -> None:
+    settings = settings_for(db_url, replica_id="contract")
+
+    def flag() -> bool:
+        row = execs.execute("SELECT armed FROM pod_sweeper.wakeup WHERE cluster = %s", (settings.cluster,)).fetchone()
+        assert row is not None
+        return bool(row["armed"])
+
+    async def on_postgres() -> list[Any]:
+        async with outbox_stores(settings, "contract") as (store,):
+            async with store.pool.connection() as conn:
+                await outbox.cluster_rows(conn, cluster=settings.cluster)
+            return await flag_scenario(Postgres(execs, store), flag)
+
+    real = asyncio.run(on_postgres())
+    memory = Memory()
+    held_to(real, asyncio.run(flag_scenario(memory, lambda: memory.memory.armed)))
+    assert [step[-1] for step in real] == [True, True, False, True, True]
+    assert real[2][1] == ["s2"] and real[-1][1] == []
 
 
 class Keeping(World, Protocol):

@@ -29,7 +29,7 @@ from pod_sweeper.cli import status_text
 from pod_sweeper.core.settings import DEFAULT_CLUSTER
 from pod_sweeper.store import db, queries
 from pod_sweeper.store.rows import Arming
-from pod_sweeper.store.sweep import outbox
+from pod_sweeper.store.sweep import channel, outbox
 from pod_sweeper.store.sweep.cursor import START
 
 pytestmark = pytest.mark.versions
@@ -252,7 +252,7 @@ def test_the_flag_row_is_written_at_most_twice_in_the_disarm_interval(
         retire(execs, sid)
     params = {"batch": 1, "owner": "t", "lease_seconds": 30, "disarm": True, "cluster": DEFAULT_CLUSTER,
               "guard": None, "floor": START, "disarm_after": outbox.DISARM_AFTER_SECONDS,
-              "transaction_rows": 0}  # fmt: skip
+              "transaction_rows": 0, "gathering": False}  # fmt: skip
     execs.execute(queries.load("claim"), params).fetchall()
     assert armed(execs)  # armed a moment ago: the daemon's claim leaves it
     execs.execute(queries.load("claim"), {**params, "disarm_after": 0.0, "batch": 10}).fetchall()
@@ -351,3 +351,48 @@ def test_a_flag_to_be_named_while_a_retire_holds_the_lock_is_deferred_not_taken_
     claimed = run(_claim(db_url, disarm=False))  # the claim after arming finds the retire
     row = row_for(execs, "a")
     assert row is not None and claimed == [row["id"]]
+
+
+def notifications_until_sentinel(db_url: str, listener: psycopg.Connection[Any]) -> list[str]:
+    """The payloads ``listener`` has heard since it last read, up to a sentinel sent now from another
+    session (notifications arrive in commit order: everything before the sentinel has arrived with it),
+    but the listeners' own pings."""
+    with psycopg.connect(db_url, autocommit=True) as other:
+        other.execute("SELECT pg_notify('pod_sweeper', 'sentinel')")
+    heard: list[str] = []
+    for notify in listener.notifies(timeout=10):
+        if notify.payload == "sentinel":
+            return heard
+        if not notify.payload.startswith(channel.PING_PREFIX):
+            heard.append(notify.payload)
+    raise AssertionError("the sentinel NOTIFY did not arrive")
+
+
+def test_a_gathering_replica_takes_a_stream_of_retires_that_notify_nobody(
+    execs: psycopg.Connection[Any], db_url: str, kube: Any
+) -> None:
+    """POD_SWEEPER_GATHER_SECONDS: a replica that claimed rows stays awake and claims again after the
+    pause, and that claim, taking a row, clears the wakeup flag however recently it was armed; the
+    retires that follow send no NOTIFY (none for any listener to read) and are all swept, and once a
+    pause brings nothing the replica arms the flag and sleeps. The first retire of a quiet spell is
+    claimed as its NOTIFY arrives, not after a pause."""
+    stream = [f"s{i}" for i in range(20)]
+    for sid in ["first", "second", *stream]:
+        add_execution(execs, kube, sid)
+    settings = daemon_settings(db_url, kube, gather_seconds=1.0)
+    with DaemonThread(settings) as daemon, psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN pod_sweeper")
+        wait_until(lambda: sleeping(daemon) and armed(execs), what="the idle daemon asleep, the flag armed")
+        retire(execs, "first")
+        claimed = lambda sid: (r := row_for(execs, sid)) is not None and r["status"] != "pending"  # noqa: E731
+        wait_until(lambda: claimed("first"), timeout=0.9, what="the first retire claimed within the pause")
+        retire(execs, "second")  # the flag is still armed: it notifies, and waits for the pause's end
+        wait_until(lambda: not armed(execs), timeout=5, what="the gathering claim to clear the flag")
+        assert claimed("second")
+        assert len(notifications_until_sentinel(db_url, listener)) == 2  # the first's and the second's
+        for sid in stream:
+            retire(execs, sid)  # each in a transaction of its own, well inside the next pause
+        done = lambda: all((r := row_for(execs, sid)) and r["status"] == "done" for sid in stream)  # noqa: E731
+        wait_until(done, timeout=10, what="the stream swept")
+        assert notifications_until_sentinel(db_url, listener) == []
+        wait_until(lambda: armed(execs) and sleeping(daemon), timeout=5, what="armed and asleep once the stream ended")

@@ -229,6 +229,7 @@ def test_claim_query_uses_the_partial_index_at_100k_done_rows(pg: psycopg.Connec
                 "guard": guard,
                 "floor": START,
                 "disarm_after": 0.0,
+                "gathering": False,
                 "transaction_rows": 500,  # the shipped breaker_transaction_rows: the first look planned too
             },
         ).fetchall()

@@ -333,7 +333,7 @@ _BREAKER_BUDGET = claimer.Claimer._breaker_budget
 
 
 async def turn_without_the_guards_flush_check(
-    self: claimer.Claimer, want: int, *, disarm: bool, arm: bool, polled: bool
+    self: claimer.Claimer, want: int, *, disarm: bool, arm: bool, polled: bool, gathering: bool
 ) -> claimer.Turn | None:
     """``Claimer._turn`` whose claim does not pass the replication guard's standbys: the rows are marked,
     and claimed whether or not the standbys have flushed the marks (a DELETE a failover could lose the
@@ -355,9 +355,12 @@ async def turn_without_the_guards_flush_check(
                         at_claim=self._at_claim,
                         guard=None,  # MUTANT: was guard
                         transaction_rows=self.rules.transaction_rows,
+                        gathering=gathering,
                     )
                     turn = claimer.Turn(batch)
-                    if batch.taken < want:
+                    if batch.taken and arm and self.settings.gather_seconds:
+                        turn = claimer.Turn(batch, gather=self.settings.gather_seconds)
+                    elif batch.taken < want:
                         take_over = self._take_over or (polled and batch.taken > 0)
                         turn = claimer.Turn(batch, *await session.look_ahead(arm=arm, take_over=take_over))
         except LargeTransaction as large:
@@ -367,7 +370,7 @@ async def turn_without_the_guards_flush_check(
 
 
 async def turn_without_the_transaction_rule(
-    self: claimer.Claimer, want: int, *, disarm: bool, arm: bool, polled: bool
+    self: claimer.Claimer, want: int, *, disarm: bool, arm: bool, polled: bool, gathering: bool
 ) -> claimer.Turn | None:
     """``Claimer._turn`` whose claim does not apply the breaker's transaction rule: a large host transaction's
     rows are claimed and sent as any others, never kept back for the on-call
@@ -389,9 +392,12 @@ async def turn_without_the_transaction_rule(
                         at_claim=self._at_claim,
                         guard=guard,
                         transaction_rows=0,  # MUTANT: was self.rules.transaction_rows
+                        gathering=gathering,
                     )
                     turn = claimer.Turn(batch)
-                    if batch.taken < want:
+                    if batch.taken and arm and self.settings.gather_seconds:
+                        turn = claimer.Turn(batch, gather=self.settings.gather_seconds)
+                    elif batch.taken < want:
                         take_over = self._take_over or (polled and batch.taken > 0)
                         turn = claimer.Turn(batch, *await session.look_ahead(arm=arm, take_over=take_over))
         except LargeTransaction as large:

@@ -1279,6 +1279,7 @@ class SimSession:
         at_claim: AtClaim,
         guard: list[str] | None,
         transaction_rows: int = 0,
+        gathering: bool = False,
     ) -> ClaimedBatch:
         async def apply() -> ClaimedBatch:
             world, name = self.world, self.store.replica.name
@@ -1290,6 +1291,7 @@ class SimSession:
                 at_claim=at_claim,
                 guard=guard,
                 transaction_rows=transaction_rows,
+                gathering=gathering,
             )
             if claimed.to_send and world.tripped is not None and self._saw_trip == world.trips:
                 world.broke(

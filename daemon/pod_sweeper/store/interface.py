@@ -42,10 +42,12 @@ class SweepSession(Protocol):
         at_claim: AtClaim,
         guard: list[str] | None,
         transaction_rows: int = 0,
+        gathering: bool = False,
     ) -> ClaimedBatch:
         """Claim and re-check up to ``batch`` due rows; those ``at_claim`` ends are recorded at once.
         With ``transaction_rows``, raise ``LargeTransaction`` and claim nothing when the rows of one host
-        transaction taken and still pending come to that many (the breaker's transaction rule)."""
+        transaction taken and still pending come to that many (the breaker's transaction rule). With
+        ``disarm``, a full batch clears the wakeup flag, and so does any row taken while ``gathering``."""
         ...
 
     async def guard_mark(self) -> int:

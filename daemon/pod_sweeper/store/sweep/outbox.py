@@ -54,16 +54,19 @@ async def claim(
     transaction_rows: int = 0,
     disarm_after: float = 0.0,
     contain: bool = True,
+    gathering: bool = False,
 ) -> ClaimedBatch:
-    """Claim up to ``batch`` due rows of ``cluster`` (each one's attempt charged, its epoch bumped), re-check them, and
-    record the rows ``at_claim`` ends at once (a generation active again, a re-check that could not be made, a lease
-    that expired once too often), all in one short transaction. The claim also clears the wakeup flag (see
+    """Claim up to ``batch`` due rows of ``cluster`` (each one's attempt charged, its epoch bumped), re-check them,
+    and record the rows ``at_claim`` ends at once (a generation active again, a re-check that could not be made, a
+    lease that expired once too often), all in one short transaction. The claim also clears the wakeup flag (see
     :func:`arm`), except with ``disarm=False`` (the claim right after arming) or when it was armed less than
-    ``disarm_after`` seconds ago. With ``guard`` (the standbys the replication guard names), only rows whose enqueue
-    every one of them has flushed (:func:`guard_mark` first). Reads the claim index from ``floor`` up
-    (store/sweep/cursor.py). With ``transaction_rows``, raises :class:`LargeTransaction` (and claims nothing) when the
-    rows of one host transaction it took and those still pending come to that many. ``contain``: each host table's
-    re-check in a savepoint of its own (``recheck.recheck``)."""
+    ``disarm_after`` seconds ago; a claim that takes fewer than ``batch`` clears it only ``gathering`` (its replica
+    claims again after a pause whatever comes: POD_SWEEPER_GATHER_SECONDS), whenever it takes a row. With ``guard``
+    (the standbys the replication guard names), only rows whose enqueue every one of them has flushed
+    (:func:`guard_mark` first). Reads the claim index from ``floor`` up (store/sweep/cursor.py). With
+    ``transaction_rows``, raises :class:`LargeTransaction` (and claims nothing) when the rows of one host
+    transaction it took and those still pending come to that many. ``contain``: each host table's re-check in a
+    savepoint of its own (``recheck.recheck``)."""
     async with _atomic(conn):
         cur = await conn.execute(
             queries.load("claim"),
@@ -77,6 +80,7 @@ async def claim(
                 "floor": floor,
                 "disarm_after": disarm_after,
                 "transaction_rows": transaction_rows,
+                "gathering": gathering,
             },
         )
         rows = await cur.fetchall()

@@ -53,6 +53,7 @@ class OutboxSession:
         at_claim: AtClaim,
         guard: list[str] | None,
         transaction_rows: int = 0,
+        gathering: bool = False,
     ) -> ClaimedBatch:
         store = self._store
         try:
@@ -70,6 +71,7 @@ class OutboxSession:
                 transaction_rows=transaction_rows,
                 disarm_after=outbox.DISARM_AFTER_SECONDS,
                 contain=store.contain_rechecks,
+                gathering=gathering,
             )
         except recheck.BareLookupFailed:
             # The re-check runs bare (two round trips fewer a claim than a savepoint around each table's

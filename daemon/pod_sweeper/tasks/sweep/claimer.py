@@ -3,7 +3,9 @@
 Then it sleeps until a NOTIFY, the next due time (a backoff ending, a lease expiring) or the poll
 interval, whichever comes first. Before it sleeps it arms the wakeup flag, so that retires NOTIFY
 (they do not while a sweeper is claiming: migration 0007), and claims once more; only then is it
-``asleep`` (what tests wait for before a retire that only a NOTIFY can announce). With the
+``asleep`` (what tests wait for before a retire that only a NOTIFY can announce). With gathering on
+(``POD_SWEEPER_GATHER_SECONDS``), a turn that took rows is followed by that pause, awake, and a claim
+that clears the flag instead: retires under load are taken a pause's worth at a time and NOTIFY nobody. With the
 blast-radius breaker on, the cluster's budget and the claim run in one transaction holding the cluster's
 breaker row. While the API server cannot be reached (the outage watch) or refuses the credentials (the
 auth gate) it claims nothing, and claims at once when the gate opens.
@@ -59,11 +61,12 @@ HAND_ON_SECONDS = 0.2
 class Turn:
     """What one turn's transaction found: the claim, and when it took fewer rows than it asked for, the
     next due time (seconds; None: nothing open within the poll) and what arming the flag found (None:
-    not armed this turn, after arming or without a listener)."""
+    not armed this turn, after arming or without a listener), or instead how long to gather."""
 
     batch: ClaimedBatch
     due: float | None = None
     arming: Arming | None = None
+    gather: float = 0.0  # took rows while gathering is on: claim again this many seconds later
 
 
 class Claimer:
@@ -126,6 +129,7 @@ class Claimer:
     async def run(self) -> None:
         db_failures = 0
         just_armed = False  # the next claim is the one after arming: it must not clear the flag
+        gathering = False  # the last turn gathered: this one clears the wakeup flag (sql/claim.sql)
         arm_retry = ARM_RETRY_MIN
         pipeline, settings = self.pipeline, self.settings
         while not self.stop.stopping:
@@ -155,7 +159,7 @@ class Claimer:
                 # A poll-only replica cannot hear NOTIFY, so it neither arms nor clears the flag: clearing
                 # it would silence the retires for listening replicas.
                 listening = settings.listens and not just_armed
-                turn = await self._turn(want, disarm=listening, arm=listening, polled=polled)
+                turn = await self._turn(want, disarm=listening, arm=listening, polled=polled, gathering=gathering)
             except StoreError as exc:
                 db_failures += 1
                 self.metrics.db_errors.inc()
@@ -164,7 +168,7 @@ class Claimer:
                 await self._sleep_until_stop(delay)
                 continue
             db_failures = 0
-            just_armed = False
+            just_armed, gathering = False, False
             self.first_claim_done.set()
             if turn is None:  # the breaker holds deletes back: look again at the next wake or poll
                 await self._sleep_until_wake(settings.poll_interval)
@@ -184,6 +188,13 @@ class Claimer:
                 self._take_over = self._take_over or polled
             if batch.taken >= want:
                 continue  # a full batch: there may be more right now
+            if turn.gather:
+                # POD_SWEEPER_GATHER_SECONDS: awake, claiming again after the pause whatever comes, and
+                # the next turn clears the wakeup flag, so the retires meanwhile wait in the outbox for
+                # it and NOTIFY nobody (each NOTIFY is a transaction of every listener's).
+                gathering = True
+                await self._sleep_until_stop(turn.gather)
+                continue
             pause = settings.poll_interval if turn.due is None else min(settings.poll_interval, max(turn.due, 0.0))
             # No longer than the next discovery: rows below the claim cursor's floor (a pause's, a long
             # host transaction's) are found by it, not by the next poll.
@@ -224,7 +235,7 @@ class Claimer:
         if len(self.pipeline.awaiting_answers()) > self.saturation:
             await self.pipeline.wait_for_room()  # the stop opens it too (Pipeline.stop_claiming)
 
-    async def _turn(self, want: int, *, disarm: bool, arm: bool, polled: bool) -> Turn | None:
+    async def _turn(self, want: int, *, disarm: bool, arm: bool, polled: bool, gathering: bool) -> Turn | None:
         """One turn's statements in one transaction: the breaker's budget, the claim of up to ``want`` rows
         and, unless it took them all, the next due time with the wakeup flag as it is (with ``arm``:
         ``ALREADY`` armed in a replica's name, or ``NEEDED``: the caller arms it after the commit, in a
@@ -235,7 +246,10 @@ class Claimer:
         they were, uncharged. The rows go to the pipeline only after the commit, so no DELETE runs inside
         it; the next due read adds a fraction of a millisecond before that. (The verdicts waiting were
         written here too, once: a transaction fewer a retire, but half a millisecond more before each DELETE
-        of a quiet system; the recorder's longer linger saves the same transactions off that path.)"""
+        of a quiet system; the recorder's longer linger saves the same transactions off that path.)
+        With ``gathering``, the claim clears the wakeup flag if it takes a row. With gathering on
+        (``gather_seconds``), a turn that took rows (a listening replica's: a poll-only one neither arms
+        nor clears the flag) reads no next due time: it gathers instead (``Turn.gather``)."""
         guard = self.settings.guard_standbys
         if guard is not None:  # its own short transaction, before the claim's: see sql/guard_mark.sql
             async with self.store.session() as session:
@@ -253,9 +267,12 @@ class Claimer:
                             at_claim=self._at_claim,
                             guard=guard,
                             transaction_rows=self.rules.transaction_rows,
+                            gathering=gathering,
                         )
                         turn = Turn(batch)
-                        if batch.taken < want:
+                        if batch.taken and arm and self.settings.gather_seconds:
+                            turn = Turn(batch, gather=self.settings.gather_seconds)
+                        elif batch.taken < want:
                             take_over = self._take_over or (polled and batch.taken > 0)
                             turn = Turn(batch, *await session.look_ahead(arm=arm, take_over=take_over))
             except LargeTransaction as large:  # the claim was rolled back: nothing of it is sent
