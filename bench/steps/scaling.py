@@ -31,6 +31,7 @@ def claim_scaling(rig: Rig, done_rows: int) -> None:
         "guard": None,
         "floor": START,  # a discovery: what a claim from the start of the index costs
         "disarm_after": 0.0,
+        "gathering": False,
         "transaction_rows": 500,  # the shipped breaker_transaction_rows: the claim's first look on
     }
 
