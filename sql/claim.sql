@@ -50,7 +50,7 @@ disarm AS (
     -- Only a claim that fills its batch clears it: one that takes fewer arms the flag again in its own
     -- transaction (store/sweep/outbox.py), so clearing it there was two writes of this row for nothing,
     -- on every poll of an idle replica too (bench cost). A gathering turn (%(gathering)s: the claimer
-    -- waited for the rate limit, tasks/sweep/claimer.py) clears it whenever it takes a row, however
+    -- paused awake after taking rows, POD_SWEEPER_GATHER_SECONDS) clears it whenever it takes a row, however
     -- recently it was armed: its replica claims again within a fraction of a second whatever comes, so
     -- the retires until then need not NOTIFY (each read by every listener, bench cost).
     UPDATE pod_sweeper.wakeup

@@ -6,7 +6,8 @@ retired (an UPDATE) in a transaction of its own, for ``seconds``. Alone, the tab
 replica runs; the floor, the least any trigger-fed outbox costs (``FLOOR_TRIGGER``: one value inserted
 into a table without an index, nothing swept); the nearest design's storage (steps/sketch.py: an
 insert-only intake, a claim no index sees, one statement a turn; its database side alone); swept, the
-table is attached and ``replicas`` replicas sweep it at the shipped defaults.
+table is attached and ``replicas`` replicas sweep it at the shipped defaults; gathering, the same with
+``POD_SWEEPER_GATHER_SECONDS`` at ``GATHER_SECONDS`` (off by default), on a database of its own.
 Per execution, each side prints PostgreSQL's CPU (every process of the cluster, the backends that exited
 during the window included: their time is in the postmaster's children's), the WAL, the transactions
 committed (every database's) and, swept, the claims; then the sweep's share over the host's own.
@@ -214,10 +215,14 @@ CREATE TRIGGER floor_enqueue AFTER UPDATE OF active ON executions
 """
 
 
+# POD_SWEEPER_GATHER_SECONDS in the window that measures it (docs/performance.md quotes its figures).
+GATHER_SECONDS = 0.05
+
+
 def cost(rig: Rig, rate: float, seconds: float, replicas: int, idle_seconds: float) -> None:
     n = int(rate * (seconds + 10))
     rig.kube.reset()
-    names = [f"c{i}" for i in range(4 * n)]
+    names = [f"c{i}" for i in range(5 * n)]
     uids = rig.kube.create_pods(names)
     pods = list(zip(names, uids, strict=True))
     url = rig.fresh_db()
@@ -225,9 +230,28 @@ def cost(rig: Rig, rate: float, seconds: float, replicas: int, idle_seconds: flo
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")  # before the idle window
     settings = rig.settings(url, **SHIPPED)
 
-    def sweeping(stack: ExitStack) -> None:
+    def sweeping(stack: ExitStack, settings: Any = settings) -> None:
         for i in range(replicas):
             stack.enter_context(DaemonThread(settings.model_copy(update={"replica_id": f"cost-{i}"}))).ready()
+
+    def swept_window(url: str, pods: list[tuple[str, str]], **update: Any) -> tuple[dict[str, float], float]:
+        """The replicas (the shipped settings, with ``update``) sweeping the host's workload on ``url``;
+        its figures, counted through the replicas' exit, and the window's own count of transactions."""
+        with ExitStack() as stack:
+            sweeping(stack, rig.settings(url, **SHIPPED).model_copy(update=update))
+            time.sleep(12.0)  # settle, as above: the start-up's counts are not the sweep's
+            with psycopg.connect(rig.cluster.url(), autocommit=True) as conn:
+                conn.execute("CHECKPOINT")
+            figures = window(url, rate, seconds, pods)
+            deadline = time.monotonic() + 60
+            with psycopg.connect(url, autocommit=True) as probe:
+                while time.monotonic() < deadline and probe.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pod_sweeper.outbox WHERE status IN ('pending', 'claimed'))"
+                ).fetchone() != (False,):
+                    time.sleep(0.1)  # the benchmark's own sampling interval
+            in_window = figures["transactions"]
+        counted_through_exit(url, figures)
+        return figures, in_window
 
     # Idle first, on a quiet cluster: the other windows' autovacuum and checkpoints would be in its WAL.
     with ExitStack() as stack:
@@ -259,22 +283,14 @@ def cost(rig: Rig, rate: float, seconds: float, replicas: int, idle_seconds: flo
         sketched["recorded"] = float(recorded[0])
     counted_through_exit(sketch_url, sketched)
     sketched["bytes_per_done_row"] = sketch.bytes_per_done_row(sketch_url)
-    with ExitStack() as stack:
-        sweeping(stack)
-        time.sleep(12.0)  # settle, as above: the start-up's counts are not the sweep's
-        with psycopg.connect(rig.cluster.url(), autocommit=True) as conn:
-            conn.execute("CHECKPOINT")
-        swept = window(url, rate, seconds, pods[n : 2 * n])
-        deadline = time.monotonic() + 60
-        with psycopg.connect(url, autocommit=True) as probe:
-            while time.monotonic() < deadline and probe.execute(
-                "SELECT EXISTS (SELECT 1 FROM pod_sweeper.outbox WHERE status IN ('pending', 'claimed'))"
-            ).fetchone() != (False,):
-                time.sleep(0.1)  # the benchmark's own sampling interval
-        in_window = swept["transactions"]
-    counted_through_exit(url, swept)
+    swept, in_window = swept_window(url, pods[n : 2 * n])
     latencies = done_latencies(url)
-    for side, figures in (("alone", alone), ("floor", floor), ("sketch", sketched), ("swept", swept)):
+    # The same with gathering on (POD_SWEEPER_GATHER_SECONDS, off by default), on a database of its own.
+    gather_url = rig.fresh_db()
+    gathered, gathered_in_window = swept_window(gather_url, pods[4 * n :], gather_seconds=GATHER_SECONDS)
+    gathered_latencies = done_latencies(gather_url)
+    sides = (("alone", alone), ("floor", floor), ("sketch", sketched), ("swept", swept), ("gathering", gathered))
+    for side, figures in sides:
         print(
             f"    cost {side}: {figures['executions']:.0f} executions; per execution {figures['cpu_ms']:.3f} ms of"
             f" PostgreSQL's CPU, {figures['wal_bytes']:.0f} B of WAL, {figures['transactions']:.2f} transactions"
@@ -308,7 +324,25 @@ def cost(rig: Rig, rate: float, seconds: float, replicas: int, idle_seconds: flo
         file=sys.stderr,
         flush=True,
     )
+    gathered_share = {k: (gathered[k] - alone[k]) / alone[k] for k in ("cpu_ms", "wal_bytes")}
+    print(
+        f"    cost: gathering {GATHER_SECONDS} s, the sweep's share {gathered_share['cpu_ms']:.2f}x the host's CPU,"
+        f" {gathered_share['wal_bytes']:.2f}x its WAL,"
+        f" {gathered['transactions'] - alone['transactions']:.2f} transactions more per retire"
+        f" ({gathered_in_window - alone['transactions']:.2f} in the window);"
+        f" retire to done p50 {statistics.median(gathered_latencies):.0f} ms,"
+        f" p99 {gathered_latencies[int(len(gathered_latencies) * 0.99) - 1]:.0f} ms",
+        file=sys.stderr,
+        flush=True,
+    )
     results = rig.results
+    results["cost_gather_cpu_share"] = round(gathered_share["cpu_ms"], 2)
+    results["cost_gather_wal_share"] = round(gathered_share["wal_bytes"], 2)
+    results["cost_gather_added_transactions_per_retire"] = round(gathered["transactions"] - alone["transactions"], 2)
+    if "claims" in gathered:
+        results["cost_gather_claims_per_retire"] = round(gathered["claims"], 2)
+    results["cost_gather_done_p50_ms"] = round(statistics.median(gathered_latencies))
+    results["cost_gather_done_p99_ms"] = round(gathered_latencies[int(len(gathered_latencies) * 0.99) - 1])
     for k in ("cpu_ms", "wal_bytes", "transactions"):
         results[f"cost_alone_{k}_per_execution"] = round(alone[k], 3)
         results[f"cost_swept_{k}_per_execution"] = round(swept[k], 3)

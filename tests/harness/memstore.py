@@ -158,6 +158,7 @@ class MemoryStore:
         self.arm_refusals = 0  # the next arms that find an enqueue still open
         self.handed_on = 0  # times a replica handed its wakeups on (SweepSession.hand_on)
         self.claims = 0  # claim statements run
+        self.looks = 0  # next-due reads in a claimer's turn (each moves the real store's claim cursor)
         self.tripped: str | None = None
         self.reset_at = float("-inf")  # the breaker's last reset (sql/breaker_reset.sql)
         self.claim_returns: asyncio.Event | None = None  # set: a claim's answer waits for it
@@ -666,6 +667,7 @@ class MemorySession:
         return Arming.ARMED
 
     async def look_ahead(self, *, arm: bool, take_over: bool = False) -> tuple[float | None, Arming | None]:
+        self._store.looks += 1
         due = await self.next_due()
         if not arm:
             return due, None

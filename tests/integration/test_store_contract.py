@@ -237,7 +237,7 @@ def test_the_memory_store_answers_as_the_real_one(execs: psycopg.Connection[Any]
 async def flag_scenario(world: World, armed: Any) -> list[Any]:
     """The wakeup flag through claims that take fewer rows than asked: ``armed()`` reads it. A claim of
     a partial batch leaves an armed flag armed (its replica arms it again before it sleeps anyway); a
-    gathering claim (the claimer waited for the rate limit) clears it when it takes a row, however
+    gathering claim (the claimer paused awake after taking rows) clears it when it takes a row, however
     recently it was armed, and leaves it when it takes none."""
 
     async def gathered(batch: int, *, gathering: bool) -> list[str]:

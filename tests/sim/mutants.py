@@ -358,11 +358,11 @@ async def turn_without_the_guards_flush_check(
                         gathering=gathering,
                     )
                     turn = claimer.Turn(batch)
-                    if batch.taken and arm and self.settings.gather_seconds:
-                        turn = claimer.Turn(batch, gather=self.settings.gather_seconds)
-                    elif batch.taken < want:
+                    if batch.taken < want:
+                        gather = self.settings.gather_seconds if arm and batch.taken else 0.0
                         take_over = self._take_over or (polled and batch.taken > 0)
-                        turn = claimer.Turn(batch, *await session.look_ahead(arm=arm, take_over=take_over))
+                        due, arming = await session.look_ahead(arm=arm and not gather, take_over=take_over)
+                        turn = claimer.Turn(batch, due, arming, gather)
         except LargeTransaction as large:
             await self._keep_back(session, large)
             turn = claimer.Turn(ClaimedBatch([], [], {}), due=0.0)
@@ -395,11 +395,11 @@ async def turn_without_the_transaction_rule(
                         gathering=gathering,
                     )
                     turn = claimer.Turn(batch)
-                    if batch.taken and arm and self.settings.gather_seconds:
-                        turn = claimer.Turn(batch, gather=self.settings.gather_seconds)
-                    elif batch.taken < want:
+                    if batch.taken < want:
+                        gather = self.settings.gather_seconds if arm and batch.taken else 0.0
                         take_over = self._take_over or (polled and batch.taken > 0)
-                        turn = claimer.Turn(batch, *await session.look_ahead(arm=arm, take_over=take_over))
+                        due, arming = await session.look_ahead(arm=arm and not gather, take_over=take_over)
+                        turn = claimer.Turn(batch, due, arming, gather)
         except LargeTransaction as large:
             await self._keep_back(session, large)
             turn = claimer.Turn(ClaimedBatch([], [], {}), due=0.0)

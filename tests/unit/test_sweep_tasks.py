@@ -334,16 +334,17 @@ def test_a_replica_holding_more_than_it_can_send_soon_hands_the_wakeups_on_and_c
 
 def test_a_gathering_replica_claims_again_after_its_pause_without_sleeping_and_its_stop_ends_the_pause() -> None:
     """POD_SWEEPER_GATHER_SECONDS: a turn that took rows is followed by the pause, awake (not asleep, the
-    flag not armed) and deaf to NOTIFYs, then by a claim that clears the wakeup flag; the stop ends the
-    pause at once rather than waiting it out."""
-    r = rig(listen=True, gather_seconds=0.5)
+    flag not armed) and deaf to NOTIFYs, then by a claim that clears the wakeup flag; each of those turns
+    still reads the next due time (on PostgreSQL that read moves the claim cursor's floor); the stop ends
+    the pause at once rather than waiting it out."""
+    r = rig(listen=True, gather_seconds=1.0)
     r.retire(1)
 
     async def scenario() -> None:
         run = asyncio.ensure_future(r.sweeper.run())
         try:
             await until(lambda: len(r.store.in_status(Status.DONE)) == 1, what="the first row swept")
-            claims = r.store.claims
+            claims, looks = r.store.claims, r.store.looks
             r.store.armed = True  # armed meanwhile (by another replica): the gathering claim clears it
             r.store.retire("late")
             r.sweeper.notify("notify")  # passed over: the claim waits for the pause's end
@@ -352,9 +353,10 @@ def test_a_gathering_replica_claims_again_after_its_pause_without_sleeping_and_i
             assert r.store.claims == claims and not r.sweeper.status.asleep
             await until(lambda: len(r.store.in_status(Status.DONE)) == 2, what="the late row, after the pause")
             assert r.store.claims == claims + 1 and not r.store.armed  # and in the next pause now
+            assert r.store.looks == looks + 1
             started = time.monotonic()
             await asyncio.wait_for(r.sweeper.drain(started + 5), 5)
-            assert time.monotonic() - started < 0.25  # the stop ended the pause: not waited out
+            assert time.monotonic() - started < 0.5  # the stop ended the pause: not waited out
             await asyncio.wait_for(run, 5)
         finally:
             run.cancel()

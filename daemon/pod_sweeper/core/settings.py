@@ -135,12 +135,13 @@ class Settings(BaseSettings):
     )
     gather_seconds: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.0,
-        description="Seconds a replica that has just claimed rows waits before it claims again, awake, with "
-        "the wakeup flag cleared so that the retires meanwhile send no NOTIFY and are taken in one claim. "
-        "Default 0 (off): every retire of a sleeping replica's is claimed as its NOTIFY arrives (a quiet "
-        "system's wake in milliseconds). 0.05 at 100 retires a second with three replicas: the sweep's "
-        "PostgreSQL CPU about 3.4x the host's own instead of 5.4x, 1.2 transactions added a retire instead "
-        "of 4.2, but a retire that follows another within the pause waits for it (docs/performance.md).",
+        description="Seconds (at most 1) a listening replica that has just claimed rows waits, awake, before it "
+        "claims again; that claim clears the wakeup flag, so the retires after it send no NOTIFY (each one "
+        "a transaction of every listener's) and are taken a pause's worth at a time. Default 0 (off): a "
+        "sleeping replica claims each retire as its NOTIFY arrives, a quiet system's wake in milliseconds. "
+        "0.05 at 100 retires a second with three replicas: about 0.9 transactions added a retire instead "
+        "of 4.3 and the sweep's PostgreSQL CPU a quarter to a third less, but a retire that follows another "
+        "within the pause waits for its end (docs/performance.md). No effect on a poll-only replica.",
     )
     lease_seconds: Annotated[float, Field(ge=5)] = Field(
         default=60.0,

@@ -249,7 +249,7 @@ class Claimer:
         of a quiet system; the recorder's longer linger saves the same transactions off that path.)
         With ``gathering``, the claim clears the wakeup flag if it takes a row. With gathering on
         (``gather_seconds``), a turn that took rows (a listening replica's: a poll-only one neither arms
-        nor clears the flag) reads no next due time: it gathers instead (``Turn.gather``)."""
+        nor clears the flag) reads the flag as nothing to arm: it gathers instead (``Turn.gather``)."""
         guard = self.settings.guard_standbys
         if guard is not None:  # its own short transaction, before the claim's: see sql/guard_mark.sql
             async with self.store.session() as session:
@@ -270,11 +270,15 @@ class Claimer:
                             gathering=gathering,
                         )
                         turn = Turn(batch)
-                        if batch.taken and arm and self.settings.gather_seconds:
-                            turn = Turn(batch, gather=self.settings.gather_seconds)
-                        elif batch.taken < want:
+                        if batch.taken < want:
+                            # Gathering (a listening replica's, after taking rows) arms nothing; the next due
+                            # time is read all the same: it moves the claim cursor's floor (store/sweep/cursor.py),
+                            # and a stream gathered for hours under a pinned horizon would claim from where the
+                            # last sleep left it.
+                            gather = self.settings.gather_seconds if arm and batch.taken else 0.0
                             take_over = self._take_over or (polled and batch.taken > 0)
-                            turn = Turn(batch, *await session.look_ahead(arm=arm, take_over=take_over))
+                            due, arming = await session.look_ahead(arm=arm and not gather, take_over=take_over)
+                            turn = Turn(batch, due, arming, gather)
             except LargeTransaction as large:  # the claim was rolled back: nothing of it is sent
                 await self._keep_back(session, large)
                 # Claim again at once: the transaction's rows are kept back now, every other row goes on.
