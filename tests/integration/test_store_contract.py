@@ -116,7 +116,7 @@ class Memory:
         return out
 
 
-async def claim(world: World, batch: int, lease: float = 30) -> ClaimedBatch:
+async def claim(world: World, batch: int, lease: float = 30, *, gathering: bool = False) -> ClaimedBatch:
     async with world.store.session() as session:
         return await session.claim(
             batch=batch,
@@ -124,6 +124,7 @@ async def claim(world: World, batch: int, lease: float = 30) -> ClaimedBatch:
             disarm=True,
             at_claim=lambda c, checked: verdicts.at_claim(c, checked, POLICY),
             guard=None,
+            gathering=gathering,
         )
 
 
@@ -241,16 +242,7 @@ async def flag_scenario(world: World, armed: Any) -> list[Any]:
     recently it was armed, and leaves it when it takes none."""
 
     async def gathered(batch: int, *, gathering: bool) -> list[str]:
-        async with world.store.session() as session:
-            taken = await session.claim(
-                batch=batch,
-                lease_seconds=30,
-                disarm=True,
-                at_claim=lambda c, checked: verdicts.at_claim(c, checked, POLICY),
-                guard=None,
-                gathering=gathering,
-            )
-        return sorted(c.sandbox_id for c in taken.to_send)
+        return sorted(c.sandbox_id for c in (await claim(world, batch, gathering=gathering)).to_send)
 
     async def arm() -> Arming:
         async with world.store.session() as session:
