@@ -29,6 +29,7 @@ from typing import Any
 import psycopg
 from rig import NS, DaemonThread, Rig
 
+from pod_sweeper.core.settings import Settings
 from steps import sketch
 from steps.busy import SHIPPED, postgres_cpu_seconds, wal_position
 
@@ -230,7 +231,7 @@ def cost(rig: Rig, rate: float, seconds: float, replicas: int, idle_seconds: flo
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")  # before the idle window
     settings = rig.settings(url, **SHIPPED)
 
-    def sweeping(stack: ExitStack, settings: Any = settings) -> None:
+    def sweeping(stack: ExitStack, settings: Settings) -> None:
         for i in range(replicas):
             stack.enter_context(DaemonThread(settings.model_copy(update={"replica_id": f"cost-{i}"}))).ready()
 
@@ -255,7 +256,7 @@ def cost(rig: Rig, rate: float, seconds: float, replicas: int, idle_seconds: flo
 
     # Idle first, on a quiet cluster: the other windows' autovacuum and checkpoints would be in its WAL.
     with ExitStack() as stack:
-        sweeping(stack)
+        sweeping(stack, settings)
         # Settle: a backend reports its counts to pg_stat_database up to 10 s after its last statement,
         # so the replicas' start-up (their first claims and gauges) must be counted before the window.
         time.sleep(12.0)

@@ -43,6 +43,14 @@ def env_for(url: str, kubeconfig: Path, **extra: str) -> dict[str, str]:
     return environ
 
 
+def cli_output(args: list[str], env: dict[str, str]) -> list[str]:
+    """A one-shot command of the real CLI in ``env``, run to its end: its stdout and stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pod_sweeper", *args], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    return [done.stdout, done.stderr]
+
+
 def daemon_output(env: dict[str, str], *awaited: str) -> list[str]:
     """What ``pod-sweeper run`` writes until a line holds one of ``awaited``, then through its SIGTERM."""
     proc = subprocess.Popen(
@@ -74,15 +82,7 @@ def test_no_secret_in_any_output(db_url: str, kube: Any, tmp_path: Path) -> None
         (["settings"], good),
         (["status", "--json"], good),
     ):
-        done = subprocess.run(
-            [sys.executable, "-m", "pod_sweeper", *args],
-            env=env_for(url, kubeconfig),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        outputs += [done.stdout, done.stderr]
+        outputs += cli_output(args, env_for(url, kubeconfig))
     # The daemon: a start against an unreachable database, then a run with Kubernetes refusing us.
     for url, json_logs in ((unreachable, "text"), (good, "json")):
         outputs += daemon_output(env_for(url, kubeconfig, POD_SWEEPER_LOG_FORMAT=json_logs), "unreachable", "ready")
@@ -155,15 +155,7 @@ def test_a_credential_plugins_failure_quoting_its_secrets_shows_neither(db_url: 
     }
     kubeconfig.write_text(json.dumps(document))
     outputs: list[str] = []
-    done = subprocess.run(
-        [sys.executable, "-m", "pod_sweeper", "check", "--namespace", "sandboxes"],
-        env=env_for(db_url, kubeconfig),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    outputs += [done.stdout, done.stderr]
+    outputs += cli_output(["check", "--namespace", "sandboxes"], env_for(db_url, kubeconfig))
     for json_logs in ("text", "json"):
         outputs += daemon_output(env_for(db_url, kubeconfig, POD_SWEEPER_LOG_FORMAT=json_logs), "cannot renew")
     text = "".join(outputs)

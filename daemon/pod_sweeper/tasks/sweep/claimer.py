@@ -5,10 +5,11 @@ interval, whichever comes first. Before it sleeps it arms the wakeup flag, so th
 (they do not while a sweeper is claiming: migration 0007), and claims once more; only then is it
 ``asleep`` (what tests wait for before a retire that only a NOTIFY can announce). With gathering on
 (``POD_SWEEPER_GATHER_SECONDS``), a turn that took rows is followed by that pause, awake, and a claim
-that clears the flag instead: retires under load are taken a pause's worth at a time and NOTIFY nobody. With the
-blast-radius breaker on, the cluster's budget and the claim run in one transaction holding the cluster's
-breaker row. While the API server cannot be reached (the outage watch) or refuses the credentials (the
-auth gate) it claims nothing, and claims at once when the gate opens.
+that clears the flag instead: retires under load are taken a pause's worth at a time and, once the
+flag is clear, NOTIFY nobody. With the blast-radius breaker on, the cluster's budget and the claim run
+in one transaction holding the cluster's breaker row. While the API server cannot be reached (the
+outage watch) or refuses the credentials (the auth gate) it claims nothing, and claims at once when the
+gate opens.
 
 What the claim itself settles (a generation active again, a re-check that could not be made, a lease
 that expired once too often) is the answer table's (``verdicts.at_claim``), recorded in the claim's own
@@ -189,9 +190,9 @@ class Claimer:
             if batch.taken >= want:
                 continue  # a full batch: there may be more right now
             if turn.gather:
-                # POD_SWEEPER_GATHER_SECONDS: awake, claiming again after the pause whatever comes, and
-                # the next turn clears the wakeup flag, so the retires meanwhile wait in the outbox for
-                # it and NOTIFY nobody (each NOTIFY is a transaction of every listener's).
+                # POD_SWEEPER_GATHER_SECONDS: awake, claiming again after the pause, and that claim
+                # clears the wakeup flag if it takes a row, so the retires after it wait in the outbox
+                # for the next and NOTIFY nobody (each NOTIFY is a transaction of every listener's).
                 gathering = True
                 await self._sleep_until_stop(turn.gather)
                 continue
