@@ -25,6 +25,7 @@ from steps import (
     busy,
     ceilings,
     cost,
+    held_sketch,
     history,
     memory,
     node,
@@ -52,8 +53,8 @@ def main() -> int:
         "--hours",
         type=float,
         metavar="H",
-        help="how long the held snapshot step holds its snapshot, in hours (issue 51 asks for 2); default "
-        "half an hour, 4 minutes with --quick",
+        help="how long the held snapshot and held sketch steps hold their snapshot, in hours (issue 51 asks "
+        "for 2); default half an hour, 4 minutes with --quick",
     )
     args = parser.parse_args()
     quick = args.quick
@@ -103,6 +104,8 @@ def main() -> int:
             # docs/operations.md, "Sizing": 3 replicas for 100 retires a second.
             ("busy", lambda: busy.busy(rig, 100.0, 120.0 if quick else 600.0, 3)),
             ("held snapshot", lambda: busy.held(rig, 100.0, pinned_seconds, 3)),
+            # issue 51: the nearest design's storage under the same held snapshot
+            ("held sketch", lambda: held_sketch.held_sketch(rig, 100.0, pinned_seconds)),
             # issue 51: the host alone, then swept by 3 replicas on the shipped defaults, then idle
             ("cost", lambda: cost.cost(rig, 100.0, 30.0 if quick else 90.0, 3, 30.0 if quick else 60.0)),
         ]
@@ -112,7 +115,7 @@ def main() -> int:
             steps = [
                 (label, step)
                 for label, step in steps
-                if label not in ("whole cluster", "real node", "busy", "held snapshot", "cost")
+                if label not in ("whole cluster", "real node", "busy", "held snapshot", "held sketch", "cost")
             ]
         if args.only:
             wanted = {w.strip() for w in args.only.split(",")}

@@ -97,13 +97,56 @@ moved AS (
 SELECT id, retired FROM batch
 """
 
+# The cursor insert-only too (issue 51's snapshot held for hours): a row a turn, never updated, instead of
+# the one row ``TURN`` updates. Under a pinned xmin horizon every version of that row stays, and each
+# turn's read of it walks them all (a HOT chain while its page has room, then index entries); here the
+# position is the newest claim's end, one descent of a B-tree whose entries are all live. Two turns that
+# read the same position both insert its start: the unique index lets one through (ON CONFLICT DO
+# NOTHING) and the other's batch is not returned.
+CLAIMS_DDL = """
+CREATE TABLE sketch_claims (
+    from_id bigint NOT NULL,
+    last_id bigint NOT NULL,
+    lease_until timestamptz NOT NULL,
+    holder text NOT NULL
+);
+CREATE UNIQUE INDEX sketch_claims_from ON sketch_claims (from_id);
+CREATE INDEX sketch_claims_last ON sketch_claims (last_id);
+"""
+
+CLAIMS_TURN = """
+WITH recorded AS (
+    INSERT INTO sketch_done (intake_id, outcome) SELECT unnest(%(done)s::bigint[]), 'd'
+),
+cursor AS (
+    SELECT coalesce((SELECT last_id FROM sketch_claims ORDER BY last_id DESC LIMIT 1), 0) AS position
+),
+batch AS (
+    SELECT i.id, i.pod_namespace, i.pod_name, i.pod_uid,
+           coalesce((SELECT NOT e.active FROM executions AS e
+                     WHERE e.sandbox_id = i.sandbox_id AND e.generation = i.generation), true) AS retired
+    FROM cursor
+    CROSS JOIN LATERAL (SELECT * FROM sketch_intake WHERE id > cursor.position ORDER BY id LIMIT %(batch)s) AS i
+),
+claimed AS (
+    INSERT INTO sketch_claims (from_id, last_id, lease_until, holder)
+    SELECT cursor.position, b.last, now() + interval '60 s', %(holder)s
+    FROM cursor, (SELECT max(id) AS last FROM batch) AS b
+    WHERE b.last IS NOT NULL
+    ON CONFLICT (from_id) DO NOTHING
+    RETURNING last_id
+)
+SELECT id, retired FROM batch WHERE EXISTS (SELECT 1 FROM claimed)
+"""
+
 LINGER = 0.05  # seconds an awake sweeper lets rows gather between turns (its outcomes wait as long)
 POLL = 5.0  # the backstop, as the shipped poll interval
 
 
 @contextmanager
-def sweeper(url: str, *, batch: int = 100) -> Iterator[list[int]]:
-    """One sketch sweeper on ``url`` (``DDL`` applied); yields [rows recorded so far].
+def sweeper(url: str, *, batch: int = 100, turn: str = TURN) -> Iterator[list[int]]:
+    """One sketch sweeper on ``url`` (``DDL`` applied, and ``CLAIMS_DDL`` for ``CLAIMS_TURN``), taking
+    turns with ``turn``; yields [rows recorded so far].
 
     Asleep, it is woken by NOTIFY, which every listening backend reads in a transaction of its own, so a
     retire notifies only a sweeper asleep: awake, the sweeper holds advisory lock 51 (session state: the
@@ -130,13 +173,13 @@ def sweeper(url: str, *, batch: int = 100) -> Iterator[list[int]]:
                         pass
                     conn.execute("SELECT pg_advisory_lock(51)")
                     awake = True
-                rows: list[Any] = conn.execute(TURN, {"done": done, "batch": batch, "holder": "sketch"}).fetchall()
+                rows: list[Any] = conn.execute(turn, {"done": done, "batch": batch, "holder": "sketch"}).fetchall()
                 recorded[0] += len(done)
                 done = [int(row[0]) for row in rows]  # every one deleted: the pods are gone at once here
                 if not rows:
                     conn.execute("SELECT pg_advisory_unlock(51)")
                     awake = False
-                    rows = conn.execute(TURN, {"done": done, "batch": batch, "holder": "sketch"}).fetchall()
+                    rows = conn.execute(turn, {"done": done, "batch": batch, "holder": "sketch"}).fetchall()
                     done = [int(row[0]) for row in rows]
                     if rows:
                         conn.execute("SELECT pg_advisory_lock(51)")
@@ -156,7 +199,8 @@ def bytes_per_done_row(url: str) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM sketch_intake, sketch_done, sketch_cursor")
         row = conn.execute(
-            "SELECT pg_total_relation_size('sketch_intake') + pg_total_relation_size('sketch_done'),"
+            "SELECT pg_total_relation_size('sketch_intake') + pg_total_relation_size('sketch_done')"
+            " + coalesce(pg_total_relation_size(to_regclass('sketch_claims')), 0),"
             " (SELECT count(*) FROM sketch_done)"
         ).fetchone()
     assert row is not None
