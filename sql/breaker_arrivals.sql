@@ -13,7 +13,13 @@
 -- The open ones through the claim index from the window's start up (a row is never due before its
 -- enqueue), those already done through the done_at index (rows done in the window): the cost is the
 -- window's rows (and, while the xmin horizon is pinned, the versions of the last lease's claims), never
--- every open row's nor the history's.
+-- every open row's nor the history's. Both bounds are written so that no plan can lose them: the
+-- window's start is a value (the breaker's row read once, an InitPlan), never a join with it, which
+-- let the planner put that row inside a nested loop and read the claim index by the cluster alone,
+-- every version a pinned horizon keeps (tests/integration/test_pinned_horizon.py has the statistics);
+-- and the window is also said as `now()` less its seconds, which the planner estimates from the
+-- column's statistics instead of a third of the table, so a plan for the done ones never prefers a
+-- scan of all of them.
 WITH b AS (
     SELECT reason,
            greatest(now() - make_interval(secs => %(window)s), coalesce(resumed_at, '-infinity')) AS since
@@ -22,16 +28,19 @@ WITH b AS (
 ),
 arrived AS (
     SELECT o.enqueued_at
-    FROM pod_sweeper.outbox AS o, b
-    WHERE o.cluster = %(cluster)s AND o.status IN ('pending', 'claimed') AND o.next_attempt_at > b.since
-      AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > b.since
+    FROM pod_sweeper.outbox AS o
+    WHERE o.cluster = %(cluster)s AND o.status IN ('pending', 'claimed')
+      AND o.next_attempt_at > now() - make_interval(secs => %(window)s)
+      AND o.next_attempt_at > (SELECT since FROM b)
+      AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > (SELECT since FROM b)
       AND NOT %(dry_run)s AND NOT (o.pod_namespace = ANY(coalesce(%(shadow)s::text[], '{}')))
       AND NOT EXISTS (SELECT 1 FROM pod_sweeper.keeping(o.cluster, o.pod_namespace, o.pod_name, o.pod_uid))
     UNION ALL
     SELECT o.enqueued_at
-    FROM pod_sweeper.outbox AS o, b
-    WHERE o.status = 'done' AND o.done_at > b.since AND o.cluster = %(cluster)s
-      AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > b.since
+    FROM pod_sweeper.outbox AS o
+    WHERE o.status = 'done' AND o.done_at > now() - make_interval(secs => %(window)s)
+      AND o.done_at > (SELECT since FROM b) AND o.cluster = %(cluster)s
+      AND o.reason IN ('retired', 'row_deleted') AND o.enqueued_at > (SELECT since FROM b)
       AND o.outcome IS DISTINCT FROM 'would_delete'
 ),
 by_transaction AS (
