@@ -13,13 +13,13 @@
 -- The open ones through the claim index from the window's start up (a row is never due before its
 -- enqueue), those already done through the done_at index (rows done in the window): the cost is the
 -- window's rows (and, while the xmin horizon is pinned, the versions of the last lease's claims), never
--- every open row's nor the history's. Both bounds are written so that no plan can lose them: the
+-- every open row's nor the history's. Both bounds are written so that no join order loses them: the
 -- window's start is a value (the breaker's row read once, an InitPlan), never a join with it, which
 -- let the planner put that row inside a nested loop and read the claim index by the cluster alone,
 -- every version a pinned horizon keeps (tests/integration/test_pinned_horizon.py has the statistics);
--- and the window is also said as `now()` less its seconds, which the planner estimates from the
--- column's statistics instead of a third of the table, so a plan for the done ones never prefers a
--- scan of all of them.
+-- and the window is also said as `now()` less its seconds, which a custom plan estimates from the
+-- column's statistics instead of a third of the table (a generic plan cannot: the pool prepares this
+-- statement, and PostgreSQL keeps a generic plan only while it costs no more than the custom ones).
 WITH b AS (
     SELECT reason,
            greatest(now() - make_interval(secs => %(window)s), coalesce(resumed_at, '-infinity')) AS since
